@@ -1,0 +1,3 @@
+from cw.cli.app import main
+
+main()

@@ -1,0 +1,263 @@
+"""The bundle: what `cw compile` writes and everything else reads (schema in docs/bundle.md).
+
+A bundle is a directory holding `manifest.json`, one weights blob shared by every batch size, one
+kernel library per batch size and optionally `profile.json`. The manifest records the sha256 of
+every other file; `open_bundle` verifies them. Bundles are written by `BundleWriter` into a
+temporary sibling directory that is renamed into place only when complete, so a failed or
+interrupted write never leaves a bundle behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from cw.errors import BundleError, OutputExistsError, UsageError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+WEIGHTS_FILE = "weights.bin"
+PROFILE_FILE = "profile.json"
+# Offsets of tensors inside pages: TVM aliases memory zero-copy only when 64-byte aligned.
+TENSOR_ALIGNMENT = 256
+
+
+class TensorSpec(msgspec.Struct, frozen=True):
+    """A model input or output; `shape[0]` is the batch dimension."""
+    name: str
+    dtype: str
+    sample_shape: list[int]  # shape without the batch dimension
+    sample_bytes: int
+
+
+class WeightPage(msgspec.Struct, frozen=True):
+    index: int
+    file_offset: int  # where the page's bytes start in the weights file
+    used_bytes: int   # bytes stored; the rest of the page is free
+
+
+class WeightTensor(msgspec.Struct, frozen=True):
+    name: str
+    dtype: str
+    shape: list[int]
+    nbytes: int
+    page: int
+    offset: int  # within the page
+    source: str = ""  # the ONNX initializers it was computed from, when not stored as is
+
+
+class Weights(msgspec.Struct, frozen=True):
+    file: str
+    total_bytes: int
+    page_size: int
+    pages: list[WeightPage]
+    tensors: list[WeightTensor]  # in kernel parameter order
+
+
+class Allocation(msgspec.Struct, frozen=True):
+    kind: str  # "alloc_tensor" (unplanned) or "alloc_storage" (planned)
+    nbytes: int | None  # None where the size is only known at run time
+
+
+class BatchKernel(msgspec.Struct, frozen=True):
+    batch_size: int
+    kernel_file: str
+    kernel_bytes: int
+    workspace_bytes: int  # sum of TVM's statically planned storage blocks
+    input_bytes: int
+    output_bytes: int
+    storage_blocks: list[int]
+    unplanned: list[Allocation]  # allocations outside the static plan (usually the outputs)
+    compile_seconds: float
+
+
+class Target(msgspec.Struct, frozen=True):
+    kind: str  # "cpu" | "cuda"
+    arch: str | None
+    tvm_target: str
+
+
+class Source(msgspec.Struct, frozen=True):
+    file: str
+    sha256: str
+    opset: int
+    producer: str
+
+
+class Manifest(msgspec.Struct, frozen=True):
+    schema_version: int
+    name: str
+    source: Source
+    cw_version: str
+    tvm_version: str
+    target: Target
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    batch_sizes: list[int]
+    kernels: list[BatchKernel]
+    weights: Weights
+    files: dict[str, str]  # relative path -> sha256 of every file but the manifest
+    notes: list[str] = []
+
+    def kernel_for(self, batch_size: int) -> BatchKernel:
+        """The smallest compiled batch size that holds `batch_size` requests (inputs are padded)."""
+        for kernel in self.kernels:
+            if kernel.batch_size >= batch_size:
+                return kernel
+        raise UsageError(f"batch of {batch_size} exceeds the largest compiled batch size "
+                         f"{self.batch_sizes[-1]} of bundle '{self.name}'",
+                         "split the input or recompile with larger --batch-sizes")
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def encode_json(obj) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n"
+
+
+class Bundle:
+    """An opened, verified bundle on disk."""
+
+    def __init__(self, path: Path, manifest: Manifest):
+        self.path = path
+        self.manifest = manifest
+
+    def file(self, relative: str) -> Path:
+        return self.path / relative
+
+    @property
+    def has_profile(self) -> bool:
+        return PROFILE_FILE in self.manifest.files
+
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    path = Path(path)
+    if not path.is_dir():
+        raise BundleError(f"no bundle at {path}", "give the directory that `cw compile -o` wrote")
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        raise BundleError(f"{path} is not a bundle: {MANIFEST} is missing",
+                          "compile the model again with `cw compile`")
+    try:
+        raw = msgspec.json.decode(manifest_path.read_bytes())
+        version = raw.get("schema_version") if isinstance(raw, dict) else None
+        if version != SCHEMA_VERSION:
+            raise BundleError(f"{manifest_path}: schema version {version} is not supported "
+                              f"(this cw reads version {SCHEMA_VERSION})",
+                              "recompile the model with this version of cw")
+        return msgspec.convert(raw, Manifest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise BundleError(f"{manifest_path} is corrupted: {e}",
+                          "compile the model again with `cw compile`") from None
+
+
+def open_bundle(path: str | os.PathLike, verify: bool = True) -> Bundle:
+    """Read the manifest and (by default) check every file against its sha256."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    if verify:
+        for relative, digest in manifest.files.items():
+            file = path / relative
+            if not file.is_file():
+                raise BundleError(f"bundle {path} is incomplete: {relative} is missing",
+                                  "compile the model again with `cw compile --force`")
+            if sha256_file(file) != digest:
+                raise BundleError(f"bundle {path} is corrupted: checksum mismatch in {relative}",
+                                  "compile the model again with `cw compile --force`")
+    return Bundle(path, manifest)
+
+
+class BundleWriter:
+    """Writes a bundle into a temporary sibling directory; `commit()` renames it into place.
+
+    Used as a context manager: leaving the block without `commit()` (an error, Ctrl-C) removes
+    the temporary directory, so no half-written bundle is ever visible at the output path.
+    """
+
+    def __init__(self, out: str | os.PathLike, force: bool = False):
+        self.out = Path(out)
+        self.force = force
+        if self.out.exists() and not force:
+            raise OutputExistsError(f"output {self.out} already exists",
+                                    "pass --force to replace it or choose another -o")
+        if self.out.exists() and not (self.out / MANIFEST).is_file() and any(self.out.iterdir()):
+            raise OutputExistsError(f"output {self.out} exists and is not a bundle",
+                                    "refusing to replace it; choose another -o")
+        parent = self.out.parent if str(self.out.parent) else Path(".")
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=parent))
+        except OSError as e:
+            raise UsageError(f"cannot write to {parent}: {e.strerror}",
+                             "choose a writable output directory with -o") from None
+        self._committed = False
+
+    def __enter__(self) -> "BundleWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._committed:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, relative: str) -> Path:
+        p = self.tmp / relative
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def checksums(self) -> dict[str, str]:
+        return {str(p.relative_to(self.tmp)): sha256_file(p)
+                for p in sorted(self.tmp.rglob("*")) if p.is_file() and p.name != MANIFEST}
+
+    def commit(self, manifest: Manifest) -> Path:
+        self.path(MANIFEST).write_bytes(encode_json(manifest))
+        os.chmod(self.tmp, 0o755)  # mkdtemp makes it private
+        if self.out.exists():
+            old = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
+            os.replace(self.out, old)
+            os.replace(self.tmp, self.out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(self.tmp, self.out)
+        self._committed = True
+        return self.out
+
+
+def replace_file_in_bundle(bundle: Bundle, relative: str, data: bytes) -> Bundle:
+    """Add or replace one file (e.g. profile.json) and its checksum, each written atomically."""
+    target = bundle.path / relative
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    files = dict(bundle.manifest.files)
+    files[relative] = hashlib.sha256(data).hexdigest()
+    manifest = msgspec.structs.replace(bundle.manifest, files=files)
+    manifest_tmp = bundle.path / f".{MANIFEST}.tmp-{os.getpid()}"
+    manifest_tmp.write_bytes(encode_json(manifest))
+    os.replace(tmp, target)
+    os.replace(manifest_tmp, bundle.path / MANIFEST)
+    return Bundle(bundle.path, manifest)
+
+
+def describe(path: str | os.PathLike) -> dict:
+    """What `cw inspect` shows: the verified manifest, plus the profile's summary if present."""
+    bundle = open_bundle(path, verify=True)
+    info = msgspec.to_builtins(bundle.manifest)
+    info["path"] = str(bundle.path)
+    info["checksums_verified"] = True
+    if bundle.has_profile:
+        try:
+            info["profile"] = msgspec.json.decode(bundle.file(PROFILE_FILE).read_bytes())
+        except msgspec.DecodeError:
+            raise BundleError(f"{bundle.path / PROFILE_FILE} is not valid JSON",
+                              "run `cw profile` again") from None
+    return info

@@ -1,0 +1,101 @@
+"""The `cw` command: thin typer commands over the library, and the one error boundary.
+
+Known errors (`CwError`) print one red line and exit with their code; anything else prints one
+line too, with the traceback only when CW_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="cw",
+    help="Compile, profile and serve DNN models with predictable latency (Clockwork, rebuilt).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+
+
+class Consoles:
+    """Where commands write; tests swap in recording consoles."""
+    out = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+
+
+def console() -> Console:
+    return Consoles.out
+
+
+def print_json(data) -> None:
+    import msgspec
+
+    Consoles.out.file.write(msgspec.json.format(msgspec.json.encode(data), indent=2).decode())
+    Consoles.out.file.write("\n")
+
+
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+
+def run_cli(args: list[str] | None = None) -> int:
+    """Run `cw` with `args`; returns the exit code instead of exiting."""
+    from cw.errors import CwError
+
+    _register_commands()
+    debug = os.environ.get("CW_DEBUG") == "1"
+    try:
+        app(args=args, prog_name="cw", standalone_mode=False)
+        return 0
+    except CwError as e:
+        if debug:
+            Consoles.err.print_exception()
+        Consoles.err.print(f"[bold red]error:[/] {e.one_line()}", soft_wrap=True, markup=True,
+                           highlight=False)
+        return e.exit_code
+    except typer.Exit as e:
+        return e.exit_code
+    except typer.Abort:
+        Consoles.err.print("[red]aborted[/]")
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        Consoles.err.print("[red]interrupted[/]")
+        return EXIT_INTERRUPTED
+    except Exception as e:  # click usage errors and the unexpected
+        from typer.exceptions import TyperException
+
+        if isinstance(e, TyperException):  # usage errors: unknown flag, missing argument
+            if hasattr(e, "show"):
+                e.show(file=Consoles.err.file)
+            else:
+                Consoles.err.print(f"[bold red]error:[/] {e.format_message()}")
+            return e.exit_code
+        if debug:
+            Consoles.err.print_exception()
+        else:
+            msg = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+            Consoles.err.print(f"[bold red]internal error:[/] {type(e).__name__}: {msg} "
+                               "(set CW_DEBUG=1 for the traceback and report it)",
+                               soft_wrap=True, highlight=False)
+        return EXIT_INTERNAL
+
+
+_registered = False
+
+
+def _register_commands() -> None:
+    global _registered
+    if _registered:
+        return
+    from cw.cli import bundle_cmds, compile_cmd, demo, zoo  # noqa: F401  (they register)
+
+    _registered = True
+
+
+def main() -> None:
+    sys.exit(run_cli(sys.argv[1:]))

@@ -1,0 +1,93 @@
+"""`cw inspect` and `cw run`: look at a bundle, run one inference with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from cw.cli.app import app, console, print_json
+from cw.errors import CwError
+from cw.units import format_bytes
+
+
+@app.command("inspect")
+def inspect_cmd(
+    bundle: Path = typer.Argument(..., help="Bundle directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+):
+    """Show what a bundle holds and verify the checksums of its files.
+
+    Example: [bold]cw inspect r50[/]
+    """
+    from cw.bundle import describe
+
+    info = describe(bundle)
+    if as_json:
+        print_json(info)
+        return
+    out = console()
+    t = info["target"]
+    out.print(f"[bold]{info['name']}[/] ({bundle}) — {t['kind']}{' ' + t['arch'] if t['arch'] else ''}, "
+              f"TVM {info['tvm_version']}, cw {info['cw_version']}, schema {info['schema_version']}")
+    out.print(f"source {info['source']['file']} (opset {info['source']['opset']}, sha256 "
+              f"{info['source']['sha256'][:12]}…)")
+    for kind in ("inputs", "outputs"):
+        for s in info[kind]:
+            out.print(f"{kind[:-1]} {s['name']}: {s['dtype']} [B, {', '.join(map(str, s['sample_shape']))}]")
+    w = info["weights"]
+    out.print(f"weights {format_bytes(w['total_bytes'])} in {len(w['pages'])} page(s) of "
+              f"{format_bytes(w['page_size'])}, {len(w['tensors'])} tensors")
+    table = Table()
+    for col in ("batch", "workspace", "input", "output", "kernel size", "unplanned allocs"):
+        table.add_column(col, justify="right")
+    for k in info["kernels"]:
+        table.add_row(str(k["batch_size"]), format_bytes(k["workspace_bytes"]),
+                      format_bytes(k["input_bytes"]), format_bytes(k["output_bytes"]),
+                      format_bytes(k["kernel_bytes"]), str(len(k["unplanned"])))
+    out.print(table)
+    out.print(f"profile: {'present' if 'profile' in info else 'none (run `cw profile`)'}")
+    out.print(f"[green]{len(info['files'])} files verified[/] (sha256)")
+
+
+@app.command("run")
+def run_cmd(
+    bundle: Path = typer.Argument(..., help="Bundle directory."),
+    input: Path = typer.Option(..., "--input", "-i", help=".npy (one input) or .npz (by name)."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+    output: Path = typer.Option(None, "-o", "--output", help="Write the outputs (.npy/.npz)."),
+    verify: Path = typer.Option(None, "--verify", help="Compare with onnxruntime on this ONNX."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+):
+    """Run one inference locally, no server: pads the batch up to the next compiled batch size,
+    runs, unpads. With --verify, exits non-zero when the max relative error exceeds 1e-3.
+
+    Example: [bold]cw run r50 --input x.npy -o y.npy --verify r50.onnx[/]
+    """
+    from cw.bundle import read_manifest
+    from cw.engine import load_inputs, run_bundle, save_outputs
+    from cw.verify import VERIFY_TOLERANCE
+
+    manifest = read_manifest(bundle)
+    inputs = load_inputs(input, manifest)
+    result = run_bundle(bundle, inputs, device, verify)
+    if output is not None:
+        save_outputs(output, manifest, result.outputs)
+    failed = result.relative_error is not None and not result.relative_error <= VERIFY_TOLERANCE
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        out = console()
+        shapes = ", ".join(str(list(y.shape)) for y in result.outputs)
+        out.print(f"ran {manifest.name} on {device}: batch {result.batch} (padded to "
+                  f"{result.padded_to}) in {result.seconds * 1e3:.1f} ms → {shapes}")
+        if output is not None:
+            out.print(f"wrote {output}")
+        if result.relative_error is not None:
+            style = "red" if failed else "green"
+            out.print(f"[{style}]max relative error vs onnxruntime: "
+                      f"{result.relative_error:.3g}[/] (tolerance {VERIFY_TOLERANCE:g})")
+    if failed:
+        raise CwError(f"verification failed: max relative error {result.relative_error:.3g} "
+                      f"exceeds {VERIFY_TOLERANCE:g}", "the compiled model disagrees with onnxruntime")

@@ -1,0 +1,95 @@
+"""`cw compile`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cw.cli.app import app, console, print_json
+from cw.compile.compiler import DEFAULT_BATCH_SIZES, CompileConfig, compile_model
+from cw.units import format_bytes, parse_batch_sizes, parse_size
+
+_DEFAULTS = CompileConfig()
+
+
+@app.command("compile")
+def compile_cmd(
+    model: Path = typer.Argument(..., help="ONNX model file."),
+    output: Path = typer.Option(..., "-o", "--output", help="Bundle directory to write."),
+    target: str = typer.Option(_DEFAULTS.target, "--target", help="cpu or cuda."),
+    arch: str = typer.Option(None, "--arch",
+                             help="CUDA arch (default sm_90); for cpu an LLVM -mcpu."),
+    batch_sizes: str = typer.Option(",".join(map(str, DEFAULT_BATCH_SIZES)), "--batch-sizes",
+                                    help="Comma-separated batch sizes within 1..16."),
+    page_size: str = typer.Option("16MiB", "--page-size", help="Weights page size."),
+    name: str = typer.Option(None, "--name", help="Model name (default: the file's stem)."),
+    input_shape: list[str] = typer.Option(None, "--input-shape",
+                                          help="NAME=DIMS, N for the batch (repeatable)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing bundle."),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+):
+    """Compile an ONNX model with TVM into a bundle: one kernel library per batch size, one
+    paged weights blob, memory metadata and checksums.
+
+    Examples:
+      [bold]cw compile r50.onnx -o r50[/]
+      [bold]cw compile r50.onnx -o r50-gpu --target cuda --arch sm_90 --batch-sizes 1,4,16[/]
+    """
+    from cw.compile.frontend import parse_input_shapes
+
+    config = CompileConfig(target=target, arch=arch, batch_sizes=parse_batch_sizes(batch_sizes),
+                           page_size=parse_size(page_size, "page size"), name=name, force=force,
+                           input_shapes=parse_input_shapes(input_shape or []))
+    out = console()
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                        console=out, transient=True, disable=as_json)
+    with progress:
+        stage = progress.add_task("starting", total=None)
+        batches = None
+
+        def on_event(event: str, info: dict) -> None:
+            nonlocal batches
+            if event == "stage":
+                progress.update(stage, description=info["text"], visible=True)
+            elif event == "batch_start":
+                progress.update(stage, visible=False)
+                if batches is None:
+                    batches = progress.add_task("", total=info["total"])
+                progress.update(batches, description=f"compiling batch size {info['batch_size']}")
+            elif event == "batch_done":
+                progress.advance(batches)
+                k = info["kernel"]
+                if not as_json:
+                    out.print(f"  batch {k.batch_size:>2}: {k.compile_seconds:.1f} s, kernels "
+                              f"{format_bytes(k.kernel_bytes)}, workspace "
+                              f"{format_bytes(k.workspace_bytes)}")
+
+        manifest = compile_model(model, output, config, progress=on_event)
+    if as_json:
+        import msgspec
+        print_json(msgspec.to_builtins(manifest))
+        return
+    render_summary(manifest, output)
+
+
+def render_summary(manifest, path) -> None:
+    w = manifest.weights
+    out = console()
+    out.print(f"[green]compiled[/] {manifest.name} for {manifest.target.kind}"
+              f"{' ' + manifest.target.arch if manifest.target.arch else ''} → {path}")
+    out.print(f"weights {format_bytes(w.total_bytes)} in {len(w.pages)} page(s) of "
+              f"{format_bytes(w.page_size)}, {len(w.tensors)} tensors")
+    for note in manifest.notes:
+        out.print(f"[yellow]note:[/] {note}")
+    table = Table()
+    for col in ("batch", "kernels", "workspace", "input", "output", "compile s"):
+        table.add_column(col, justify="right")
+    for k in manifest.kernels:
+        table.add_row(str(k.batch_size), format_bytes(k.kernel_bytes),
+                      format_bytes(k.workspace_bytes), format_bytes(k.input_bytes),
+                      format_bytes(k.output_bytes), f"{k.compile_seconds:.1f}")
+    out.print(table)

@@ -1,0 +1,50 @@
+"""`cw demo`: the README's first command. Exports a zoo model, compiles it for this machine's
+CPU, runs a batch through it and checks the result against onnxruntime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import typer
+
+from cw.cli.app import app, console
+from cw.cli.compile_cmd import compile_cmd
+from cw.errors import CwError
+
+
+@app.command("demo")
+def demo_cmd(
+    model: str = typer.Option("resnet18", "--model", help="Zoo model to use."),
+    workdir: Path = typer.Option(Path("demo"), "--dir", help="Where to write the files."),
+    batch_sizes: str = typer.Option("1,4", "--batch-sizes", help="Batch sizes to compile."),
+    batch: int = typer.Option(3, "--batch", help="Batch to run (padded to a compiled size)."),
+):
+    """Export a zoo model, compile it for the CPU, run it and verify it against onnxruntime.
+
+    Example: [bold]cw demo[/]   ([bold]cw demo --model mlp[/] for a quick one)
+    """
+    import model_zoo
+    from cw.engine import run_bundle
+
+    entry = model_zoo.get(model)
+    out = console()
+    workdir.mkdir(parents=True, exist_ok=True)
+    onnx_path = workdir / f"{model}.onnx"
+    bundle = workdir / model
+    out.rule(f"1/3 cw zoo export {model} -o {onnx_path}")
+    size = model_zoo.export(model, onnx_path)
+    out.print(f"wrote {onnx_path} ({size / 1e6:.1f} MB)")
+    out.rule(f"2/3 cw compile {onnx_path} -o {bundle} --target cpu --batch-sizes {batch_sizes}")
+    compile_cmd(model=onnx_path, output=bundle, target="cpu", arch=None, batch_sizes=batch_sizes,
+                page_size="16MiB", name=model, input_shape=[], force=True, as_json=False)
+    out.rule(f"3/3 cw run {bundle} --input x.npy --verify {onnx_path}")
+    x = np.random.default_rng(0).standard_normal((batch, *entry.input_shape)).astype(np.float32)
+    np.save(workdir / "x.npy", x)
+    result = run_bundle(bundle, [x], "cpu", onnx_path)
+    out.print(f"batch {result.batch} (padded to {result.padded_to}) in "
+              f"{result.seconds * 1e3:.1f} ms → output {list(result.outputs[0].shape)}; top "
+              f"classes {np.argmax(result.outputs[0], axis=1).tolist()}")
+    if not result.relative_error <= 1e-4:
+        raise CwError(f"demo failed: relative error {result.relative_error:.3g} vs onnxruntime")
+    out.print(f"[green]ok[/]: max relative error vs onnxruntime {result.relative_error:.2g}")

@@ -1,0 +1,246 @@
+"""ONNX -> bundle: import once, pack the weights into pages, compile one kernel library per batch
+size, record the memory plan of each, and write everything atomically."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import cw
+from cw.bundle import (SCHEMA_VERSION, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
+                       Target, TensorSpec, WeightPage, Weights, WeightTensor)
+from cw.compile import frontend, paging
+from cw.compile.memory import memory_plan
+from cw.errors import DeviceError, ModelError, UsageError
+from cw.tvm_env import cuda_codegen_problem, load_tvm
+from cw.units import MAX_BATCH
+
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
+DEFAULT_PAGE_SIZE = 16 * paging.MIB
+# A constant this large inside a kernel library means weights escaped the weights blob.
+MAX_KERNEL_CONSTANT_BYTES = 1 * paging.MIB
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    target: str = "cpu"              # "cpu" | "cuda"
+    arch: str | None = None          # CUDA: "sm_90" (default); CPU: an LLVM -mcpu, e.g. "native"
+    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
+    page_size: int = DEFAULT_PAGE_SIZE
+    name: str | None = None
+    force: bool = False
+    input_shapes: dict[str, list] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.target not in ("cpu", "cuda"):
+            raise UsageError(f"unknown target '{self.target}'", "use --target cpu or --target cuda")
+        if not self.batch_sizes or min(self.batch_sizes) < 1 or max(self.batch_sizes) > MAX_BATCH:
+            raise UsageError(f"batch sizes must be within 1..{MAX_BATCH}",
+                             "e.g. --batch-sizes 1,2,4,8,16")
+        if self.page_size < paging.MIB:
+            raise UsageError("page size must be at least 1MiB", "e.g. --page-size 16MiB")
+
+    @property
+    def resolved_arch(self) -> str | None:
+        if self.target == "cuda":
+            return self.arch or "sm_90"
+        return self.arch
+
+
+Progress = Callable[[str, dict], None]
+
+
+def _no_progress(event: str, info: dict) -> None:
+    pass
+
+
+def tvm_target(config: CompileConfig):
+    tvm = load_tvm()
+    if config.target == "cuda":
+        return tvm.target.Target({"kind": "cuda", "arch": config.resolved_arch}, host="llvm")
+    spec = {"kind": "llvm"}
+    if config.arch:
+        spec["mcpu"] = config.arch
+    return tvm.target.Target(spec)
+
+
+def _tensor_specs(struct_info, batch_size: int, names: list[str]) -> list[TensorSpec]:
+    from tvm import relax
+
+    fields = list(struct_info.fields) if isinstance(struct_info, relax.TupleType) else [struct_info]
+    specs = []
+    for i, ty in enumerate(fields):
+        shape = [int(d) for d in ty.shape.values]
+        dtype = plain(ty.dtype)
+        itemsize = _itemsize(dtype)
+        sample = shape[1:]
+        sample_bytes = itemsize
+        for d in sample:
+            sample_bytes *= d
+        if shape[0] != batch_size:
+            raise ModelError(f"output {i} has leading dimension {shape[0]} at batch size "
+                             f"{batch_size}", "cw needs outputs batched along the first axis")
+        specs.append(TensorSpec(plain(names[i]) if i < len(names) else f"output{i}", dtype, sample,
+                                sample_bytes))
+    return specs
+
+
+def plain(value) -> str:
+    """TVM hands out str subclasses that msgspec will not encode."""
+    return "".join([str(value)])
+
+
+def _itemsize(dtype: str) -> int:
+    import numpy as np
+    return np.dtype(dtype).itemsize
+
+
+def _lower(mod, target):
+    """The target's default pipeline, stopped after static memory planning so that the plan can
+    be read, then finished. Returns (lowered module, memory plan)."""
+    from tvm import relax, transform
+
+    if target.kind.name == "cuda":
+        from tvm.relax.backend.cuda import pipeline
+    else:
+        from tvm.relax.backend.cpu_generic import pipeline
+    finalize = pipeline.finalize_passes(target)
+    if type(finalize[0]).__name__ != "StaticPlanBlockMemory" and \
+            getattr(getattr(finalize[0], "info", None), "name", "") != "StaticPlanBlockMemory":
+        raise RuntimeError("unexpected TVM pipeline: memory planning is not the first "
+                           "finalization pass")
+    with target:
+        planned = transform.Sequential(
+            pipeline.library_dispatch_passes(target) + pipeline.legalize_passes(target)
+            + pipeline.dataflow_lower_passes(target) + [relax.transform.StaticPlanBlockMemory()]
+        )(mod)
+        plan = memory_plan(planned["main"])
+        lowered = transform.Sequential(finalize[1:])(planned)
+    return lowered, plan
+
+
+def _check_kernel_constants(mod, name: str) -> None:
+    attrs = dict(mod.attrs) if mod.attrs else {}
+    for key, value in dict(attrs.get("const_name_to_constant", {})).items():
+        nbytes = value.numpy().nbytes
+        if nbytes > MAX_KERNEL_CONSTANT_BYTES:
+            raise ModelError(f"a constant of {nbytes} bytes ('{key}') would be compiled into the "
+                             f"kernel library of {name}",
+                             "weights must be initializers so they go to the weights blob")
+
+
+def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
+                  config: CompileConfig = CompileConfig(),
+                  progress: Progress = _no_progress) -> Manifest:
+    """Compile an ONNX model into a bundle directory at `out`; returns its manifest."""
+    if config.target == "cuda":
+        problem = cuda_codegen_problem()
+        if problem:
+            raise DeviceError(f"cannot compile CUDA kernels on this machine: {problem}",
+                              "use --target cpu, or install the CUDA 13 toolkit")
+    tvm = load_tvm()
+    from tvm import relax
+
+    writer = BundleWriter(out, force=config.force)  # fails early if out exists
+    with writer:
+        progress("stage", {"text": "reading ONNX"})
+        onnx_model = frontend.load_onnx(onnx_path, config.input_shapes)
+        batch_sizes = tuple(config.batch_sizes)
+        if onnx_model.fixed_batch is not None:
+            if set(batch_sizes) - {onnx_model.fixed_batch}:
+                if config.batch_sizes != DEFAULT_BATCH_SIZES:
+                    raise UsageError(f"{Path(onnx_path).name} has its batch fixed at "
+                                     f"{onnx_model.fixed_batch}; cannot compile batch sizes "
+                                     f"{','.join(map(str, batch_sizes))}",
+                                     f"use --batch-sizes {onnx_model.fixed_batch} or export the "
+                                     "model with a symbolic batch dimension")
+            batch_sizes = (onnx_model.fixed_batch,)
+        name = config.name or Path(onnx_path).stem
+        progress("stage", {"text": "importing into TVM Relax"})
+        imported = frontend.import_model(onnx_model)
+
+        progress("stage", {"text": "packing weights into pages"})
+        sizes = [w.nbytes for w in imported.weights]
+        layout = paging.pack(imported.weight_sources, sizes, config.page_size)
+        pages, offset = [], 0
+        with open(writer.path(WEIGHTS_FILE), "wb") as f:
+            for page in range(layout.num_pages):
+                data = paging.page_bytes(layout, imported.weights, page)
+                f.write(data)
+                pages.append(WeightPage(page, offset, len(data)))
+                offset += len(data)
+        tensors = [WeightTensor(plain(n), w.dtype.name, [int(d) for d in w.shape], w.nbytes,
+                                p.page, p.offset, "" if src == n else plain(src))
+                   for n, src, w, p in zip(imported.weight_names, imported.weight_sources,
+                                           imported.weights, layout.placements)]
+        weights = Weights(WEIGHTS_FILE, sum(sizes), config.page_size, pages, tensors)
+
+        target = tvm_target(config)
+        input_names = [n for n, _, _ in onnx_model.inputs]
+        output_names = [o.name for o in onnx_model.model.graph.output]
+        kernels, inputs_spec, outputs_spec = [], None, None
+        for batch in batch_sizes:
+            progress("batch_start", {"batch_size": batch, "total": len(batch_sizes)})
+            start = time.perf_counter()
+            mod = imported.mod
+            if onnx_model.fixed_batch is None:
+                mod = relax.transform.BindSymbolicVars({frontend.BATCH_VAR: batch})(mod)
+            func = mod["main"]
+            ins = _tensor_specs(relax.TupleType([p.ty for p in func.params[:imported.num_inputs]]),
+                                batch, input_names)
+            outs = _tensor_specs(func.ret_ty, batch, output_names)
+            try:
+                lowered, plan = _lower(mod, target)
+                _check_kernel_constants(lowered, name)
+                executable = tvm.compile(lowered, target=target, relax_pipeline=None)
+            except ModelError:
+                raise
+            except Exception as e:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+                raise ModelError(f"TVM failed to compile {name} at batch size {batch}: {first}",
+                                 "run with CW_DEBUG=1 for the full TVM error") from None
+            if config.target == "cuda":
+                _check_device_binary(executable, name)
+            kernel_file = f"kernels/batch{batch}.so"
+            executable.export_library(str(writer.path(kernel_file)))
+            kernel = BatchKernel(
+                batch_size=batch, kernel_file=kernel_file,
+                kernel_bytes=writer.path(kernel_file).stat().st_size,
+                workspace_bytes=plan.workspace_bytes,
+                input_bytes=sum(s.sample_bytes for s in ins) * batch,
+                output_bytes=sum(s.sample_bytes for s in outs) * batch,
+                storage_blocks=plan.storage_blocks, unplanned=plan.unplanned,
+                compile_seconds=round(time.perf_counter() - start, 3))
+            kernels.append(kernel)
+            inputs_spec, outputs_spec = ins, outs
+            progress("batch_done", {"kernel": kernel})
+
+        progress("stage", {"text": "writing bundle"})
+        manifest = Manifest(
+            schema_version=SCHEMA_VERSION, name=name,
+            source=Source(Path(onnx_path).name, onnx_model.sha256, onnx_model.opset,
+                          onnx_model.model.producer_name),
+            cw_version=cw.__version__, tvm_version=plain(tvm.__version__),
+            target=Target(config.target, config.resolved_arch, plain(target)),
+            inputs=inputs_spec, outputs=outputs_spec, batch_sizes=list(batch_sizes),
+            kernels=kernels, weights=weights, files=writer.checksums(),
+            notes=onnx_model.notes)
+        writer.commit(manifest)
+    return manifest
+
+
+def _check_device_binary(executable, name: str) -> None:
+    """A CUDA library must hold device binaries: CUDA source would need the full compiler at load
+    time, which a GPU worker with a runtime-only TVM does not have."""
+    def kinds(module):
+        yield module.kind
+        for child in module.imports:
+            yield from kinds(child)
+
+    found = list(kinds(executable.mod))
+    if "cuda" not in found:
+        raise DeviceError(f"compiling {name} for CUDA produced no CUDA kernels (modules: "
+                          f"{', '.join(found)})", "check the CUDA toolkit (set CUDA_PATH)")

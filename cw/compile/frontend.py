@@ -1,0 +1,250 @@
+"""ONNX front end: read and check a model, then import it into TVM Relax with a symbolic batch.
+
+The result is batch-size independent: `main(inputs..., weights...)` where the weights are the
+model's initializers after weight-only math (BatchNorm statistics, transposes) has been lifted
+out and evaluated once here, so one weights blob serves every batch size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from cw.errors import ModelError, UsageError
+from cw.tvm_env import load_tvm
+
+BATCH_VAR = "cw_batch"
+CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
+_ONNX_DOMAINS = {"", "ai.onnx"}
+
+
+@dataclass
+class OnnxModel:
+    path: Path
+    model: onnx.ModelProto
+    sha256: str
+    opset: int
+    inputs: list[tuple[str, str, list]]  # name, numpy dtype, dims (int, or str for symbolic)
+    fixed_batch: int | None  # the batch size baked into the graph, None when symbolic
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ImportedModel:
+    """The Relax module with `main` taking (inputs..., weights...), and the weights' values."""
+    mod: object  # tvm.IRModule
+    num_inputs: int
+    weight_names: list[str]
+    weight_sources: list[str]
+    weights: list[np.ndarray]
+
+
+def parse_input_shapes(specs: list[str]) -> dict[str, list]:
+    """`x=N,3,640,640` -> {"x": ["N", 3, 640, 640]}; `N` marks the batch dimension."""
+    shapes: dict[str, list] = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            parsed = [d if d == "N" else int(d) for d in dims.split(",")]
+            if any(isinstance(d, int) and d <= 0 for d in parsed):
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"invalid --input-shape '{spec}'",
+                             "write NAME=DIMS with N for the batch, e.g. x=N,3,640,640") from None
+        shapes[name] = parsed
+    return shapes
+
+
+def _dims(value_info: onnx.ValueInfoProto) -> list:
+    dims = []
+    for d in value_info.type.tensor_type.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or "?")
+    return dims
+
+
+def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> OnnxModel:
+    """Read and check an ONNX file, fix the batch dimension as the symbolic `cw_batch`."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}", "give the path of an .onnx model")
+    data = path.read_bytes()
+    try:
+        model = onnx.load_model_from_string(data)
+        if not model.graph.node:
+            raise ValueError("no graph")
+    except Exception:  # protobuf raises several unrelated types for garbage input
+        raise ModelError(f"{path} is not an ONNX model", "export the model to ONNX first") from None
+
+    opset = next((o.version for o in model.opset_import if o.domain in _ONNX_DOMAINS), 0)
+    _check_operators(path, model)
+
+    init_names = {t.name for t in model.graph.initializer}
+    graph_inputs = [i for i in model.graph.input if i.name not in init_names]
+    input_shapes = dict(input_shapes or {})
+    unknown = set(input_shapes) - {i.name for i in graph_inputs}
+    if unknown:
+        raise UsageError(f"--input-shape names no input of {path.name}: {', '.join(sorted(unknown))}",
+                         f"its inputs are: {', '.join(i.name for i in graph_inputs)}")
+    inputs, fixed_batches, notes = [], set(), []
+    for value_info in graph_inputs:
+        dims = _dims(value_info)
+        if value_info.name in input_shapes:
+            given = input_shapes[value_info.name]
+            if len(given) != len(dims):
+                raise UsageError(f"--input-shape {value_info.name} has {len(given)} dimensions, "
+                                 f"the model's input has {len(dims)}", f"model: {dims}")
+            dims = given
+            notes.append(f"input {value_info.name} shape fixed to {given} by --input-shape")
+        if not dims:
+            raise ModelError(f"input '{value_info.name}' of {path.name} is a scalar",
+                             "cw batches along the first dimension; give inputs a batch axis")
+        lead, rest = dims[0], dims[1:]
+        dynamic = [f"dim {i + 1} ('{d}')" for i, d in enumerate(rest) if isinstance(d, str)]
+        if dynamic:
+            example = ",".join(["N"] + [str(d) if isinstance(d, int) else "SIZE" for d in rest])
+            raise ModelError(f"input '{value_info.name}' of {path.name} has dynamic non-batch "
+                             f"dimensions: {', '.join(dynamic)}",
+                             f"fix them with --input-shape {value_info.name}={example}")
+        if isinstance(lead, int):
+            fixed_batches.add(lead)
+        elem = value_info.type.tensor_type.elem_type
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).name
+        inputs.append((value_info.name, dtype, [BATCH_VAR if isinstance(lead, str) else lead, *rest]))
+    symbolic = any(isinstance(dims[0], str) for _, _, dims in inputs)
+    if len(fixed_batches) > 1 or (fixed_batches and symbolic):
+        raise ModelError(f"inputs of {path.name} disagree on the batch dimension",
+                         "export the model with one symbolic batch dimension on every input")
+    fixed_batch = next(iter(fixed_batches)) if fixed_batches else None
+    if fixed_batch is not None:
+        notes.append(f"batch fixed at {fixed_batch} in the graph: only batch size "
+                     f"{fixed_batch} can be compiled")
+    _set_input_dims(model, graph_inputs, inputs)
+    return OnnxModel(path, model, hashlib.sha256(data).hexdigest(), opset, inputs, fixed_batch,
+                     notes)
+
+
+def _set_input_dims(model: onnx.ModelProto, graph_inputs, inputs) -> None:
+    for value_info, (_, _, dims) in zip(graph_inputs, inputs):
+        shape = value_info.type.tensor_type.shape
+        for dim, value in zip(shape.dim, dims):
+            if isinstance(value, str):
+                dim.Clear()
+                dim.dim_param = value
+            else:
+                dim.Clear()
+                dim.dim_value = value
+
+
+def _check_operators(path: Path, model: onnx.ModelProto) -> None:
+    load_tvm()
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    supported = _get_convert_map()
+    for node in model.graph.node:
+        where = f"node '{node.name or '(unnamed)'}' of {path.name}"
+        if node.op_type in CONTROL_FLOW_OPS:
+            raise ModelError(f"{node.op_type} at {where}: data-dependent execution time; "
+                             "cw schedules only static DNNs",
+                             "export the model without control flow")
+        if node.domain not in _ONNX_DOMAINS or node.op_type not in supported:
+            domain = node.domain or "ai.onnx"
+            raise ModelError(f"operator {node.op_type} (domain {domain}) at {where} is not "
+                             "supported by TVM's ONNX importer",
+                             "export the model with standard ONNX operators")
+
+
+def import_model(onnx_model: OnnxModel) -> ImportedModel:
+    """Import into Relax and evaluate the weight-only computation once, on the CPU."""
+    tvm = load_tvm()
+    from tvm import relax
+    from tvm.relax.frontend import onnx as relax_onnx
+
+    try:
+        mod = relax_onnx.from_onnx(onnx_model.model, keep_params_in_input=True,
+                                   opset=onnx_model.opset or None)
+    except Exception as e:  # the importer raises many types; one line is what users need
+        first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        raise ModelError(f"TVM could not import {onnx_model.path.name}: {first}",
+                         "check that the model runs in onnxruntime; cw compile --verbose shows "
+                         "the steps") from None
+    mod, params = relax.frontend.detach_params(mod)
+    raw_weights = params.get("main", [])
+    func = mod["main"]
+    num_inputs = int(func.attrs["num_input"])
+    raw_names = [str(v) for v in func.params[num_inputs:]]
+    # BatchNorm statistics and weight transposes depend on the weights only: lift them into a
+    # function run once below instead of on every inference.
+    mod = relax.transform.DecomposeOpsForInference()(mod)
+    mod = relax.transform.LiftTransformParams()(mod)
+    if "main_transform_params" not in [gv.name_hint for gv in mod.functions]:
+        return ImportedModel(mod, num_inputs, raw_names, raw_names,
+                             [w.numpy() for w in raw_weights])
+    transform = mod["main_transform_params"]
+    sources = _trace_sources(transform, raw_names)
+    executable = tvm.compile(tvm.IRModule({"main_transform_params": transform}),
+                             target=tvm.target.Target("llvm"))
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    lifted = vm["main_transform_params"](list(raw_weights))
+    weights = [np.ascontiguousarray(t.numpy()) for t in lifted]
+    main = mod["main"]
+    names = _unique([str(v) for v in main.params[num_inputs:]])
+    mod = tvm.IRModule({"main": main})
+    return ImportedModel(mod, num_inputs, names, sources, weights)
+
+
+def _unique(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        count = seen.get(name, 0)
+        seen[name] = count + 1
+        out.append(name if count == 0 else f"{name}.{count}")
+    return out
+
+
+def _trace_sources(transform, raw_names: list[str]) -> list[str]:
+    """For each output of the lifted weight transform, the original weights it derives from,
+    so that messages and the manifest can name a transformed tensor."""
+    from tvm import relax
+
+    bindings = {}
+    for block in transform.body.blocks:
+        for binding in block.bindings:
+            bindings[binding.var] = binding.value
+    tuple_param = transform.params[0]
+    result = transform.body.body
+    if isinstance(result, relax.Var) and result in bindings:
+        result = bindings[result]
+    fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+
+    def sources_of(expr) -> set[int]:
+        found: set[int] = set()
+        stack = [expr]
+        seen = set()
+        while stack:
+            e = stack.pop()
+            if isinstance(e, relax.TupleGetItem) and e.tuple_value.same_as(tuple_param):
+                found.add(int(e.index))
+                continue
+            for var in relax.analysis.free_vars(e) if not isinstance(e, relax.Var) else [e]:
+                if var in seen or var.same_as(tuple_param):
+                    continue
+                seen.add(var)
+                if var in bindings:
+                    stack.append(bindings[var])
+        return found
+
+    names = []
+    for f in fields:
+        idx = sorted(sources_of(f))
+        names.append("+".join(raw_names[i] for i in idx if i < len(raw_names)) or "(computed)")
+    return names

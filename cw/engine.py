@@ -1,0 +1,217 @@
+"""A bundle loaded on one device for local inference (`cw run`, `--verify`, tests).
+
+This is the simple path: weights are placed as one TVM tensor each. The serving worker and
+`cw profile` manage device memory themselves (a page cache allocated once); they share the
+bundle format and the input checks below.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from cw.bundle import Bundle, Manifest, open_bundle
+from cw.errors import BundleError, DeviceError, UsageError
+from cw.tvm_env import load_tvm
+
+DEVICES = ("cpu", "cuda")
+
+
+def parse_device(text: str) -> tuple[str, int]:
+    """'cpu' | 'cuda' | 'cuda:1' -> (kind, index)."""
+    kind, _, index = text.partition(":")
+    if kind not in DEVICES or (index and not index.isdigit()):
+        raise UsageError(f"unknown device '{text}'", "use cpu, cuda or cuda:N")
+    return kind, int(index or 0)
+
+
+def tvm_device(kind: str, index: int = 0):
+    tvm = load_tvm()
+    if kind == "cpu":
+        return tvm.cpu(0)
+    dev = tvm.cuda(index)
+    if not dev.exist:
+        raise DeviceError(f"no CUDA GPU {index} on this machine",
+                          "use --device cpu with a bundle compiled for --target cpu")
+    return dev
+
+
+def check_target(manifest: Manifest, kind: str, where: str) -> None:
+    if manifest.target.kind != kind:
+        raise DeviceError(f"bundle {where} was compiled for {manifest.target.kind}, not {kind}",
+                          f"use --device {manifest.target.kind}, or recompile with "
+                          f"--target {kind}")
+
+
+def weights_host(bundle: Bundle) -> list[np.ndarray]:
+    """Every weight tensor as a view into one host copy of the weights file."""
+    w = bundle.manifest.weights
+    blob = read_aligned(bundle.file(w.file))
+    out = []
+    for t in w.tensors:
+        start = w.pages[t.page].file_offset + t.offset
+        raw = blob[start:start + t.nbytes]
+        out.append(raw.view(np.dtype(t.dtype)).reshape(t.shape))
+    return out
+
+
+def read_aligned(path: Path, alignment: int = 256) -> np.ndarray:
+    """A file's bytes in a buffer whose start is `alignment`-aligned (numpy's own allocations
+    are not; TVM aliases memory only when it is 64-byte aligned)."""
+    size = path.stat().st_size
+    raw = np.empty(size + alignment, dtype=np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    buf = raw[start:start + size]
+    with open(path, "rb") as f:
+        if f.readinto(memoryview(buf)) != size:
+            raise BundleError(f"{path} is truncated", "compile the model again")
+    return buf
+
+
+def check_inputs(manifest: Manifest, inputs: list[np.ndarray]) -> int:
+    """Validate against the manifest; returns the batch size (the leading dimension)."""
+    specs = manifest.inputs
+    if len(inputs) != len(specs):
+        raise UsageError(f"model '{manifest.name}' takes {len(specs)} input(s), got {len(inputs)}",
+                         "inputs: " + ", ".join(s.name for s in specs))
+    batch = None
+    for x, spec in zip(inputs, specs):
+        expected = ["B", *spec.sample_shape]
+        if x.dtype != np.dtype(spec.dtype):
+            raise UsageError(f"input '{spec.name}' has dtype {x.dtype}, the model expects "
+                             f"{spec.dtype}", f"convert it, e.g. x.astype('{spec.dtype}')")
+        if x.ndim != len(expected) or list(x.shape[1:]) != spec.sample_shape:
+            raise UsageError(f"input '{spec.name}' has shape {list(x.shape)}, the model expects "
+                             f"[{', '.join(map(str, expected))}]",
+                             "B is the batch size; add a leading axis for a single sample")
+        if batch is not None and x.shape[0] != batch:
+            raise UsageError("inputs disagree on the batch size",
+                             "give every input the same leading dimension")
+        batch = x.shape[0]
+    if not batch:
+        raise UsageError("input batch is empty", "give at least one sample")
+    manifest.kernel_for(batch)  # raises if too large
+    return batch
+
+
+class LocalModel:
+    """Runs a bundle on one device: pads a batch to the next compiled size, runs, unpads."""
+
+    def __init__(self, path: str | Path, device: str = "cpu", verify: bool = True):
+        self.bundle = open_bundle(path, verify=verify)
+        self.manifest = self.bundle.manifest
+        kind, index = parse_device(device)
+        check_target(self.manifest, kind, str(path))
+        self.tvm = load_tvm()
+        self.device = tvm_device(kind, index)
+        rt = self.tvm.runtime
+        host = weights_host(self.bundle)
+        if kind == "cpu":
+            # Zero-copy: every tensor offset is 256-byte aligned inside the host blob.
+            self.weights = [rt.from_dlpack(np.ascontiguousarray(w)) for w in host]
+        else:
+            self.weights = [rt.tensor(w, device=self.device) for w in host]
+        self._vms: dict[int, object] = {}
+
+    def _vm(self, batch_size: int):
+        if batch_size not in self._vms:
+            from tvm import relax
+
+            kernel = next(k for k in self.manifest.kernels if k.batch_size == batch_size)
+            try:
+                lib = self.tvm.runtime.load_module(str(self.bundle.file(kernel.kernel_file)))
+            except Exception as e:
+                raise BundleError(f"cannot load {kernel.kernel_file} of {self.bundle.path}: "
+                                  f"{str(e).strip().splitlines()[-1]}",
+                                  "recompile the bundle for this machine") from None
+            self._vms[batch_size] = relax.VirtualMachine(lib, self.device)
+        return self._vms[batch_size]
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        n = check_inputs(self.manifest, inputs)
+        size = self.manifest.kernel_for(n).batch_size
+        padded = []
+        for x in inputs:
+            if size != n:
+                pad = np.zeros((size - n, *x.shape[1:]), dtype=x.dtype)
+                x = np.concatenate([x, pad])
+            padded.append(self.tvm.runtime.tensor(np.ascontiguousarray(x), device=self.device))
+        result = self._vm(size)["main"](*padded, *self.weights)
+        outs = list(result) if not hasattr(result, "numpy") else [result]
+        return [o.numpy()[:n] for o in outs]
+
+
+def load_inputs(path: str | Path, manifest: Manifest) -> list[np.ndarray]:
+    """A .npy file for a one-input model, or an .npz with one array per input name."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}", "give --input an .npy or .npz file")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise UsageError(f"cannot read {path}: {e}", "give --input an .npy or .npz file") from None
+    if isinstance(data, np.ndarray):
+        if len(manifest.inputs) != 1:
+            raise UsageError(f"model '{manifest.name}' has {len(manifest.inputs)} inputs; "
+                             f"{path.name} holds one array",
+                             "give an .npz with arrays named " +
+                             ", ".join(s.name for s in manifest.inputs))
+        return [data]
+    with data:
+        missing = [s.name for s in manifest.inputs if s.name not in data.files]
+        if missing:
+            raise UsageError(f"{path.name} lacks input(s) {', '.join(missing)}",
+                             f"it holds {', '.join(data.files)}")
+        return [data[s.name] for s in manifest.inputs]
+
+
+def save_outputs(path: str | Path, manifest: Manifest, outputs: list[np.ndarray]) -> None:
+    """Atomically: .npy for one output, else .npz keyed by output name."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            if len(outputs) == 1 and path.suffix != ".npz":
+                np.save(f, outputs[0])
+            else:
+                np.savez(f, **{s.name: y for s, y in zip(manifest.outputs, outputs)})
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {e.strerror}", "choose a writable -o path") \
+            from None
+
+
+class RunResult:
+    def __init__(self, outputs, batch, padded_to, seconds, relative_error=None):
+        self.outputs = outputs
+        self.batch = batch
+        self.padded_to = padded_to
+        self.seconds = seconds
+        self.relative_error = relative_error
+
+    def to_dict(self) -> dict:
+        return {"batch": self.batch, "padded_to": self.padded_to, "seconds": self.seconds,
+                "outputs": [{"shape": list(y.shape), "dtype": y.dtype.name} for y in self.outputs],
+                "max_relative_error": self.relative_error}
+
+
+def run_bundle(path: str | Path, inputs: list[np.ndarray], device: str = "cpu",
+               verify_onnx: str | Path | None = None) -> RunResult:
+    """One local inference, no server. With `verify_onnx`, also the max relative error against
+    onnxruntime on the same inputs."""
+    import time
+
+    model = LocalModel(path, device)
+    n = check_inputs(model.manifest, inputs)
+    start = time.perf_counter()
+    outputs = model.run(inputs)
+    seconds = time.perf_counter() - start
+    error = None
+    if verify_onnx is not None:
+        from cw.verify import max_relative_error, onnx_reference
+
+        refs = onnx_reference(verify_onnx, inputs)
+        error = max(max_relative_error(y, r) for y, r in zip(outputs, refs))
+    return RunResult(outputs, n, model.manifest.kernel_for(n).batch_size, seconds, error)

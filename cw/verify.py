@@ -1,0 +1,52 @@
+"""Reference outputs from onnxruntime and the error measure `--verify` reports.
+
+Relative error is max|y - ref| / max|ref| over each output (elementwise relative error is
+meaningless near zero); the reported figure is the worst output's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from cw.errors import ModelError, UsageError
+
+VERIFY_TOLERANCE = 1e-3
+
+
+def max_relative_error(y: np.ndarray, ref: np.ndarray) -> float:
+    if y.shape != ref.shape:
+        return float("inf")
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    diff = float(np.max(np.abs(y.astype(np.float64) - ref.astype(np.float64)))) if ref.size else 0.0
+    if scale == 0.0:
+        return 0.0 if diff == 0.0 else float("inf")
+    return diff / scale
+
+
+def onnx_reference(onnx_path: str | Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Outputs of onnxruntime (CPU) for the same inputs. A graph with its batch fixed at 1 is run
+    one sample at a time."""
+    import onnxruntime as ort
+
+    path = Path(onnx_path)
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}", "give --verify the .onnx file the bundle came from")
+    try:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise ModelError(f"onnxruntime cannot load {path}: {str(e).splitlines()[0]}",
+                         "give --verify a valid ONNX model") from None
+    meta = session.get_inputs()
+    if len(meta) != len(inputs):
+        raise UsageError(f"{path.name} takes {len(meta)} input(s), the bundle {len(inputs)}",
+                         "give --verify the ONNX file the bundle was compiled from")
+    lead = meta[0].shape[0] if meta[0].shape else None
+    if isinstance(lead, int):
+        parts = [session.run(None, {m.name: x[i:i + lead] for m, x in zip(meta, inputs)})
+                 for i in range(0, inputs[0].shape[0], lead)]
+        return [np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))]
+    return session.run(None, {m.name: x for m, x in zip(meta, inputs)})

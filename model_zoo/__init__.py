@@ -1,0 +1,103 @@
+"""ONNX builders for standard architectures, with seeded random weights and no downloads.
+
+`build(name)` returns an `onnx.ModelProto`; `export(name, path)` writes it. The same name gives a
+byte-identical file on any machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import onnx
+
+from cw.errors import UsageError
+
+from .densenet import densenet121
+from .inception import inception_v3
+from .mobilenet import mobilenet_v2
+from .resnet import resnet50_v2, resnet_v1
+from .tiny import mlp, small_cnn
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    build: Callable[..., onnx.ModelProto]
+    input_shape: tuple[int, ...]  # without the batch dimension
+    description: str
+    # Weight bytes of the published model in decimal MB, and where the figure comes from.
+    published_mb: float | None = None
+    published_source: str = ""
+
+
+_TABLE1 = "Clockwork (OSDI'20) Table 1"
+MODELS: dict[str, ZooEntry] = {e.name: e for e in [
+    ZooEntry("resnet18", partial(resnet_v1, 18), (3, 224, 224), "ResNet-18 v1", 46.7, _TABLE1),
+    ZooEntry("resnet34", partial(resnet_v1, 34), (3, 224, 224), "ResNet-34 v1", 87.2, _TABLE1),
+    ZooEntry("resnet50", partial(resnet_v1, 50), (3, 224, 224), "ResNet-50 v1", 102.3, _TABLE1),
+    ZooEntry("resnet101", partial(resnet_v1, 101), (3, 224, 224), "ResNet-101 v1", 178.3, _TABLE1),
+    ZooEntry("resnet152", partial(resnet_v1, 152), (3, 224, 224), "ResNet-152 v1", 240.9, _TABLE1),
+    ZooEntry("resnet50_v2", resnet50_v2, (3, 224, 224), "ResNet-50 v2 (pre-activation)", 102.2,
+             _TABLE1),
+    ZooEntry("mobilenet_v2", mobilenet_v2, (3, 224, 224), "MobileNetV2 1.0", 14.02,
+             "torchvision mobilenet_v2: 3,504,872 parameters"),
+    ZooEntry("densenet121", densenet121, (3, 224, 224), "DenseNet-121", 31.8, _TABLE1),
+    ZooEntry("inception_v3", inception_v3, (3, 299, 299), "Inception v3 (no aux head)", 95.3,
+             _TABLE1),
+    ZooEntry("mlp", mlp, (64,), "tiny MLP 64-128-128-10 (tests)"),
+    ZooEntry("small_cnn", small_cnn, (3, 32, 32), "tiny CNN, 2 conv layers (tests)"),
+]}
+
+
+def get(name: str) -> ZooEntry:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise UsageError(f"unknown zoo model '{name}'",
+                         f"valid names: {', '.join(MODELS)}") from None
+
+
+def build(name: str, batch: int | None = None) -> onnx.ModelProto:
+    """The model with a symbolic batch dimension, or a fixed one if `batch` is given."""
+    if batch is not None and not 1 <= batch:
+        raise UsageError(f"batch must be a positive integer, got {batch}", "use --batch dynamic")
+    return get(name).build(batch=batch)
+
+
+_BUFFER_SUFFIXES = (".running_mean", ".running_var")
+
+
+def _nbytes(t: onnx.TensorProto) -> int:
+    return onnx.numpy_helper.to_array(t).nbytes
+
+
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of every initializer, BatchNorm running statistics included."""
+    return sum(_nbytes(t) for t in model.graph.initializer)
+
+
+def learned_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of learned parameters only: what published model sizes count (torchvision's
+    parameter counts, Clockwork's Table 1), BatchNorm running statistics excluded. After
+    `cw compile` folds BatchNorm for inference the bundle's weights come close to this."""
+    return sum(_nbytes(t) for t in model.graph.initializer
+               if not t.name.endswith(_BUFFER_SUFFIXES))
+
+
+def export(name: str, path: str | os.PathLike, batch: int | None = None) -> int:
+    """Write the ONNX file atomically; returns its size in bytes."""
+    data = build(name, batch).SerializeToString()
+    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise UsageError(f"cannot write {path}: {e.strerror}",
+                         "choose a writable output path with -o") from None
+    return len(data)
