@@ -195,17 +195,18 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
             try:
                 lowered, plan = _lower(mod, target)
                 _check_kernel_constants(lowered, name)
-                executable = tvm.compile(lowered, target=target, relax_pipeline=None)
+                with target:  # nvcc/NVRTC read the arch from the current target
+                    executable = tvm.compile(lowered, target=target, relax_pipeline=None)
             except ModelError:
                 raise
             except Exception as e:
                 first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
                 raise ModelError(f"TVM failed to compile {name} at batch size {batch}: {first}",
                                  "run with CW_DEBUG=1 for the full TVM error") from None
-            if config.target == "cuda":
-                _check_device_binary(executable, name)
             kernel_file = f"kernels/batch{batch}.so"
             executable.export_library(str(writer.path(kernel_file)))
+            if config.target == "cuda":
+                check_device_binary(writer.path(kernel_file), name)
             kernel = BatchKernel(
                 batch_size=batch, kernel_file=kernel_file,
                 kernel_bytes=writer.path(kernel_file).stat().st_size,
@@ -232,15 +233,21 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
     return manifest
 
 
-def _check_device_binary(executable, name: str) -> None:
+FATBIN_MAGIC = b"\x50\xed\x55\xba"
+ELF_MAGIC = b"\x7fELF"
+
+
+def device_binary_count(path: str | os.PathLike) -> tuple[int, bool]:
+    """(number of embedded CUDA device binaries, whether CUDA C source is embedded instead)."""
+    data = Path(path).read_bytes()
+    # The library itself is one ELF file; cubins embedded in it are further ELF images.
+    return data.count(FATBIN_MAGIC) + max(0, data.count(ELF_MAGIC) - 1), b"__global__" in data
+
+
+def check_device_binary(path: Path, name: str) -> None:
     """A CUDA library must hold device binaries: CUDA source would need the full compiler at load
     time, which a GPU worker with a runtime-only TVM does not have."""
-    def kinds(module):
-        yield module.kind
-        for child in module.imports:
-            yield from kinds(child)
-
-    found = list(kinds(executable.mod))
-    if "cuda" not in found:
-        raise DeviceError(f"compiling {name} for CUDA produced no CUDA kernels (modules: "
-                          f"{', '.join(found)})", "check the CUDA toolkit (set CUDA_PATH)")
+    binaries, has_source = device_binary_count(path)
+    if has_source or binaries == 0:
+        raise DeviceError(f"compiling {name} for CUDA produced CUDA source, not device binaries",
+                          "TVM's CUDA backend did not load; check the CUDA 13 toolkit (CUDA_PATH)")

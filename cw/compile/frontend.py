@@ -169,8 +169,9 @@ def import_model(onnx_model: OnnxModel) -> ImportedModel:
     from tvm.relax.frontend import onnx as relax_onnx
 
     try:
+        # Unsanitized names, so that messages and the manifest use the ONNX initializer names.
         mod = relax_onnx.from_onnx(onnx_model.model, keep_params_in_input=True,
-                                   opset=onnx_model.opset or None)
+                                   opset=onnx_model.opset or None, sanitize_input_names=False)
     except Exception as e:  # the importer raises many types; one line is what users need
         first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
         raise ModelError(f"TVM could not import {onnx_model.path.name}: {first}",
@@ -181,6 +182,9 @@ def import_model(onnx_model: OnnxModel) -> ImportedModel:
     func = mod["main"]
     num_inputs = int(func.attrs["num_input"])
     raw_names = [str(v) for v in func.params[num_inputs:]]
+    onnx_names = [t.name for t in onnx_model.model.graph.initializer]
+    if len(onnx_names) == len(raw_names):  # the importer keeps initializer order
+        raw_names = onnx_names
     # BatchNorm statistics and weight transposes depend on the weights only: lift them into a
     # function run once below instead of on every inference.
     mod = relax.transform.DecomposeOpsForInference()(mod)
@@ -222,6 +226,8 @@ def _trace_sources(transform, raw_names: list[str]) -> list[str]:
             bindings[binding.var] = binding.value
     tuple_param = transform.params[0]
     result = transform.body.body
+    if isinstance(result, relax.Var) and result.same_as(tuple_param):
+        return list(raw_names)  # nothing was transformed
     if isinstance(result, relax.Var) and result in bindings:
         result = bindings[result]
     fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]

@@ -1,0 +1,178 @@
+"""Every bad input gets one clear error line, a non-zero exit code, and nothing written."""
+
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.conftest import random_input
+
+
+def _model(path, nodes, inputs, initializers=(), outputs=None):
+    outputs = outputs or [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def _one_error_line(result):
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert result.code != 0
+    assert len(lines) == 1, result.err
+    assert lines[0].startswith("error:")
+    assert "Traceback" not in result.err
+    return lines[0]
+
+
+def _nothing_written(parent, name="out"):
+    assert not (parent / name).exists()
+    assert not [p for p in parent.iterdir() if p.name.startswith(f".{name}.")]
+
+
+def test_not_an_onnx_file(cli, tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"this is not a protobuf \x00\xff" * 10)
+    line = _one_error_line(cli("compile", bad, "-o", tmp_path / "out"))
+    assert "is not an ONNX model" in line
+    _nothing_written(tmp_path)
+
+
+def test_unsupported_operator_names_op_and_node(cli, tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    path = _model(tmp_path / "m.onnx", [helper.make_node("FrobnicateFast", ["x"], ["y"],
+                                                          name="frob_1")], [x])
+    line = _one_error_line(cli("compile", path, "-o", tmp_path / "out"))
+    assert "FrobnicateFast" in line and "frob_1" in line
+    _nothing_written(tmp_path)
+
+
+def test_control_flow_is_refused(cli, tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", [],
+                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    node = helper.make_node("If", ["cond"], ["y"], name="if_1", then_branch=branch,
+                            else_branch=branch)
+    path = _model(tmp_path / "m.onnx", [node], [x], [cond])
+    line = _one_error_line(cli("compile", path, "-o", tmp_path / "out"))
+    assert "data-dependent execution time" in line and "if_1" in line
+
+
+def test_dynamic_non_batch_dimension_names_it_and_shows_option(cli, tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "height", 8])
+    path = _model(tmp_path / "m.onnx", [helper.make_node("Relu", ["x"], ["y"])], [x])
+    line = _one_error_line(cli("compile", path, "-o", tmp_path / "out"))
+    assert "'height'" in line and "--input-shape x=N,SIZE,8" in line
+    _nothing_written(tmp_path)
+    # and the option does fix it
+    r = cli("compile", path, "-o", tmp_path / "out", "--input-shape", "x=N,5,8",
+            "--batch-sizes", "1,2")
+    assert r.code == 0, r.err
+
+
+def test_tensor_larger_than_a_page(cli, tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1024])
+    w = numpy_helper.from_array(np.ones((1024, 600), np.float32), "big.weight")
+    path = _model(tmp_path / "m.onnx", [helper.make_node("MatMul", ["x", "big.weight"], ["y"])],
+                  [x], [w])
+    line = _one_error_line(cli("compile", path, "-o", tmp_path / "out", "--page-size", "1MiB"))
+    assert "big.weight" in line and "--page-size 4MiB" in line
+    _nothing_written(tmp_path)
+
+
+def test_unknown_zoo_name_lists_valid_ones(cli, tmp_path):
+    line = _one_error_line(cli("zoo", "export", "alexnet", "-o", tmp_path / "a.onnx"))
+    assert "alexnet" in line and "resnet50" in line and "mlp" in line
+    assert not (tmp_path / "a.onnx").exists()
+
+
+def test_output_exists_without_force(cli, zoo_onnx, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    line = _one_error_line(cli("compile", zoo_onnx("mlp"), "-o", out))
+    assert "already exists" in line and "--force" in line
+    assert (out / "precious.txt").read_text() == "keep me"
+    line = _one_error_line(cli("zoo", "export", "mlp", "-o", out / "precious.txt"))
+    assert "already exists" in line
+    assert (out / "precious.txt").read_text() == "keep me"
+
+
+def test_unwritable_output(cli, zoo_onnx, tmp_path):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("")
+    line = _one_error_line(cli("compile", zoo_onnx("mlp"), "-o", blocker / "bundle"))
+    assert "cannot write" in line
+    line = _one_error_line(cli("zoo", "export", "mlp", "-o", blocker / "m.onnx"))
+    assert "cannot write" in line
+
+
+@pytest.fixture
+def broken_bundle(cpu_bundle, tmp_path):
+    def make(how: str):
+        path = tmp_path / how
+        shutil.copytree(cpu_bundle("mlp"), path)
+        if how == "missing":
+            (path / "kernels" / "batch4.so").unlink()
+        elif how == "corrupted":
+            data = bytearray((path / "weights.bin").read_bytes())
+            data[100] ^= 0xFF
+            (path / "weights.bin").write_bytes(bytes(data))
+        elif how == "no-manifest":
+            (path / "manifest.json").unlink()
+        return path
+    return make
+
+
+@pytest.mark.parametrize("how,expected", [("missing", "batch4.so is missing"),
+                                          ("corrupted", "checksum mismatch in weights.bin"),
+                                          ("no-manifest", "manifest.json is missing")])
+def test_broken_bundle_to_inspect_and_run(cli, broken_bundle, tmp_path, how, expected):
+    path = broken_bundle(how)
+    assert expected in _one_error_line(cli("inspect", path))
+    np.save(tmp_path / "x.npy", random_input((1, 64)))
+    assert expected in _one_error_line(cli("run", path, "--input", tmp_path / "x.npy"))
+
+
+def test_wrong_input_shape_or_dtype(cli, cpu_bundle, tmp_path):
+    bundle = cpu_bundle("mlp")
+    np.save(tmp_path / "shape.npy", random_input((2, 63)))
+    line = _one_error_line(cli("run", bundle, "--input", tmp_path / "shape.npy"))
+    assert "[2, 63]" in line and "[B, 64]" in line
+    np.save(tmp_path / "dtype.npy", np.zeros((2, 64), np.float64))
+    line = _one_error_line(cli("run", bundle, "--input", tmp_path / "dtype.npy",
+                               "-o", tmp_path / "y.npy"))
+    assert "float64" in line and "float32" in line
+    assert not (tmp_path / "y.npy").exists()
+
+
+def test_cuda_device_refused_for_cpu_bundle_or_without_gpu(cli, cpu_bundle, tmp_path):
+    np.save(tmp_path / "x.npy", random_input((1, 64)))
+    line = _one_error_line(cli("run", cpu_bundle("mlp"), "--input", tmp_path / "x.npy",
+                               "--device", "cuda"))
+    assert "compiled for cpu, not cuda" in line
+
+
+def test_no_gpu_for_cuda_bundle(cli, tmp_path):
+    from cw.engine import tvm_device
+    from cw.errors import DeviceError
+    from cw.tvm_env import load_tvm
+
+    if load_tvm().cuda(0).exist:
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(DeviceError, match="no CUDA GPU 0"):
+        tvm_device("cuda", 0)
+
+
+def test_bad_flag_values(cli, zoo_onnx, tmp_path):
+    for args, text in [(("--batch-sizes", "0,2"), "batch sizes"),
+                       (("--page-size", "lots"), "page size"),
+                       (("--target", "tpu"), "unknown target"),
+                       (("--input-shape", "nope"), "--input-shape")]:
+        line = _one_error_line(cli("compile", zoo_onnx("mlp"), "-o", tmp_path / "out", *args))
+        assert text in line
+    _nothing_written(tmp_path)

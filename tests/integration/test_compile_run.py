@@ -1,0 +1,126 @@
+"""Compile zoo and real models for the CPU and check them against onnxruntime."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from cw.bundle import open_bundle
+from cw.engine import LocalModel, run_bundle
+from tests.conftest import SHARED, random_input
+
+TOLERANCE = 1e-4
+
+
+@pytest.mark.parametrize("name", ["mlp", "small_cnn"])
+def test_tiny_models_verify_at_batch_1_and_3(name, cpu_bundle, zoo_onnx):
+    bundle = cpu_bundle(name)
+    import model_zoo
+    shape = model_zoo.get(name).input_shape
+    for batch in (1, 3):
+        result = run_bundle(bundle, [random_input((batch, *shape), seed=batch)], "cpu",
+                            zoo_onnx(name))
+        assert result.batch == batch
+        assert result.padded_to == (1 if batch == 1 else 4)
+        assert result.outputs[0].shape[0] == batch
+        assert result.relative_error <= TOLERANCE
+
+
+def test_manifest_describes_the_bundle(cpu_bundle):
+    path = cpu_bundle("small_cnn")
+    m = open_bundle(path).manifest
+    assert m.batch_sizes == [1, 4]
+    assert [k.batch_size for k in m.kernels] == [1, 4]
+    assert all((path / k.kernel_file).is_file() for k in m.kernels)
+    assert m.inputs[0].sample_shape == [3, 32, 32] and m.inputs[0].dtype == "float32"
+    assert m.outputs[0].sample_shape == [10]
+    k1, k4 = m.kernels
+    assert k1.input_bytes == 3 * 32 * 32 * 4 and k4.input_bytes == 4 * k1.input_bytes
+    assert 0 < k1.workspace_bytes < k4.workspace_bytes  # the plan scales with the batch
+    assert k1.workspace_bytes == sum(k1.storage_blocks)
+    assert any(a.kind == "alloc_tensor" for a in k1.unplanned)  # the output
+    w = m.weights
+    # one blob for every batch size, every tensor inside its page
+    assert (path / w.file).stat().st_size == sum(p.used_bytes for p in w.pages)
+    for t in w.tensors:
+        assert t.offset % 256 == 0 and t.offset + t.nbytes <= w.pages[t.page].used_bytes
+    assert set(m.files) == {w.file, *(k.kernel_file for k in m.kernels)}
+    raw = json.loads((path / "manifest.json").read_text())
+    assert raw["schema_version"] == 1 and raw["source"]["sha256"] == m.source.sha256
+
+
+def test_batch_larger_than_compiled_is_refused(cpu_bundle):
+    from cw.errors import UsageError
+
+    model = LocalModel(cpu_bundle("mlp"))
+    with pytest.raises(UsageError, match="exceeds the largest compiled batch size 4"):
+        model.run([random_input((5, 64))])
+
+
+@pytest.mark.slow
+def test_resnet18_verifies_at_batch_1_and_3(cpu_bundle, zoo_onnx):
+    bundle = cpu_bundle("resnet18")
+    model = LocalModel(bundle)
+    from cw.verify import max_relative_error, onnx_reference
+
+    for batch in (1, 3):
+        x = random_input((batch, 3, 224, 224), seed=batch)
+        (y,) = model.run([x])
+        (ref,) = onnx_reference(zoo_onnx("resnet18"), [x])
+        assert y.shape == (batch, 1000)
+        assert max_relative_error(y, ref) <= TOLERANCE
+    m = open_bundle(bundle).manifest
+    # weights stay out of the kernel libraries: each library is far smaller than the weights
+    assert all(k.kernel_bytes < m.weights.total_bytes / 20 for k in m.kernels)
+    assert len(m.weights.pages) == 3  # 44.7 MiB in 16 MiB pages
+
+
+@pytest.mark.parametrize("filename,shape", [
+    ("super_resolution_opset11.onnx", (1, 224, 224)),
+    ("tiny_transformer_mha_random.onnx", (1, 16, 128)),
+])
+def test_shared_real_models_verify(filename, shape, tmp_path):
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = SHARED / "models" / filename
+    if not src.exists():
+        pytest.skip(f"{src} not present")
+    out = tmp_path / "bundle"
+    compile_model(src, out, CompileConfig(batch_sizes=(1, 4)))
+    for batch in (1, 3):
+        result = run_bundle(out, [random_input((batch, *shape), seed=batch)], "cpu", src)
+        assert result.relative_error <= TOLERANCE, (batch, result.relative_error)
+
+
+def test_cli_compile_inspect_run_end_to_end(cli, zoo_onnx, tmp_path):
+    bundle = tmp_path / "mlp"
+    r = cli("compile", zoo_onnx("mlp"), "-o", bundle, "--batch-sizes", "1,2")
+    assert r.code == 0, r.err
+    assert "compiled mlp for cpu" in r.out
+    r = cli("inspect", bundle, "--json")
+    assert r.code == 0, r.err
+    info = json.loads(r.out)
+    assert info["checksums_verified"] and info["batch_sizes"] == [1, 2]
+    x = random_input((2, 64))
+    np.save(tmp_path / "x.npy", x)
+    r = cli("run", bundle, "--input", tmp_path / "x.npy", "-o", tmp_path / "y.npy",
+            "--verify", zoo_onnx("mlp"), "--json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert out["batch"] == 2 and out["max_relative_error"] <= TOLERANCE
+    y = np.load(tmp_path / "y.npy")
+    assert y.shape == (2, 10)
+    assert np.array_equal(y, LocalModel(bundle).run([x])[0])
+
+
+def test_compile_json_and_force(cli, zoo_onnx, tmp_path):
+    bundle = tmp_path / "b"
+    assert cli("compile", zoo_onnx("mlp"), "-o", bundle, "--batch-sizes", "1").code == 0
+    first = (bundle / "manifest.json").stat().st_mtime_ns
+    time.sleep(0.01)
+    r = cli("compile", zoo_onnx("mlp"), "-o", bundle, "--batch-sizes", "1,2", "--force", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["batch_sizes"] == [1, 2]
+    assert (bundle / "manifest.json").stat().st_mtime_ns != first
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]  # no temporary directories left
