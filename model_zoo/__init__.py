@@ -31,22 +31,34 @@ class ZooEntry:
     # Weight bytes of the published model in decimal MB, and where the figure comes from.
     published_mb: float | None = None
     published_source: str = ""
+    # Clockwork's Table 1 (V100, TVM 0.7): weights transfer ms and exec ms at batch 1/2/4/8/16.
+    # The simulated runtime falls back to these where a bundle has no profile of its own.
+    paper_load_ms: float | None = None
+    paper_exec_ms: tuple[float, ...] | None = None
 
 
 _TABLE1 = "Clockwork (OSDI'20) Table 1"
 MODELS: dict[str, ZooEntry] = {e.name: e for e in [
-    ZooEntry("resnet18", partial(resnet_v1, 18), (3, 224, 224), "ResNet-18 v1", 46.7, _TABLE1),
-    ZooEntry("resnet34", partial(resnet_v1, 34), (3, 224, 224), "ResNet-34 v1", 87.2, _TABLE1),
-    ZooEntry("resnet50", partial(resnet_v1, 50), (3, 224, 224), "ResNet-50 v1", 102.3, _TABLE1),
-    ZooEntry("resnet101", partial(resnet_v1, 101), (3, 224, 224), "ResNet-101 v1", 178.3, _TABLE1),
-    ZooEntry("resnet152", partial(resnet_v1, 152), (3, 224, 224), "ResNet-152 v1", 240.9, _TABLE1),
+    ZooEntry("resnet18", partial(resnet_v1, 18), (3, 224, 224), "ResNet-18 v1", 46.7, _TABLE1,
+             paper_load_ms=3.81, paper_exec_ms=(1.27, 1.86, 2.73, 4.06, 7.02)),
+    ZooEntry("resnet34", partial(resnet_v1, 34), (3, 224, 224), "ResNet-34 v1", 87.2, _TABLE1,
+             paper_load_ms=7.11, paper_exec_ms=(2.4, 3.39, 4.62, 7.76, 14.4)),
+    ZooEntry("resnet50", partial(resnet_v1, 50), (3, 224, 224), "ResNet-50 v1", 102.3, _TABLE1,
+             paper_load_ms=8.33, paper_exec_ms=(2.61, 3.78, 5.61, 9.13, 15.67)),
+    ZooEntry("resnet101", partial(resnet_v1, 101), (3, 224, 224), "ResNet-101 v1", 178.3, _TABLE1,
+             paper_load_ms=14.54, paper_exec_ms=(5.27, 7.62, 11.07, 18.04, 30.3)),
+    ZooEntry("resnet152", partial(resnet_v1, 152), (3, 224, 224), "ResNet-152 v1", 240.9, _TABLE1,
+             paper_load_ms=19.58, paper_exec_ms=(7.71, 11.14, 16.21, 26.48, 44.6)),
     ZooEntry("resnet50_v2", resnet50_v2, (3, 224, 224), "ResNet-50 v2 (pre-activation)", 102.2,
-             _TABLE1),
+             _TABLE1,
+             paper_load_ms=8.32, paper_exec_ms=(2.73, 4.05, 5.87, 9.93, 17.3)),
     ZooEntry("mobilenet_v2", mobilenet_v2, (3, 224, 224), "MobileNetV2 1.0", 14.02,
              "torchvision mobilenet_v2: 3,504,872 parameters"),
-    ZooEntry("densenet121", densenet121, (3, 224, 224), "DenseNet-121", 31.8, _TABLE1),
+    ZooEntry("densenet121", densenet121, (3, 224, 224), "DenseNet-121", 31.8, _TABLE1,
+             paper_load_ms=2.59, paper_exec_ms=(3.8, 4.52, 6.55, 10.22, 17.91)),
     ZooEntry("inception_v3", inception_v3, (3, 299, 299), "Inception v3 (no aux head)", 95.3,
-             _TABLE1),
+             _TABLE1,
+             paper_load_ms=7.77, paper_exec_ms=(4.46, 6.85, 10.99, 16.45, 26.17)),
     ZooEntry("mlp", mlp, (64,), "tiny MLP 64-128-128-10 (tests)"),
     ZooEntry("small_cnn", small_cnn, (3, 32, 32), "tiny CNN, 2 conv layers (tests)"),
 ]}

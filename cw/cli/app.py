@@ -92,7 +92,7 @@ def _register_commands() -> None:
     global _registered
     if _registered:
         return
-    from cw.cli import bundle_cmds, compile_cmd, demo, zoo  # noqa: F401  (they register)
+    from cw.cli import bundle_cmds, compile_cmd, demo, profile_cmd, zoo  # noqa: F401
 
     _registered = True
 

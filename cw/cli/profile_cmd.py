@@ -1,0 +1,88 @@
+"""`cw profile`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cw.cli.app import app, console, print_json
+from cw.profile.profiler import ProfileConfig, profile_bundle
+from cw.units import parse_batch_sizes
+
+_D = ProfileConfig()
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+@app.command("profile")
+def profile_cmd(
+    bundle: Path = typer.Argument(..., help="Bundle directory."),
+    device: str = typer.Option(_D.device, "--device", help="cuda:N or cpu."),
+    iterations: int = typer.Option(_D.iterations, "--iterations", help="Measured runs per batch size."),
+    warmup: int = typer.Option(_D.warmup, "--warmup", help="Unmeasured runs first."),
+    load_iterations: int = typer.Option(_D.load_iterations, "--load-iterations",
+                                        help="Measured weight loads."),
+    batch_sizes: str = typer.Option(None, "--batch-sizes", help="Subset of the compiled sizes."),
+    concurrency: int = typer.Option(1, "--concurrency",
+                                    help="Also run K EXECs at once (reported, not stored)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+):
+    """Measure LOAD, INPUT, EXEC and OUTPUT times of a bundle and store them in profile.json.
+
+    Examples:
+      [bold]cw profile r50 --device cuda:0 --iterations 10000[/]
+      [bold]cw profile mlp --device cpu --iterations 200 --concurrency 4[/]
+    """
+    config = ProfileConfig(device=device, iterations=iterations, warmup=warmup,
+                           load_iterations=load_iterations,
+                           batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None,
+                           concurrency=concurrency)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=console(), transient=True, disable=as_json)
+    task = None
+
+    def on_event(event: str, info: dict) -> None:
+        nonlocal task
+        if event == "phase":
+            if task is not None:
+                progress.remove_task(task)
+            task = progress.add_task(info["text"], total=info["total"])
+        elif event == "advance" and task is not None:
+            progress.advance(task)
+
+    with progress:
+        profile, concurrent = profile_bundle(bundle, config, on_event)
+    if as_json:
+        import msgspec
+        print_json({"profile": msgspec.to_builtins(profile),
+                    "concurrency": [{"concurrency": c.concurrency, "batch_size": c.batch_size,
+                                     "throughput_per_s": c.throughput_per_s,
+                                     "latency": msgspec.to_builtins(c.latency)}
+                                    for c in concurrent]})
+        return
+    out = console()
+    out.print(f"[bold]{profile.bundle}[/] on {profile.device.name} ({profile.runtime}), "
+              f"{profile.iterations} iterations")
+    ld = profile.load
+    out.print(f"LOAD {ld.bytes / 1e6:.1f} MB in {ld.pages} pages: p50 {_ms(ld.stats.p50_ns)} ms, "
+              f"p99 {_ms(ld.stats.p99_ns)} ms, {ld.bandwidth_gbps:.1f} GB/s")
+    table = Table(title="milliseconds")
+    for col in ("batch", "phase", "p50", "p99", "p99.99", "max", "p99.99/p50"):
+        table.add_column(col, justify="right")
+    for b in profile.batches:
+        for phase in ("input", "exec", "exec_host", "output"):
+            s = getattr(b, phase)
+            table.add_row(str(b.batch_size), phase, _ms(s.p50_ns), _ms(s.p99_ns),
+                          _ms(s.p9999_ns), _ms(s.max_ns), f"{s.tail_ratio:.3f}")
+    out.print(table)
+    for c in concurrent:
+        out.print(f"concurrency {c.concurrency}, batch {c.batch_size}: {c.throughput_per_s:.1f} "
+                  f"inferences/s, EXEC p50 {_ms(c.latency.p50_ns)} ms, p99.99 "
+                  f"{_ms(c.latency.p9999_ns)} ms (reported only, not stored)")
+    out.print(f"device memory {profile.device_memory_bytes / 2**20:.1f} MiB; wrote "
+              f"{bundle / 'profile.json'}")

@@ -1,0 +1,203 @@
+"""Measure a bundle the way a worker runs it and store the result as the bundle's profile.json.
+
+Weights are loaded page by page into the runtime's page cache (LOAD, repeated); then, per batch
+size, INPUT copy, EXEC and OUTPUT copy are timed separately, EXEC strictly one at a time. The
+concurrency experiment (K executions at once) is reported but never written as the profile.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import msgspec
+
+import cw
+from cw.bundle import PROFILE_FILE, Bundle, encode_json, open_bundle, replace_file_in_bundle
+from cw.engine import check_target, parse_device, tvm_device
+from cw.errors import DeviceError, UsageError
+from cw.profile.schema import (PROFILE_SCHEMA_VERSION, BatchProfile, DeviceInfo, LoadProfile,
+                               Profile)
+from cw.profile.stats import Stats, summarize
+from cw.serve.runtime.base import Runtime
+from cw.serve.runtime.host import HostModel, HostWeights
+from cw.tvm_env import load_tvm
+
+Progress = Callable[[str, dict], None]
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    device: str = "cuda:0"
+    iterations: int = 1000
+    warmup: int = 20
+    load_iterations: int = 50
+    batch_sizes: tuple[int, ...] | None = None  # None: every compiled batch size
+    concurrency: int = 1
+    write: bool = True
+
+    def __post_init__(self):
+        if self.iterations < 1 or self.warmup < 0 or self.load_iterations < 1:
+            raise UsageError("iterations must be ≥ 1 and warmup ≥ 0",
+                             "e.g. --iterations 1000 --warmup 20")
+        if self.concurrency < 1:
+            raise UsageError("--concurrency must be ≥ 1")
+
+
+@dataclass
+class ConcurrencyResult:
+    concurrency: int
+    batch_size: int
+    throughput_per_s: float
+    latency: Stats
+
+
+def make_runtime(device: str, page_size: int, num_pages: int) -> Runtime:
+    kind, index = parse_device(device)
+    tvm_device(kind, index)  # raises when there is no such device
+    if kind == "cpu":
+        from cw.serve.runtime.tvm_cpu import TvmCpuRuntime
+        return TvmCpuRuntime(page_size, num_pages)
+    raise DeviceError("the CUDA runtime is not available in this version of cw",
+                      "profile a CPU bundle with --device cpu")
+
+
+def _device_info(kind: str) -> DeviceInfo:
+    import platform
+
+    if kind == "cpu":
+        name = platform.processor() or platform.machine()
+        try:
+            for line in open("/proc/cpuinfo"):
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        return DeviceInfo("cpu", name)
+    return DeviceInfo(kind, "unknown")
+
+
+def _none(event: str, info: dict) -> None:
+    pass
+
+
+def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
+                   progress: Progress = _none) -> tuple[Profile, list[ConcurrencyResult]]:
+    bundle = open_bundle(path)
+    m = bundle.manifest
+    kind, _ = parse_device(config.device)
+    check_target(m, kind, str(path))
+    batch_sizes = list(config.batch_sizes or m.batch_sizes)
+    missing = sorted(set(batch_sizes) - set(m.batch_sizes))
+    if missing:
+        raise UsageError(f"batch size(s) {missing} are not compiled in {path}",
+                         f"compiled: {m.batch_sizes}")
+    model = HostModel(m.name, bundle, HostWeights(bundle))
+    runtime = make_runtime(config.device, m.weights.page_size, model.weights.num_pages)
+
+    progress("phase", {"text": "LOAD (weights → page cache)", "total": config.load_iterations})
+    slots = runtime.cache.allocate(model.weights.num_pages)
+    load_samples = []
+    for _ in range(config.load_iterations):
+        if runtime.is_loaded(model.model_id):
+            runtime.unload(model)
+        load_samples.append(runtime.load(model, slots).device_ns)
+        progress("advance", {})
+    load_stats = summarize(load_samples)
+    load = LoadProfile(m.weights.total_bytes, len(m.weights.pages), load_stats,
+                       round(m.weights.total_bytes / max(load_stats.p50_ns, 1), 3))
+
+    import numpy as np
+
+    batches, concurrency = [], []
+    for b in batch_sizes:
+        runtime.prepare(model, b)
+        rng = np.random.default_rng(b)
+        inputs = [rng.standard_normal((b, *s.sample_shape)).astype(s.dtype) for s in m.inputs]
+        slot = runtime.acquire_slot(model, b)
+        progress("phase", {"text": f"batch {b}: INPUT, EXEC, OUTPUT",
+                           "total": config.warmup + config.iterations})
+        samples = {"input": [], "exec": [], "exec_host": [], "output": []}
+        for i in range(config.warmup + config.iterations):
+            t_in = runtime.copy_input(model, slot, inputs)
+            t_ex = runtime.execute(model, slot)
+            _, t_out = runtime.copy_output(model, slot)
+            if i >= config.warmup:
+                samples["input"].append(t_in.device_ns)
+                samples["exec"].append(t_ex.device_ns)
+                samples["exec_host"].append(t_ex.end_ns - t_ex.start_ns)
+                samples["output"].append(t_out.device_ns)
+            progress("advance", {})
+        runtime.release_slot(slot)
+        batches.append(BatchProfile(b, *(summarize(samples[k]) for k in
+                                         ("input", "exec", "exec_host", "output"))))
+        if config.concurrency > 1:
+            progress("phase", {"text": f"batch {b}: {config.concurrency} EXECs at once",
+                               "total": config.iterations})
+            concurrency.append(_concurrent(runtime, model, b, inputs, config, progress))
+
+    tvm = load_tvm()
+    max_workspace = max(k.workspace_bytes for k in m.kernels if k.batch_size in batch_sizes)
+    io = max(k.input_bytes + k.output_bytes for k in m.kernels if k.batch_size in batch_sizes)
+    profile = Profile(
+        schema_version=PROFILE_SCHEMA_VERSION, bundle=m.name, runtime=runtime.name,
+        device=_device_info(kind),
+        date_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        cw_version=cw.__version__, tvm_version="".join([str(tvm.__version__)]),
+        iterations=config.iterations, warmup=config.warmup,
+        device_memory_bytes=runtime.cache.num_pages * runtime.cache.page_size + max_workspace + io,
+        load=load, batches=batches,
+        notes=[] if kind != "cpu" else ["CPU timings use the host monotonic clock"])
+    if config.write:
+        replace_file_in_bundle(bundle, PROFILE_FILE, encode_json(profile))
+    return profile, concurrency
+
+
+def _concurrent(runtime: Runtime, model: HostModel, batch: int, inputs, config: ProfileConfig,
+                progress: Progress) -> ConcurrencyResult:
+    """K threads each running INPUT→EXEC→OUTPUT back to back on their own IO buffers."""
+    k = config.concurrency
+    per_thread = max(1, config.iterations // k)
+    latencies: list[list[int]] = [[] for _ in range(k)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(k + 1)
+    runtime.prepare(model, batch, lanes=k)
+    slots = [runtime.acquire_slot(model, batch) for _ in range(k)]
+
+    def worker(idx: int) -> None:
+        barrier.wait()
+        try:
+            for _ in range(per_thread):
+                runtime.copy_input(model, slots[idx], inputs)
+                t = runtime.execute(model, slots[idx], lane=idx)
+                runtime.copy_output(model, slots[idx])
+                latencies[idx].append(t.end_ns - t.start_ns)
+                progress("advance", {})
+        except BaseException as e:  # re-raised in the caller: a dead thread must not skew results
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(k)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    for slot in slots:
+        runtime.release_slot(slot)
+    if errors:
+        raise errors[0]
+    flat = [x for lst in latencies for x in lst]
+    return ConcurrencyResult(k, batch, len(flat) * batch / elapsed, summarize(flat))
+
+
+def read_profile(bundle: Bundle) -> Profile | None:
+    if not bundle.has_profile:
+        return None
+    return msgspec.json.decode(bundle.file(PROFILE_FILE).read_bytes(), type=Profile)

@@ -1,0 +1,106 @@
+"""What a worker needs from a device, behind one interface: TVM on CUDA, TVM on CPU, simulated.
+
+A runtime owns the device memory, allocated once: the weights page cache and the IO buffers. Its
+calls are synchronous and each returns measured timings; the worker's executors decide *when* to
+call them (never the runtime). Phases of one INFER: `copy_input` → `execute` → `copy_output`,
+through an `IOSlot` that holds that action's buffers.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cw.errors import CwError
+from cw.serve.runtime.host import HostModel
+from cw.serve.runtime.pagecache import PageCache
+
+
+def now_ns() -> int:
+    """The worker's clock: CLOCK_MONOTONIC in nanoseconds."""
+    return time.monotonic_ns()
+
+
+@dataclass(frozen=True)
+class PhaseTiming:
+    start_ns: int   # host clock when the phase started
+    end_ns: int     # host clock when its completion was seen
+    device_ns: int  # duration measured on the device (CUDA events); host duration elsewhere
+
+
+class RuntimeFault(CwError):
+    """A device-side failure while executing an action."""
+
+
+@dataclass
+class IOSlot:
+    """The buffers of one INFER in flight, reused once its output has been copied out."""
+    model_id: str
+    batch_size: int
+    n: int = 0  # real (unpadded) requests in the batch
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+
+
+class Runtime(ABC):
+    name: str = "abstract"
+    simulated: bool = False
+
+    def __init__(self, page_size: int, num_pages: int):
+        self.cache = PageCache(page_size, num_pages)
+        self._resident: dict[str, list[int]] = {}  # model id -> cache slots
+
+    # Weights ------------------------------------------------------------------------------
+    def is_loaded(self, model_id: str) -> bool:
+        return model_id in self._resident
+
+    def slots_of(self, model_id: str) -> list[int]:
+        return self._resident[model_id]
+
+    def load(self, model: HostModel, slots: list[int]) -> PhaseTiming:
+        """Copy the model's weight pages into `slots` (already allocated from `cache`)."""
+        timing = self._copy_weights(model, slots)
+        self._resident[model.model_id] = slots
+        return timing
+
+    def unload(self, model: HostModel) -> list[int]:
+        slots = self._resident.pop(model.model_id, [])
+        self._forget(model)
+        return slots
+
+    @abstractmethod
+    def _copy_weights(self, model: HostModel, slots: list[int]) -> PhaseTiming: ...
+
+    def _forget(self, model: HostModel) -> None:
+        pass
+
+    # Inference ----------------------------------------------------------------------------
+    @abstractmethod
+    def prepare(self, model: HostModel, batch_size: int, lanes: int = 1) -> None:
+        """Warm up: load the kernels for this batch size; done before serving, off the hot path.
+        `lanes` > 1 readies that many independent executors (only for concurrency experiments;
+        a worker executes one at a time)."""
+
+    @abstractmethod
+    def acquire_slot(self, model: HostModel, batch_size: int) -> IOSlot: ...
+
+    @abstractmethod
+    def release_slot(self, slot: IOSlot) -> None: ...
+
+    @abstractmethod
+    def copy_input(self, model: HostModel, slot: IOSlot, inputs: list[np.ndarray]) -> PhaseTiming:
+        """Inputs hold `n ≤ batch_size` samples; the rest of the batch is zero padding."""
+
+    @abstractmethod
+    def execute(self, model: HostModel, slot: IOSlot, lane: int = 0) -> PhaseTiming: ...
+
+    @abstractmethod
+    def copy_output(self, model: HostModel, slot: IOSlot) -> tuple[list[np.ndarray], PhaseTiming]:
+        """The first `n` samples of every output."""
+
+    def describe(self) -> dict:
+        return {"runtime": self.name, "simulated": self.simulated,
+                "page_size": self.cache.page_size, "pages": self.cache.num_pages}

@@ -1,0 +1,74 @@
+"""Models held in host memory by a worker: the verified bundle, its weights file in one aligned
+buffer, and the page table. Copies of a model (`--copies N`) share one HostWeights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cw.bundle import Bundle, Manifest, open_bundle
+from cw.engine import read_aligned
+
+
+class HostWeights:
+    """One host copy of a bundle's weights, page by page."""
+
+    def __init__(self, bundle: Bundle, buffer: np.ndarray | None = None):
+        self.manifest = bundle.manifest
+        self.buffer = buffer if buffer is not None else read_aligned(
+            bundle.file(bundle.manifest.weights.file))
+        w = bundle.manifest.weights
+        self.page_size = w.page_size
+        self.pages = [self.buffer[p.file_offset:p.file_offset + p.used_bytes] for p in w.pages]
+
+    @property
+    def num_pages(self) -> int:
+        return len(self.pages)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.buffer.nbytes)
+
+
+@dataclass
+class HostModel:
+    """A servable model instance: a unique id, its bundle and (possibly shared) weights."""
+    model_id: str
+    bundle: Bundle
+    weights: HostWeights
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.bundle.manifest
+
+
+def load_models(bundle_dirs: list[Path], copies: int = 1) -> list[HostModel]:
+    """Open (verify) each bundle once and make `copies` instances of it, sharing its weights.
+    Instance ids are the bundle's name, suffixed `#k` for copies beyond the first."""
+    models = []
+    for path in bundle_dirs:
+        bundle = open_bundle(path)
+        weights = HostWeights(bundle)
+        for k in range(copies):
+            model_id = bundle.manifest.name if k == 0 else f"{bundle.manifest.name}#{k}"
+            models.append(HostModel(model_id, bundle, weights))
+    return models
+
+
+def find_bundles(models_dir: Path) -> list[Path]:
+    """Every bundle directly inside `models_dir` (or `models_dir` itself if it is one)."""
+    from cw.bundle import MANIFEST
+    from cw.errors import UsageError
+
+    models_dir = Path(models_dir)
+    if (models_dir / MANIFEST).is_file():
+        return [models_dir]
+    if not models_dir.is_dir():
+        raise UsageError(f"no such directory: {models_dir}", "give --models a directory of bundles")
+    found = sorted(p for p in models_dir.iterdir() if (p / MANIFEST).is_file())
+    if not found:
+        raise UsageError(f"no bundles in {models_dir}",
+                         "compile models into it with `cw compile MODEL.onnx -o DIR/NAME`")
+    return found

@@ -1,0 +1,117 @@
+"""TVM on the CPU: real inference on bundles compiled with `--target cpu` (CI, GPU-less users).
+
+The page cache is one aligned host buffer allocated at start; LOAD copies pages into it and the
+kernels read their weights zero-copy from there, exactly as the GPU runtime does in device memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cw.engine import check_target
+from cw.serve.runtime.base import IOSlot, PhaseTiming, Runtime, RuntimeFault, now_ns
+from cw.serve.runtime.host import HostModel
+from cw.tvm_env import load_tvm
+
+
+def aligned_empty(nbytes: int, alignment: int = 256) -> np.ndarray:
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + nbytes]
+
+
+def aligned_zeros(shape: tuple, dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    count = int(np.prod(shape))
+    buf = aligned_empty(count * dt.itemsize)
+    buf[:] = 0
+    return buf.view(dt).reshape(shape)
+
+
+class TvmCpuRuntime(Runtime):
+    name = "tvm-cpu"
+
+    def __init__(self, page_size: int, num_pages: int):
+        super().__init__(page_size, num_pages)
+        self.tvm = load_tvm()
+        self.device = self.tvm.cpu(0)
+        self.memory = aligned_empty(page_size * num_pages)
+        self._weights: dict[str, list] = {}  # model id -> TVM tensors aliasing cache pages
+        # (id(bundle), batch, lane) -> VM, shared by copies of a model. A TVM VM is not
+        # thread-safe, so concurrent executions (the profiler's concurrency runs) get a lane each.
+        self._vms: dict[tuple[int, int, int], object] = {}
+        self._free_slots: dict[tuple[str, int], list[IOSlot]] = {}
+
+    def _page(self, slot: int) -> np.ndarray:
+        ps = self.cache.page_size
+        return self.memory[slot * ps:(slot + 1) * ps]
+
+    def _copy_weights(self, model: HostModel, slots: list[int]) -> PhaseTiming:
+        start = now_ns()
+        for page, slot in zip(model.weights.pages, slots):
+            self._page(slot)[:page.nbytes] = page
+        rt = self.tvm.runtime
+        tensors = []
+        for t in model.manifest.weights.tensors:
+            raw = self._page(slots[t.page])[t.offset:t.offset + t.nbytes]
+            tensors.append(rt.from_dlpack(raw.view(np.dtype(t.dtype)).reshape(t.shape)))
+        self._weights[model.model_id] = tensors
+        end = now_ns()
+        return PhaseTiming(start, end, end - start)
+
+    def _forget(self, model: HostModel) -> None:
+        self._weights.pop(model.model_id, None)
+
+    def prepare(self, model: HostModel, batch_size: int, lanes: int = 1) -> None:
+        check_target(model.manifest, "cpu", model.model_id)
+        from tvm import relax
+
+        lib = None
+        for lane in range(lanes):
+            key = (id(model.bundle), batch_size, lane)
+            if key not in self._vms:
+                if lib is None:
+                    kernel = next(k for k in model.manifest.kernels if k.batch_size == batch_size)
+                    lib = self.tvm.runtime.load_module(str(model.bundle.file(kernel.kernel_file)))
+                self._vms[key] = relax.VirtualMachine(lib, self.device)
+
+    def acquire_slot(self, model: HostModel, batch_size: int) -> IOSlot:
+        free = self._free_slots.get((model.model_id, batch_size))
+        if free:
+            return free.pop()
+        slot = IOSlot(model.model_id, batch_size)
+        slot.inputs = [aligned_zeros((batch_size, *s.sample_shape), s.dtype)
+                       for s in model.manifest.inputs]
+        return slot
+
+    def release_slot(self, slot: IOSlot) -> None:
+        slot.outputs = []
+        self._free_slots.setdefault((slot.model_id, slot.batch_size), []).append(slot)
+
+    def copy_input(self, model: HostModel, slot: IOSlot, inputs: list[np.ndarray]) -> PhaseTiming:
+        start = now_ns()
+        n = inputs[0].shape[0]
+        for buf, x in zip(slot.inputs, inputs):
+            buf[:n] = x
+            buf[n:] = 0
+        slot.n = n
+        end = now_ns()
+        return PhaseTiming(start, end, end - start)
+
+    def execute(self, model: HostModel, slot: IOSlot, lane: int = 0) -> PhaseTiming:
+        vm = self._vms.get((id(model.bundle), slot.batch_size, lane))
+        weights = self._weights.get(model.model_id)
+        if vm is None or weights is None:
+            raise RuntimeFault(f"model {model.model_id} batch {slot.batch_size} is not ready")
+        rt = self.tvm.runtime
+        start = now_ns()
+        result = vm["main"](*[rt.from_dlpack(x) for x in slot.inputs], *weights)
+        end = now_ns()
+        slot.outputs = [result] if hasattr(result, "numpy") else list(result)
+        return PhaseTiming(start, end, end - start)
+
+    def copy_output(self, model: HostModel, slot: IOSlot) -> tuple[list[np.ndarray], PhaseTiming]:
+        start = now_ns()
+        outs = [o.numpy()[:slot.n] for o in slot.outputs]
+        end = now_ns()
+        return outs, PhaseTiming(start, end, end - start)
