@@ -15,21 +15,19 @@ from cw.engine import read_aligned
 class HostWeights:
     """One host copy of a bundle's weights, page by page."""
 
-    def __init__(self, bundle: Bundle, buffer: np.ndarray | None = None):
+    def __init__(self, bundle: Bundle, read: bool = True):
+        """`read=False` keeps only the page table (a simulated worker needs no weight bytes)."""
         self.manifest = bundle.manifest
-        self.buffer = buffer if buffer is not None else read_aligned(
-            bundle.file(bundle.manifest.weights.file))
         w = bundle.manifest.weights
         self.page_size = w.page_size
-        self.pages = [self.buffer[p.file_offset:p.file_offset + p.used_bytes] for p in w.pages]
-
-    @property
-    def num_pages(self) -> int:
-        return len(self.pages)
+        self.num_pages = len(w.pages)
+        self.buffer = read_aligned(bundle.file(w.file)) if read else None
+        self.pages = ([self.buffer[p.file_offset:p.file_offset + p.used_bytes] for p in w.pages]
+                      if read else [])
 
     @property
     def nbytes(self) -> int:
-        return int(self.buffer.nbytes)
+        return 0 if self.buffer is None else int(self.buffer.nbytes)
 
 
 @dataclass
@@ -44,13 +42,14 @@ class HostModel:
         return self.bundle.manifest
 
 
-def load_models(bundle_dirs: list[Path], copies: int = 1) -> list[HostModel]:
+def load_models(bundle_dirs: list[Path], copies: int = 1, read_weights: bool = True
+                ) -> list[HostModel]:
     """Open (verify) each bundle once and make `copies` instances of it, sharing its weights.
     Instance ids are the bundle's name, suffixed `#k` for copies beyond the first."""
     models = []
     for path in bundle_dirs:
         bundle = open_bundle(path)
-        weights = HostWeights(bundle)
+        weights = HostWeights(bundle, read=read_weights)
         for k in range(copies):
             model_id = bundle.manifest.name if k == 0 else f"{bundle.manifest.name}#{k}"
             models.append(HostModel(model_id, bundle, weights))

@@ -1,0 +1,213 @@
+"""The wire protocol: typed, versioned messages, msgpack on the wire (docs/protocol.md).
+
+One tagged union per channel direction, decoded by one decoder per socket:
+- `ToWorker` (controller → worker) and `FromWorker` (worker → controller);
+- `FromClient` (client → controller) and `ToClient` (controller → client).
+
+All times are integer nanoseconds on the **controller's** clock, with `_ns` in their names. A
+worker translates action windows to its own clock with an offset it estimates from ping/pong
+round trips, and reports results back on the controller's clock, so the controller only ever sees
+one clock.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+
+
+class Status(enum.IntEnum):
+    """Outcome of one action on a worker."""
+    OK = 0
+    TOO_EARLY = 1        # the window starts beyond the worker's horizon (clock or controller bug)
+    TOO_LATE = 2         # could not start by latest_ns: never run late
+    NOT_LOADED = 3       # INFER of a model whose weights are not on that GPU (or were unloaded)
+    NO_PAGES = 4         # LOAD without enough free cache pages; the worker never evicts
+    ALREADY_LOADED = 5
+    UNKNOWN_MODEL = 6
+    BAD_INPUT = 7        # wrong size or dtype, or batch larger than any compiled size
+    BAD_DEVICE = 8       # no such GPU index on this worker
+    BAD_WINDOW = 9       # earliest_ns > latest_ns
+    RUNTIME_ERROR = 10   # the device failed while executing
+    MALFORMED = 11       # a message that could not be decoded, or of an unknown type
+    SHUTTING_DOWN = 12
+
+
+class RequestStatus(enum.IntEnum):
+    """Outcome of one client request; every request gets exactly one response."""
+    OK = 0
+    REJECTED = 1        # could not meet its deadline (admission control); never run late
+    TIMED_OUT = 2       # ran out of time in the system (e.g. its worker left)
+    UNKNOWN_MODEL = 3
+    BAD_INPUT = 4       # wrong shape or dtype for the model
+    BAD_SLO = 5         # SLO ≤ 0 or absurd
+    ERROR = 6           # a worker or device failed
+    MALFORMED = 7
+    SHUTTING_DOWN = 8
+
+
+# --- controller → worker --------------------------------------------------------------------
+
+class Action(msgspec.Struct, frozen=True, kw_only=True):
+    id: int
+    model: str
+    gpu: int
+    earliest_ns: int
+    latest_ns: int
+    expected_ns: int  # predicted duration, for telemetry on both sides
+
+
+class Load(Action, tag="load"):
+    pass
+
+
+class Unload(Action, tag="unload"):
+    pass
+
+
+class Infer(Action, tag="infer"):
+    batch_size: int       # compiled batch size to run
+    n: int                # real samples in `inputs` (≤ batch_size; the rest is padding)
+    inputs: list[bytes]   # per model input: n samples, C-contiguous, the model's dtype
+
+
+class Pong(msgspec.Struct, frozen=True, tag="pong"):
+    worker_sent_ns: int    # echoed from the Ping (worker clock)
+    controller_ns: int     # controller clock when the Ping was answered
+
+
+class Welcome(msgspec.Struct, frozen=True, tag="welcome"):
+    worker_id: int
+    worker_sent_ns: int    # echoed from Register, so that Welcome is also a clock sample
+    controller_ns: int
+
+
+class Goodbye(msgspec.Struct, frozen=True, tag="goodbye"):
+    reason: str
+
+
+ToWorker = Load | Unload | Infer | Pong | Welcome | Goodbye
+
+
+# --- worker → controller --------------------------------------------------------------------
+
+class TensorInfo(msgspec.Struct, frozen=True):
+    name: str
+    dtype: str
+    sample_shape: list[int]
+    sample_bytes: int
+
+
+class ModelInfo(msgspec.Struct, frozen=True):
+    model_id: str
+    bundle: str
+    weights_bytes: int
+    pages: int
+    batch_sizes: list[int]
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    load_ns: int                 # profiled LOAD time (p99), the controller's first estimate
+    exec_ns: dict[int, int]      # profiled EXEC time (p99) per compiled batch size
+    estimates_from: str          # "profile" | "paper" (Clockwork's Table 1) | "default"
+
+
+class DeviceDesc(msgspec.Struct, frozen=True):
+    index: int
+    name: str
+    page_size: int
+    pages: int  # page-cache pages on this device
+
+
+class Register(msgspec.Struct, frozen=True, tag="register"):
+    protocol_version: int
+    name: str
+    runtime: str          # "tvm-cuda" | "tvm-cpu" | "simulated"
+    simulated: bool
+    devices: list[DeviceDesc]
+    models: list[ModelInfo]
+    worker_ns: int
+
+
+class Ping(msgspec.Struct, frozen=True, tag="ping"):
+    worker_sent_ns: int
+
+
+class Timing(msgspec.Struct, frozen=True):
+    """One phase of an action on the controller's clock, plus its device-measured duration."""
+    start_ns: int
+    end_ns: int
+    device_ns: int
+
+
+class Result(msgspec.Struct, frozen=True, tag="result"):
+    id: int
+    kind: str               # "load" | "unload" | "infer"
+    status: Status
+    received_ns: int        # when the worker got the action
+    message: str = ""
+    # LOAD: [weights]; INFER: [input, exec, output]; empty when not run
+    timings: list[Timing] = []
+    outputs: list[bytes] = []  # INFER: per model output, n samples
+    simulated: bool = False    # produced by a simulated device (outputs are zeros)
+
+
+FromWorker = Register | Ping | Result
+
+
+# --- client ↔ controller --------------------------------------------------------------------
+
+class InferRequest(msgspec.Struct, frozen=True, tag="infer"):
+    request_id: int        # chosen by the client, echoed in the response
+    model: str
+    inputs: list[bytes]    # per model input: n samples, C-contiguous
+    n: int                 # samples in this request (1 for a single request)
+    slo_ns: int = 0        # 0: the controller's default SLO
+
+
+class ListModels(msgspec.Struct, frozen=True, tag="models"):
+    request_id: int
+
+
+FromClient = InferRequest | ListModels
+
+
+class InferResponse(msgspec.Struct, frozen=True, tag="infer_response"):
+    request_id: int
+    status: RequestStatus
+    message: str = ""
+    outputs: list[bytes] = []
+    latency_ns: int = 0     # arrival at the controller to response sent
+    batch_size: int = 0     # the compiled batch size it ran in
+    simulated: bool = False  # answered by a simulated worker: outputs are zeros
+
+
+class ModelsResponse(msgspec.Struct, frozen=True, tag="models_response"):
+    request_id: int
+    models: list[ModelInfo]
+
+
+class ErrorResponse(msgspec.Struct, frozen=True, tag="error"):
+    request_id: int         # -1 when the request could not be decoded
+    status: RequestStatus
+    message: str
+
+
+ToClient = InferResponse | ModelsResponse | ErrorResponse
+
+
+class Codec:
+    """One encoder and one decoder for one socket direction."""
+
+    def __init__(self, union):
+        self.decoder = msgspec.msgpack.Decoder(union)
+        self.encoder = msgspec.msgpack.Encoder()
+
+    def encode(self, msg) -> bytes:
+        return self.encoder.encode(msg)
+
+    def decode(self, data: bytes):
+        """Raises msgspec.DecodeError / ValidationError on malformed or unknown messages."""
+        return self.decoder.decode(data)

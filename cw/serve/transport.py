@@ -1,0 +1,281 @@
+"""Message transport: ZeroMQ (ROUTER/DEALER over TCP) and an in-process twin with the same
+interface, for tests and simulation. Components receive an endpoint; they never create sockets.
+
+- `Router` (server side: the controller's worker and client sockets): many peers, each message
+  tagged with the peer's identity.
+- `Dealer` (a worker or client connecting to the controller).
+
+`send` may be called from any thread: messages go to an outbox and the owner thread's next `poll`
+writes them (ZeroMQ sockets must only be used by one thread; a pipe wakes a waiting poll).
+`poll` decodes with the endpoint's one decoder; what does not decode comes back as `Malformed`, so
+the component can answer with an error and keep serving.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from dataclasses import dataclass
+
+import msgspec
+
+from cw.serve.protocol import Codec
+
+
+@dataclass(frozen=True)
+class Malformed:
+    raw: bytes
+    error: str
+
+
+def _decode(codec: Codec, data: bytes):
+    try:
+        return codec.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        return Malformed(data, str(e))
+
+
+class _Outbox:
+    """Thread-safe queue of frames to send, with a pipe that wakes the owner's poll."""
+
+    def __init__(self):
+        self.queue: collections.deque = collections.deque()
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self.write_fd, False)
+
+    def put(self, item) -> None:
+        self.queue.append(item)
+        try:
+            os.write(self.write_fd, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full of wake-ups already
+
+    def drain_wakeups(self) -> None:
+        try:
+            while os.read(self.read_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+# --- ZeroMQ -----------------------------------------------------------------------------------
+
+class ZmqRouter:
+    def __init__(self, address: str, decode: Codec, encode: Codec, context=None):
+        import zmq
+
+        self._zmq = zmq
+        self.context = context or zmq.Context.instance()
+        self.socket = self.context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # report sends to vanished peers
+        self.socket.setsockopt(zmq.SNDHWM, 0)
+        self.socket.setsockopt(zmq.RCVHWM, 0)
+        try:
+            self.socket.bind(address)
+        except zmq.ZMQError as e:
+            self.socket.close()
+            from cw.errors import UsageError
+            raise UsageError(f"cannot listen on {address}: {e}",
+                             "choose another address or port") from None
+        self.address = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self._in, self._out = decode, encode
+        self._outbox = _Outbox()
+        self._poller = zmq.Poller()
+        self._poller.register(self.socket, zmq.POLLIN)
+        self._poller.register(self._outbox.read_fd, zmq.POLLIN)
+        self.unreachable: list[bytes] = []  # peers a send failed for, since the last poll
+
+    def send(self, peer: bytes, msg) -> None:
+        self._outbox.put((peer, self._out.encode(msg)))
+
+    def _flush(self) -> None:
+        zmq = self._zmq
+        while self._outbox.queue:
+            peer, data = self._outbox.queue.popleft()
+            try:
+                self.socket.send_multipart([peer, data], flags=zmq.NOBLOCK)
+            except zmq.ZMQError:
+                self.unreachable.append(peer)
+
+    def poll(self, timeout_ms: int) -> list[tuple[bytes, object]]:
+        zmq = self._zmq
+        self._flush()
+        events = dict(self._poller.poll(timeout_ms))
+        if self._outbox.read_fd in events:
+            self._outbox.drain_wakeups()
+            self._flush()
+        received = []
+        if self.socket in events:
+            while True:
+                try:
+                    frames = self.socket.recv_multipart(flags=zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                if len(frames) != 2:
+                    received.append((frames[0], Malformed(b"".join(frames[1:]), "bad framing")))
+                    continue
+                received.append((frames[0], _decode(self._in, frames[1])))
+        return received
+
+    def close(self) -> None:
+        self._flush()
+        self.socket.close(linger=0)
+        self._outbox.close()
+
+
+class ZmqDealer:
+    def __init__(self, address: str, decode: Codec, encode: Codec, context=None):
+        import zmq
+
+        self._zmq = zmq
+        self.context = context or zmq.Context.instance()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDHWM, 0)
+        self.socket.setsockopt(zmq.RCVHWM, 0)
+        self.socket.setsockopt(zmq.RECONNECT_IVL, 100)
+        self.socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        try:
+            self.socket.connect(address)
+        except zmq.ZMQError as e:
+            self.socket.close()
+            from cw.errors import UsageError
+            raise UsageError(f"cannot connect to {address}: {e}",
+                             "give an address like tcp://127.0.0.1:7000") from None
+        self.address = address
+        self._in, self._out = decode, encode
+        self._outbox = _Outbox()
+        self._poller = zmq.Poller()
+        self._poller.register(self.socket, zmq.POLLIN)
+        self._poller.register(self._outbox.read_fd, zmq.POLLIN)
+
+    def send(self, msg) -> None:
+        self._outbox.put(self._out.encode(msg))
+
+    def send_raw(self, data: bytes) -> None:
+        """Bytes as they are (tests send malformed messages with this)."""
+        self._outbox.put(data)
+
+    def _flush(self) -> None:
+        while self._outbox.queue:
+            self.socket.send(self._outbox.queue.popleft())
+
+    def poll(self, timeout_ms: int) -> list[object]:
+        zmq = self._zmq
+        self._flush()
+        events = dict(self._poller.poll(timeout_ms))
+        if self._outbox.read_fd in events:
+            self._outbox.drain_wakeups()
+            self._flush()
+        received = []
+        if self.socket in events:
+            while True:
+                try:
+                    data = self.socket.recv(flags=zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                received.append(_decode(self._in, data))
+        return received
+
+    def close(self) -> None:
+        self._flush()
+        self.socket.close(linger=0)
+        self._outbox.close()
+
+
+# --- in-process -------------------------------------------------------------------------------
+
+class InprocHub:
+    """Routes frames between in-process endpoints by address, like ZeroMQ's inproc://."""
+
+    def __init__(self):
+        self.lock = threading.Condition()
+        self.routers: dict[str, "InprocRouter"] = {}
+        self._next = 0
+
+    def peer_id(self) -> bytes:
+        with self.lock:
+            self._next += 1
+            return f"peer-{self._next}".encode()
+
+
+class _Inbox:
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.items: collections.deque = collections.deque()
+
+    def put(self, item) -> None:
+        with self.cond:
+            self.items.append(item)
+            self.cond.notify_all()
+
+    def take(self, timeout_ms: int) -> list:
+        with self.cond:
+            if not self.items and timeout_ms > 0:
+                self.cond.wait(timeout_ms / 1000)
+            out = list(self.items)
+            self.items.clear()
+            return out
+
+
+class InprocRouter:
+    def __init__(self, hub: InprocHub, address: str, decode: Codec, encode: Codec):
+        self.hub, self.address = hub, address
+        self._in, self._out = decode, encode
+        self.inbox = _Inbox()
+        self.peers: dict[bytes, "InprocDealer"] = {}
+        self.unreachable: list[bytes] = []
+        with hub.lock:
+            hub.routers[address] = self
+
+    def send(self, peer: bytes, msg) -> None:
+        dealer = self.peers.get(peer)
+        if dealer is None or dealer.closed:
+            self.unreachable.append(peer)
+            return
+        dealer.inbox.put(self._out.encode(msg))
+
+    def poll(self, timeout_ms: int) -> list[tuple[bytes, object]]:
+        return [(peer, _decode(self._in, data)) for peer, data in self.inbox.take(timeout_ms)]
+
+    def close(self) -> None:
+        with self.hub.lock:
+            self.hub.routers.pop(self.address, None)
+
+
+class InprocDealer:
+    def __init__(self, hub: InprocHub, address: str, decode: Codec, encode: Codec):
+        self.hub, self.address = hub, address
+        self._in, self._out = decode, encode
+        self.inbox = _Inbox()
+        self.identity = hub.peer_id()
+        self.closed = False
+
+    def _router(self) -> InprocRouter | None:
+        with self.hub.lock:
+            return self.hub.routers.get(self.address)
+
+    def send(self, msg) -> None:
+        self.send_raw(self._out.encode(msg))
+
+    def send_raw(self, data: bytes) -> None:
+        router = self._router()
+        if router is not None:  # like ZeroMQ, messages to a missing peer are dropped
+            router.peers[self.identity] = self
+            router.inbox.put((self.identity, data))
+
+    def poll(self, timeout_ms: int) -> list[object]:
+        return [_decode(self._in, data) for data in self.inbox.take(timeout_ms)]
+
+    def close(self) -> None:
+        self.closed = True

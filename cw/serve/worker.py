@@ -1,0 +1,359 @@
+"""The worker: executes timed actions exactly as the controller says, and reports timings.
+
+It never chooses. Per device it has one executor per kind of work — weights (LOAD/UNLOAD), input
+copy, EXEC, output copy — each a queue ordered by `earliest`; EXEC runs one at a time. An action
+that cannot start by `latest` is refused (TOO_LATE), never run late. Every action gets exactly
+one Result. Message handling (`step`) is separate from the loop (`serve_forever`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cw.serve.clock import ClockSync
+from cw.serve.executor import Executor
+from cw.serve.protocol import (PROTOCOL_VERSION, DeviceDesc, Goodbye, Infer, Load, ModelInfo, Ping,
+                               Pong, Register, Result, Status, TensorInfo, Timing, Unload,
+                               Welcome)
+from cw.serve.runtime.base import IOSlot, PhaseTiming, Runtime, now_ns
+from cw.serve.runtime.host import HostModel
+from cw.serve.transport import Malformed
+
+log = logging.getLogger("cw.worker")
+NEVER = 2**62
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    controller: str = "tcp://127.0.0.1:7000"
+    models_dir: Path = Path("models")
+    devices: tuple[str, ...] = ("cpu",)
+    runtime: str = "tvm"                  # "tvm" | "simulated"
+    page_cache_bytes: int | None = None   # per device; None: the runtime's default
+    copies: int = 1
+    name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    input_lead_ns: int = 5_000_000        # input copies may start this long before earliest
+    horizon_ns: int = 10_000_000_000      # windows starting further ahead are TOO_EARLY
+    ping_interval_ns: int = 500_000_000
+    noise: float = 0.0                    # simulated runtime: relative std of durations
+
+    def __post_init__(self):
+        from cw.errors import UsageError
+
+        if self.runtime not in ("tvm", "simulated"):
+            raise UsageError(f"unknown runtime '{self.runtime}'", "use --runtime tvm or simulated")
+        if self.copies < 1:
+            raise UsageError("--copies must be ≥ 1")
+        if not self.devices:
+            raise UsageError("no devices given", "e.g. --device cpu or --device cuda:0,cuda:1")
+
+
+def model_info(model: HostModel) -> ModelInfo:
+    from cw.serve.estimates import bundle_estimates
+
+    m = model.manifest
+    est = bundle_estimates(model.bundle)
+
+    def tensors(specs):
+        return [TensorInfo(s.name, s.dtype, list(s.sample_shape), s.sample_bytes) for s in specs]
+
+    return ModelInfo(model.model_id, m.name, m.weights.total_bytes, len(m.weights.pages),
+                     list(m.batch_sizes), tensors(m.inputs), tensors(m.outputs), est.load_ns,
+                     est.exec_ns, est.source)
+
+
+@dataclass
+class _InferJob:
+    action: Infer
+    model: HostModel
+    received_ns: int
+    slot: IOSlot | None = None
+    timings: list = field(default_factory=list)
+
+
+class _Device:
+    def __init__(self, index: int, runtime: Runtime, worker: "Worker"):
+        self.index = index
+        self.runtime = runtime
+        self.lock = threading.Lock()  # EXEC vs UNLOAD: weights never vanish mid-execution
+        w = worker
+        self.weights = Executor(f"dev{index}-weights", w._run_weights, w._too_late)
+        self.input = Executor(f"dev{index}-input", w._run_input, w._too_late)
+        self.exec = Executor(f"dev{index}-exec", w._run_exec, w._too_late)
+        self.output = Executor(f"dev{index}-output", w._run_output, w._too_late)
+
+    def executors(self):
+        return (self.weights, self.input, self.exec, self.output)
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, transport, models: list[HostModel],
+                 runtimes: list[Runtime]):
+        self.config = config
+        self.transport = transport
+        self.models = {m.model_id: m for m in models}
+        self.clock = ClockSync()
+        self.worker_id: int | None = None
+        self.devices = [_Device(i, rt, self) for i, rt in enumerate(runtimes)]
+        self._handlers = {Load: self._on_weights, Unload: self._on_weights, Infer: self._on_infer,
+                          Pong: self._on_pong, Welcome: self._on_welcome,
+                          Goodbye: self._on_goodbye, Malformed: self._on_malformed}
+        self._last_ping_ns = 0
+        self._last_register_ns = 0
+        self.stopped = False
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def warm_up(self) -> None:
+        """Load kernels for every model and batch size before serving (off the hot path)."""
+        seen = set()
+        for model in self.models.values():
+            if id(model.bundle) in seen:
+                continue
+            seen.add(id(model.bundle))
+            for device in self.devices:
+                for b in model.manifest.batch_sizes:
+                    device.runtime.prepare(model, b)
+
+    def register(self) -> None:
+        rt = self.devices[0].runtime
+        self._last_register_ns = now_ns()
+        self.transport.send(Register(
+            PROTOCOL_VERSION, self.config.name, rt.name, rt.simulated,
+            [DeviceDesc(d.index, d.runtime.name, d.runtime.cache.page_size,
+                        d.runtime.cache.num_pages) for d in self.devices],
+            [model_info(m) for m in self.models.values()], self._last_register_ns))
+
+    def step(self, timeout_ms: int = 50) -> None:
+        """One tick: receive and handle messages, ping / re-register when due."""
+        for msg in self.transport.poll(timeout_ms):
+            handler = self._handlers.get(type(msg))
+            if handler is None:
+                log.warning("unexpected message type %s from the controller", type(msg).__name__)
+                continue
+            handler(msg)
+        now = now_ns()
+        if self.worker_id is None and now - self._last_register_ns > 1_000_000_000:
+            self.register()  # the controller is not there yet, or restarted
+        if now - self._last_ping_ns > self.config.ping_interval_ns:
+            self._last_ping_ns = now
+            self.transport.send(Ping(now))
+
+    def serve_forever(self, stop: threading.Event) -> None:
+        self.register()
+        while not stop.is_set():
+            try:
+                self.step()
+            except Exception:  # the loop logs the unexpected and keeps serving
+                log.exception("worker step failed")
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop the executors; every action not started gets a SHUTTING_DOWN result."""
+        self.stopped = True
+        for device in self.devices:
+            for executor in device.executors():
+                for item in executor.stop():
+                    self._reply_status(item, Status.SHUTTING_DOWN, "worker is shutting down")
+        self.transport.poll(0)  # flush the outbox
+
+    # --- control messages ----------------------------------------------------------------
+    def _on_pong(self, msg: Pong) -> None:
+        self.clock.observe(msg.worker_sent_ns, msg.controller_ns, now_ns())
+
+    def _on_welcome(self, msg: Welcome) -> None:
+        self.worker_id = msg.worker_id
+        self.clock.observe(msg.worker_sent_ns, msg.controller_ns, now_ns())
+        log.info("registered as worker %d", msg.worker_id)
+
+    def _on_goodbye(self, msg: Goodbye) -> None:
+        log.warning("controller says: %s; registering again", msg.reason)
+        self.worker_id = None
+        self.register()
+
+    def _on_malformed(self, msg: Malformed) -> None:
+        log.warning("malformed message from the controller (%d bytes): %s", len(msg.raw),
+                    msg.error)
+
+    # --- actions -------------------------------------------------------------------------
+    def _check(self, action) -> tuple[Status, str] | None:
+        if action.model not in self.models:
+            return Status.UNKNOWN_MODEL, f"no model '{action.model}' on this worker"
+        if not 0 <= action.gpu < len(self.devices):
+            return Status.BAD_DEVICE, f"no device {action.gpu} (this worker has {len(self.devices)})"
+        if action.earliest_ns > action.latest_ns:
+            return Status.BAD_WINDOW, "earliest_ns is after latest_ns"
+        if self.clock.to_local(action.earliest_ns) - now_ns() > self.config.horizon_ns:
+            return Status.TOO_EARLY, "window starts beyond the worker's horizon"
+        return None
+
+    def _on_weights(self, action: Load | Unload) -> None:
+        received = now_ns()
+        problem = self._check(action)
+        if problem:
+            return self._send(action, problem[0], received, message=problem[1])
+        self.devices[action.gpu].weights.submit(self.clock.to_local(action.earliest_ns),
+                                                self.clock.to_local(action.latest_ns),
+                                                (action, received))
+
+    def _run_weights(self, item) -> None:
+        action, received = item
+        model = self.models[action.model]
+        device = self.devices[action.gpu]
+        rt = device.runtime
+        if isinstance(action, Unload):
+            start = now_ns()
+            with device.lock:
+                slots = rt.unload(model)
+                rt.cache.release(slots)
+            end = now_ns()
+            return self._send(action, Status.OK, received, [PhaseTiming(start, end, end - start)])
+        if rt.is_loaded(model.model_id):
+            return self._send(action, Status.ALREADY_LOADED, received)
+        slots = rt.cache.allocate(model.weights.num_pages)
+        if slots is None:
+            return self._send(action, Status.NO_PAGES, received,
+                              message=f"needs {model.weights.num_pages} pages, "
+                                      f"{rt.cache.free_pages} free")
+        try:
+            timing = rt.load(model, slots)
+        except Exception as e:
+            rt.cache.release(slots)
+            log.exception("LOAD %s failed", model.model_id)
+            return self._send(action, Status.RUNTIME_ERROR, received, message=str(e))
+        self._send(action, Status.OK, received, [timing])
+
+    def _on_infer(self, action: Infer) -> None:
+        received = now_ns()
+        problem = self._check(action) or self._check_inputs(action)
+        if problem:
+            return self._send(action, problem[0], received, message=problem[1])
+        job = _InferJob(action, self.models[action.model], received)
+        earliest = self.clock.to_local(action.earliest_ns)
+        self.devices[action.gpu].input.submit(earliest - self.config.input_lead_ns,
+                                              self.clock.to_local(action.latest_ns), job)
+
+    def _check_inputs(self, action: Infer) -> tuple[Status, str] | None:
+        m = self.models[action.model].manifest
+        if not 1 <= action.n <= action.batch_size or action.batch_size > m.batch_sizes[-1]:
+            return Status.BAD_INPUT, (f"n={action.n}, batch_size={action.batch_size}; compiled "
+                                      f"batch sizes {m.batch_sizes}")
+        if len(action.inputs) != len(m.inputs):
+            return Status.BAD_INPUT, f"{len(action.inputs)} inputs given, the model has {len(m.inputs)}"
+        for data, spec in zip(action.inputs, m.inputs):
+            if len(data) != action.n * spec.sample_bytes:
+                return Status.BAD_INPUT, (f"input '{spec.name}' has {len(data)} bytes; {action.n} "
+                                          f"samples of {spec.dtype}{spec.sample_shape} need "
+                                          f"{action.n * spec.sample_bytes}")
+        return None
+
+    def _run_input(self, job: _InferJob) -> None:
+        a, model = job.action, job.model
+        rt = self.devices[a.gpu].runtime
+        size = model.manifest.kernel_for(a.batch_size).batch_size  # uncompiled sizes pad up
+        job.slot = rt.acquire_slot(model, size)
+        inputs = [np.frombuffer(data, dtype=s.dtype).reshape(a.n, *s.sample_shape)
+                  for data, s in zip(a.inputs, model.manifest.inputs)]
+        try:
+            job.timings.append(rt.copy_input(model, job.slot, inputs))
+        except Exception as e:
+            return self._fail_infer(job, e)
+        self.devices[a.gpu].exec.submit(self.clock.to_local(a.earliest_ns),
+                                        self.clock.to_local(a.latest_ns), job)
+
+    def _run_exec(self, job: _InferJob) -> None:
+        a, model = job.action, job.model
+        device = self.devices[a.gpu]
+        with device.lock:
+            if not device.runtime.is_loaded(model.model_id):
+                self._release(job)
+                return self._send(a, Status.NOT_LOADED, job.received_ns, job.timings,
+                                  message=f"model '{a.model}' is not loaded on device {a.gpu}")
+            try:
+                job.timings.append(device.runtime.execute(model, job.slot))
+            except Exception as e:
+                return self._fail_infer(job, e)
+        device.output.submit(0, NEVER, job)
+
+    def _run_output(self, job: _InferJob) -> None:
+        rt = self.devices[job.action.gpu].runtime
+        try:
+            outputs, timing = rt.copy_output(job.model, job.slot)
+        except Exception as e:
+            return self._fail_infer(job, e)
+        job.timings.append(timing)
+        self._release(job)
+        self._send(job.action, Status.OK, job.received_ns, job.timings,
+                   outputs=[np.ascontiguousarray(y).tobytes() for y in outputs])
+
+    def _fail_infer(self, job: _InferJob, error: Exception) -> None:
+        log.exception("INFER %s failed", job.action.model)
+        self._release(job)
+        self._send(job.action, Status.RUNTIME_ERROR, job.received_ns, job.timings,
+                   message=str(error))
+
+    def _release(self, job: _InferJob) -> None:
+        if job.slot is not None:
+            self.devices[job.action.gpu].runtime.release_slot(job.slot)
+            job.slot = None
+
+    def _too_late(self, item) -> None:
+        if isinstance(item, _InferJob):
+            self._release(item)
+            return self._send(item.action, Status.TOO_LATE, item.received_ns, item.timings,
+                              message="could not start by latest_ns")
+        action, received = item
+        self._send(action, Status.TOO_LATE, received, message="could not start by latest_ns")
+
+    def _reply_status(self, item, status: Status, message: str) -> None:
+        if isinstance(item, _InferJob):
+            self._release(item)
+            self._send(item.action, status, item.received_ns, item.timings, message=message)
+        else:
+            action, received = item
+            self._send(action, status, received, message=message)
+
+    # --- results -------------------------------------------------------------------------
+    def _send(self, action, status: Status, received_ns: int, timings=(), message: str = "",
+              outputs=()) -> None:
+        kind = {Load: "load", Unload: "unload", Infer: "infer"}[type(action)]
+        c = self.clock.to_controller
+        self.transport.send(Result(
+            action.id, kind, status, c(received_ns), message,
+            [Timing(c(t.start_ns), c(t.end_ns), t.device_ns) for t in timings], list(outputs),
+            simulated=self.devices[0].runtime.simulated))
+
+
+def make_runtimes(config: WorkerConfig, models: list[HostModel]) -> list[Runtime]:
+    """One runtime per device, each with its page cache allocated once."""
+    from cw.engine import parse_device
+    from cw.errors import UsageError
+
+    page_sizes = {m.weights.page_size for m in models}
+    if len(page_sizes) != 1:
+        raise UsageError(f"bundles use different page sizes {sorted(page_sizes)}",
+                         "compile every model of a worker with the same --page-size")
+    page_size = page_sizes.pop()
+    runtimes = []
+    for text in config.devices:
+        kind, index = parse_device(text)
+        if config.runtime == "simulated":
+            from cw.serve.runtime.simulated import SimulatedRuntime
+            cache = config.page_cache_bytes or int(21.5 * 2**30)  # Clockwork's V100 figure
+            runtimes.append(SimulatedRuntime(page_size, cache // page_size, config.noise,
+                                             seed=index))
+        elif kind == "cpu":
+            from cw.serve.runtime.tvm_cpu import TvmCpuRuntime
+            cache = config.page_cache_bytes or 2 * 2**30
+            runtimes.append(TvmCpuRuntime(page_size, cache // page_size))
+        else:
+            from cw.errors import DeviceError
+            raise DeviceError("the TVM-CUDA runtime is not available in this version of cw",
+                              "use --device cpu or --runtime simulated")
+    return runtimes
