@@ -1,0 +1,19 @@
+"""Schedulers: pure policies. Events and `now_ns` in, decisions out; no sockets, threads or clocks.
+
+`make_scheduler(name, config)` builds one by name for the controller and the simulator.
+"""
+
+from __future__ import annotations
+
+from cw.serve.scheduler.base import Scheduler, SchedulerConfig
+
+
+def make_scheduler(name: str, config: SchedulerConfig | None = None) -> Scheduler:
+    from cw.errors import UsageError
+    from cw.serve.scheduler.clockwork import ClockworkScheduler
+
+    config = config or SchedulerConfig()
+    table = {"clockwork": ClockworkScheduler}
+    if name not in table:
+        raise UsageError(f"unknown scheduler '{name}'", f"choose one of: {', '.join(table)}")
+    return table[name](config)

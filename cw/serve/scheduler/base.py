@@ -1,0 +1,198 @@
+"""The scheduler interface and the state every policy shares.
+
+A scheduler is fed events — a worker joined or left, a request arrived, a result returned — each
+with the current time, and `tick(now_ns)`; every call returns `Decision`s for the caller (the
+controller's network layer, or the virtual-time simulator) to carry out. It never touches a
+socket, a thread or a clock, so a test drives it with a fake clock advanced by hand.
+
+Requests and actions are referred to by id; payloads (input and output bytes) stay with the
+caller, which knows from `SendInfer.request_ids` which requests an action carries, in order.
+"""
+
+from __future__ import annotations
+
+import collections
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from cw.serve.protocol import ModelInfo, RequestStatus, Status
+
+MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    schedule_ahead_ns: int = 5 * MS     # keep each GPU busy only this far into the future
+    infer_slack_ns: int = 3 * MS        # at most this between an INFER's earliest and latest
+    load_slack_ns: int = 10 * MS
+    max_loads_in_flight: int = 2        # per GPU
+    estimate_window: int = 10           # rolling window of measurements per estimate
+    network_latency_ns: int = 200_000   # one-way controller→worker allowance
+
+    def __post_init__(self):
+        from cw.errors import UsageError
+
+        if self.schedule_ahead_ns < 0 or self.infer_slack_ns < 0 or self.load_slack_ns < 0:
+            raise UsageError("scheduler durations must be non-negative")
+        if self.max_loads_in_flight < 1 or self.estimate_window < 1:
+            raise UsageError("max loads in flight and estimate window must be ≥ 1")
+
+
+# --- events ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    pages: int
+    page_size: int
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    worker_id: int
+    name: str
+    gpus: list[GpuInfo]
+    models: list[ModelInfo]
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
+class Request:
+    request_id: int
+    model: str
+    n: int
+    arrival_ns: int
+    deadline_ns: int
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What the scheduler needs of a worker's Result (times on the controller's clock)."""
+    action_id: int
+    status: Status
+    start_ns: int = 0     # EXEC start for INFER, copy start for LOAD
+    end_ns: int = 0
+    device_ns: int = 0    # measured duration of the main phase
+
+
+# --- decisions -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SendLoad:
+    action_id: int
+    worker_id: int
+    gpu: int
+    model: str
+    earliest_ns: int
+    latest_ns: int
+    expected_ns: int
+
+
+@dataclass(frozen=True)
+class SendUnload:
+    action_id: int
+    worker_id: int
+    gpu: int
+    model: str
+    earliest_ns: int
+    latest_ns: int
+    expected_ns: int
+
+
+@dataclass(frozen=True)
+class SendInfer:
+    action_id: int
+    worker_id: int
+    gpu: int
+    model: str
+    batch_size: int
+    request_ids: list[int]  # in batch order
+    earliest_ns: int
+    latest_ns: int
+    expected_ns: int
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Answer a request. OK means: take its output from the result of `action_id`."""
+    request_id: int
+    status: RequestStatus
+    message: str = ""
+    action_id: int | None = None
+    cold_start: bool = False
+
+
+Decision = SendLoad | SendUnload | SendInfer | Finish
+
+
+# --- shared state ----------------------------------------------------------------------------
+
+class Estimator:
+    """Rolling p99 of the last `window` measurements per key, seeded from profiles."""
+
+    def __init__(self, window: int):
+        self.window = window
+        self._samples: dict[tuple, collections.deque] = {}
+        self._seed: dict[tuple, int] = {}
+
+    def seed(self, key: tuple, value_ns: int) -> None:
+        self._seed[key] = value_ns
+
+    def observe(self, key: tuple, value_ns: int) -> None:
+        self._samples.setdefault(key, collections.deque(maxlen=self.window)).append(value_ns)
+
+    def get(self, key: tuple) -> int:
+        samples = self._samples.get(key)
+        if samples:
+            ordered = sorted(samples)
+            return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        return self._seed[key]
+
+
+@dataclass
+class Gpu:
+    worker_id: int
+    index: int
+    pages: int
+    free_pages: int
+    exec_free_ns: int = 0           # predicted time the GPU finishes its last planned EXEC
+    weights_free_ns: int = 0        # predicted time the copy engine finishes its last LOAD
+    loaded: dict[str, int] = field(default_factory=dict)   # model -> ready at (predicted) ns
+    loads_in_flight: int = 0
+    last_used_ns: dict[str, int] = field(default_factory=dict)
+    busy_ns: int = 0                # planned EXEC time, for utilisation metrics
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.worker_id, self.index)
+
+
+class Scheduler(ABC):
+    """Events in, decisions out."""
+
+    name = "abstract"
+
+    def __init__(self, config: SchedulerConfig):
+        self.config = config
+
+    @abstractmethod
+    def worker_joined(self, now_ns: int, worker: WorkerInfo) -> list[Decision]: ...
+
+    @abstractmethod
+    def worker_left(self, now_ns: int, worker_id: int) -> list[Decision]: ...
+
+    @abstractmethod
+    def request_arrived(self, now_ns: int, request: Request) -> list[Decision]: ...
+
+    @abstractmethod
+    def result_returned(self, now_ns: int, result: ActionResult) -> list[Decision]: ...
+
+    @abstractmethod
+    def tick(self, now_ns: int) -> list[Decision]: ...
+
+    def models(self) -> dict[str, ModelInfo]:
+        """Servable models (present on some worker)."""
+        return {}
+
+    def queue_length(self) -> int:
+        return 0

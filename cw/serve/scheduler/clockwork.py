@@ -1,0 +1,291 @@
+"""The Clockwork scheduler (OSDI'20 §4.5, §5.3 and Appendix B), as a pure policy.
+
+- Requests wait in one earliest-deadline-first queue per model.
+- Each GPU is planned only `schedule_ahead` into the future. When a GPU's planned work ends
+  before now + schedule_ahead, the most urgent model loaded there is given one INFER: the largest
+  batch (padded to a compiled size) whose estimated EXEC still finishes before the most urgent
+  deadline in it. Urgency = deadline − estimate, the paper's strategy priority.
+- A request that can no longer meet its deadline anywhere is rejected at once; nothing is sent
+  to a worker that the estimates say would finish late.
+- Estimates are the rolling p99 of the last measurements per (worker, GPU, model, batch, kind),
+  seeded from the workers' profiles.
+- LOADs go to models with queued work and no copy on any GPU, most unmet demand first, at most
+  `max_loads_in_flight` per GPU, evicting least-recently-used idle models (UNLOAD) for pages.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+
+from cw.serve.protocol import ModelInfo, RequestStatus, Status
+from cw.serve.scheduler.base import (ActionResult, Decision, Estimator, Finish, Gpu, Request,
+                                     Scheduler, SchedulerConfig, SendInfer, SendLoad, SendUnload,
+                                     WorkerInfo)
+
+COMPLETION_MARGIN_NS = 1_000_000  # output copy and the way back to the client
+
+
+@dataclass
+class _InFlight:
+    kind: str
+    gpu: tuple[int, int]
+    model: str
+    batch_size: int = 0
+    requests: list[Request] | None = None
+    pages: int = 0
+
+
+class ClockworkScheduler(Scheduler):
+    name = "clockwork"
+
+    def __init__(self, config: SchedulerConfig):
+        super().__init__(config)
+        self.workers: dict[int, WorkerInfo] = {}
+        self.gpus: dict[tuple[int, int], Gpu] = {}
+        self.catalog: dict[str, ModelInfo] = {}
+        self.holders: dict[str, set[int]] = {}  # model -> workers that have it on disk/host
+        self.queues: dict[str, list] = {}       # model -> heap of (deadline, id, Request)
+        self.cold: set[int] = set()
+        self.inflight: dict[int, _InFlight] = {}
+        self.last_exec: dict[tuple[int, int], int] = {}  # gpu -> last planned INFER id
+        self.estimates = Estimator(config.estimate_window)
+        self._ids = itertools.count(1)
+
+    # --- events --------------------------------------------------------------------------
+    def worker_joined(self, now_ns: int, worker: WorkerInfo) -> list[Decision]:
+        self.workers[worker.worker_id] = worker
+        for g in worker.gpus:
+            self.gpus[(worker.worker_id, g.index)] = Gpu(worker.worker_id, g.index, g.pages,
+                                                         g.pages, now_ns, now_ns)
+        for m in worker.models:
+            self.catalog.setdefault(m.model_id, m)
+            self.holders.setdefault(m.model_id, set()).add(worker.worker_id)
+            for g in worker.gpus:
+                self.estimates.seed(("load", worker.worker_id, g.index, m.model_id), m.load_ns)
+                for b, ns in m.exec_ns.items():
+                    self.estimates.seed(("exec", worker.worker_id, g.index, m.model_id, int(b)),
+                                        ns)
+        return self.tick(now_ns)
+
+    def worker_left(self, now_ns: int, worker_id: int) -> list[Decision]:
+        self.workers.pop(worker_id, None)
+        for key in [k for k in self.gpus if k[0] == worker_id]:
+            del self.gpus[key]
+        for holders in self.holders.values():
+            holders.discard(worker_id)
+        for action_id, f in list(self.inflight.items()):
+            if f.gpu[0] == worker_id:
+                del self.inflight[action_id]
+                for r in f.requests or []:
+                    self._enqueue(r)  # re-planned elsewhere, or rejected if it cannot be
+        return self.tick(now_ns)
+
+    def request_arrived(self, now_ns: int, request: Request) -> list[Decision]:
+        if not any(request.model in g.loaded for g in self.gpus.values()):
+            self.cold.add(request.request_id)
+        self._enqueue(request)
+        return self.tick(now_ns)
+
+    def result_returned(self, now_ns: int, result: ActionResult) -> list[Decision]:
+        f = self.inflight.pop(result.action_id, None)
+        if f is None:
+            return []
+        gpu = self.gpus.get(f.gpu)
+        decisions: list[Decision] = []
+        if f.kind == "infer":
+            decisions += self._infer_returned(result, f, gpu)
+        elif f.kind == "load" and gpu is not None:
+            gpu.loads_in_flight -= 1
+            if result.status == Status.OK:
+                self.estimates.observe(("load", *f.gpu, f.model), result.device_ns)
+                gpu.loaded[f.model] = min(gpu.loaded.get(f.model, result.end_ns), result.end_ns)
+            elif result.status != Status.ALREADY_LOADED:
+                gpu.loaded.pop(f.model, None)
+                gpu.free_pages += f.pages
+        return decisions + self.tick(now_ns)
+
+    def _infer_returned(self, result: ActionResult, f: _InFlight, gpu: Gpu | None):
+        decisions: list[Decision] = []
+        if result.status == Status.OK:
+            if gpu is not None:
+                self.estimates.observe(("exec", *f.gpu, f.model, f.batch_size), result.device_ns)
+                if self.last_exec.get(f.gpu) == result.action_id:
+                    gpu.exec_free_ns = result.end_ns  # measured, not predicted, from here on
+            for r in f.requests:
+                decisions.append(Finish(r.request_id, RequestStatus.OK, action_id=result.action_id,
+                                        cold_start=r.request_id in self.cold))
+                self.cold.discard(r.request_id)
+            return decisions
+        if result.status == Status.NOT_LOADED and gpu is not None:
+            gpu.loaded.pop(f.model, None)  # our view was wrong; the next tick may load it again
+        if result.status in (Status.TOO_LATE, Status.NOT_LOADED, Status.SHUTTING_DOWN):
+            for r in f.requests:
+                self._enqueue(r)  # re-planned if still feasible, else rejected by the next tick
+            return decisions
+        for r in f.requests:
+            status = RequestStatus.BAD_INPUT if result.status == Status.BAD_INPUT \
+                else RequestStatus.ERROR
+            decisions.append(Finish(r.request_id, status, f"worker: {result.status.name}"))
+            self.cold.discard(r.request_id)
+        return decisions
+
+    # --- planning ------------------------------------------------------------------------
+    def tick(self, now_ns: int) -> list[Decision]:
+        decisions: list[Decision] = []
+        self._reject_infeasible(now_ns, decisions)
+        self._plan_infers(now_ns, decisions)
+        self._plan_loads(now_ns, decisions)
+        return decisions
+
+    def _enqueue(self, r: Request) -> None:
+        heapq.heappush(self.queues.setdefault(r.model, []), (r.deadline_ns, r.request_id, r))
+
+    def _exec_est(self, gpu: Gpu, model: str, batch: int) -> int:
+        return self.estimates.get(("exec", gpu.worker_id, gpu.index, model, batch))
+
+    def _earliest_start(self, now_ns: int, gpu: Gpu, model: str) -> int:
+        return max(now_ns + self.config.network_latency_ns, gpu.exec_free_ns, gpu.loaded[model])
+
+    def _could_finish(self, now_ns: int, model: str, deadline_ns: int) -> bool:
+        info = self.catalog.get(model)
+        if info is None:
+            return False
+        b = info.batch_sizes[0]
+        best = None
+        for gpu in self.gpus.values():
+            if model in gpu.loaded:
+                t = self._earliest_start(now_ns, gpu, model) + self._exec_est(gpu, model, b)
+            elif gpu.worker_id in self.holders.get(model, ()) and info.pages <= gpu.pages:
+                load = self.estimates.get(("load", gpu.worker_id, gpu.index, model))
+                ready = max(now_ns + self.config.network_latency_ns, gpu.weights_free_ns) + load
+                t = max(ready, gpu.exec_free_ns) + self._exec_est(gpu, model, b)
+            else:
+                continue
+            best = t if best is None else min(best, t)
+        return best is not None and best <= deadline_ns - COMPLETION_MARGIN_NS
+
+    def _reject_infeasible(self, now_ns: int, decisions: list[Decision]) -> None:
+        for model, queue in self.queues.items():
+            while queue and not self._could_finish(now_ns, model, queue[0][0]):
+                _, _, r = heapq.heappop(queue)
+                self.cold.discard(r.request_id)
+                decisions.append(Finish(r.request_id, RequestStatus.REJECTED,
+                                        "cannot meet its deadline"))
+
+    def _best_batch(self, now_ns: int, gpu: Gpu, model: str):
+        """(urgency, start, batch size, k requests) of the largest feasible batch, or None."""
+        queue = self.queues.get(model)
+        if not queue:
+            return None
+        info = self.catalog[model]
+        start = self._earliest_start(now_ns, gpu, model)
+        deadline = queue[0][0] - COMPLETION_MARGIN_NS  # EDF: the head is the most urgent
+        most = min(len(queue), info.batch_sizes[-1])
+        for k in range(most, 0, -1):
+            b = next(s for s in info.batch_sizes if s >= k)
+            est = self._exec_est(gpu, model, b)
+            if start + est <= deadline:
+                return deadline - est, start, b, k, est, deadline
+        return None
+
+    def _plan_infers(self, now_ns: int, decisions: list[Decision]) -> None:
+        horizon = now_ns + self.config.schedule_ahead_ns
+        progress = True
+        while progress:
+            progress = False
+            for gpu in sorted(self.gpus.values(), key=lambda g: g.exec_free_ns):
+                if gpu.exec_free_ns >= horizon:
+                    continue
+                options = [(opt, m) for m in gpu.loaded
+                           if (opt := self._best_batch(now_ns, gpu, m)) is not None]
+                if not options:
+                    continue
+                (_, start, b, k, est, deadline), model = min(options, key=lambda o: o[0][0])
+                requests = [heapq.heappop(self.queues[model])[2] for _ in range(k)]
+                action_id = next(self._ids)
+                latest = min(start + self.config.infer_slack_ns, deadline - est)
+                decisions.append(SendInfer(action_id, gpu.worker_id, gpu.index, model, b,
+                                           [r.request_id for r in requests], start, latest, est))
+                self.inflight[action_id] = _InFlight("infer", gpu.key, model, b, requests)
+                self.last_exec[gpu.key] = action_id
+                gpu.exec_free_ns = start + est
+                gpu.busy_ns += est
+                gpu.last_used_ns[model] = now_ns
+                progress = True
+
+    def _demand(self, now_ns: int, model: str) -> float:
+        queue = self.queues[model]
+        exec_ns = min(self.catalog[model].exec_ns.values())
+        return len(queue) * exec_ns / max(1, queue[0][0] - now_ns)
+
+    def _backlogged(self, now_ns: int, model: str) -> bool:
+        """More queued work than the GPUs holding the model can do before the head's deadline:
+        the unmet demand that makes Clockwork load another copy."""
+        queue = self.queues[model]
+        holders = [g for g in self.gpus.values() if model in g.loaded]
+        if not holders:
+            return True
+        info = self.catalog[model]
+        biggest = info.batch_sizes[-1]
+        work = sum(len(queue) / biggest * self._exec_est(g, model, biggest)
+                   for g in holders) / len(holders)
+        capacity = sum(max(0, queue[0][0] - max(now_ns, g.exec_free_ns, g.loaded[model]))
+                       for g in holders)
+        return work > capacity
+
+    def _plan_loads(self, now_ns: int, decisions: list[Decision]) -> None:
+        wanted = [m for m, q in self.queues.items() if q and self._backlogged(now_ns, m)]
+        for model in sorted(wanted, key=lambda m: -self._demand(now_ns, m)):
+            info = self.catalog[model]
+            candidates = [g for g in self.gpus.values()
+                          if model not in g.loaded
+                          and g.worker_id in self.holders.get(model, ())
+                          and g.loads_in_flight < self.config.max_loads_in_flight
+                          and info.pages <= g.pages]
+            for gpu in sorted(candidates, key=lambda g: (g.exec_free_ns, -g.free_pages)):
+                victims = self._victims(gpu, info.pages - gpu.free_pages)
+                if victims is None:
+                    continue
+                earliest = max(now_ns + self.config.network_latency_ns, gpu.weights_free_ns)
+                for victim in victims:
+                    action_id = next(self._ids)
+                    decisions.append(SendUnload(action_id, gpu.worker_id, gpu.index, victim,
+                                                earliest, earliest + self.config.load_slack_ns, 0))
+                    self.inflight[action_id] = _InFlight("unload", gpu.key, victim)
+                    del gpu.loaded[victim]
+                    gpu.last_used_ns.pop(victim, None)
+                    gpu.free_pages += self.catalog[victim].pages
+                est = self.estimates.get(("load", gpu.worker_id, gpu.index, model))
+                action_id = next(self._ids)
+                decisions.append(SendLoad(action_id, gpu.worker_id, gpu.index, model, earliest,
+                                          earliest + self.config.load_slack_ns, est))
+                self.inflight[action_id] = _InFlight("load", gpu.key, model, pages=info.pages)
+                gpu.loaded[model] = earliest + est  # predicted ready time until the result says
+                gpu.weights_free_ns = earliest + est
+                gpu.loads_in_flight += 1
+                gpu.free_pages -= info.pages
+                gpu.last_used_ns[model] = now_ns
+                break
+
+    def _victims(self, gpu: Gpu, pages_needed: int) -> list[str] | None:
+        """Least-recently-used idle models whose pages cover `pages_needed`, or None."""
+        if pages_needed <= 0:
+            return []
+        busy = {f.model for f in self.inflight.values() if f.gpu == gpu.key}
+        idle = [m for m in gpu.loaded if m not in busy and not self.queues.get(m)]
+        victims, freed = [], 0
+        for m in sorted(idle, key=lambda m: gpu.last_used_ns.get(m, 0)):
+            victims.append(m)
+            freed += self.catalog[m].pages
+            if freed >= pages_needed:
+                return victims
+        return None
+
+    # --- views ---------------------------------------------------------------------------
+    def models(self) -> dict[str, ModelInfo]:
+        return {m: info for m, info in self.catalog.items() if self.holders.get(m)}
+
+    def queue_length(self) -> int:
+        return sum(len(q) for q in self.queues.values())

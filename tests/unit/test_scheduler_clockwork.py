@@ -1,0 +1,327 @@
+"""The Clockwork scheduler on a fake clock advanced by hand: no sockets, threads or sleeping."""
+
+import pytest
+
+from cw.serve.protocol import ModelInfo, RequestStatus, Status
+from cw.serve.scheduler import make_scheduler
+from cw.serve.scheduler.base import (ActionResult, Finish, GpuInfo, Request, SchedulerConfig,
+                                     SendInfer, SendLoad, SendUnload, WorkerInfo)
+
+MS = 1_000_000
+EXEC = {1: 2 * MS, 2: 3 * MS, 4: 5 * MS, 8: 9 * MS, 16: 16 * MS}
+
+
+def model(name, pages=2, load_ns=8 * MS, exec_ns=None):
+    return ModelInfo(name, name, pages * 16 * 2**20, pages, [1, 2, 4, 8, 16], [], [], load_ns,
+                     dict(exec_ns or EXEC), "profile")
+
+
+def worker(wid, models, gpus=1, pages=10):
+    return WorkerInfo(wid, f"w{wid}", [GpuInfo(i, pages, 16 * 2**20) for i in range(gpus)],
+                      models)
+
+
+class Clock:
+    """The fake clock: nothing moves unless the test says so."""
+    def __init__(self):
+        self.now = 1_000 * MS
+
+    def advance(self, ns):
+        self.now += ns
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def of(decisions, cls):
+    return [d for d in decisions if isinstance(d, cls)]
+
+
+class Harness:
+    def __init__(self, clock, config=SchedulerConfig(), models=("m",), workers=1, pages=10):
+        self.clock = clock
+        self.s = make_scheduler("clockwork", config)
+        self.ids = iter(range(1, 10**9))
+        self.finished: dict[int, Finish] = {}
+        self.sent = []
+        for w in range(workers):
+            self.apply(self.s.worker_joined(clock.now, worker(w, [model(m) for m in models],
+                                                              pages=pages)))
+
+    def apply(self, decisions):
+        for d in decisions:
+            if isinstance(d, Finish):
+                assert d.request_id not in self.finished, "a request answered twice"
+                self.finished[d.request_id] = d
+            else:
+                self.sent.append(d)
+        return decisions
+
+    def request(self, model="m", slo_ms=100):
+        rid = next(self.ids)
+        now = self.clock.now
+        self.apply(self.s.request_arrived(now, Request(rid, model, 1, now, now + slo_ms * MS)))
+        return rid
+
+    def complete(self, action, status=Status.OK, device_ns=None, late_ns=0):
+        """The worker ran `action` as planned (or reports `status`)."""
+        start = action.earliest_ns + late_ns
+        dur = device_ns if device_ns is not None else action.expected_ns
+        self.clock.now = max(self.clock.now, start + dur)
+        return self.apply(self.s.result_returned(
+            self.clock.now, ActionResult(action.action_id, status, start, start + dur, dur)))
+
+    def load_all(self):
+        """Run every pending LOAD to completion."""
+        for d in list(self.sent):
+            if isinstance(d, SendLoad):
+                self.sent.remove(d)
+                self.complete(d)
+
+
+def test_cold_request_triggers_load_then_infer(clock):
+    h = Harness(clock)
+    rid = h.request()
+    (load,) = of(h.sent, SendLoad)
+    assert load.model == "m" and load.expected_ns == 8 * MS
+    assert not of(h.sent, SendInfer) or of(h.sent, SendInfer)[0].earliest_ns >= \
+        load.earliest_ns + load.expected_ns  # an INFER may be planned after the predicted load
+    h.load_all()
+    infers = of(h.sent, SendInfer)
+    assert len(infers) == 1 and infers[0].request_ids == [rid]
+    h.complete(infers[0])
+    assert h.finished[rid].status == RequestStatus.OK and h.finished[rid].cold_start
+
+
+def test_largest_feasible_batch_wins(clock):
+    h = Harness(clock, SchedulerConfig(schedule_ahead_ns=1 * MS))
+    h.request()
+    h.load_all()
+    (first,) = of(h.sent, SendInfer)
+    h.sent.clear()
+    # the GPU is planned 2 ms ahead, beyond the 1 ms horizon: new requests wait in the queue
+    clock.now = first.earliest_ns
+    rids = [h.request() for _ in range(3)]
+    assert not of(h.sent, SendInfer)
+    clock.now = first.earliest_ns + first.expected_ns - MS // 2  # within the horizon again
+    h.apply(h.s.tick(clock.now))
+    (batch,) = of(h.sent, SendInfer)
+    assert batch.request_ids == rids and batch.batch_size == 4  # 3 requests, padded to 4
+    assert batch.earliest_ns >= first.earliest_ns + first.expected_ns  # one EXEC at a time
+
+
+def test_batch_shrinks_to_meet_the_deadline(clock):
+    h = Harness(clock)
+    h.request()
+    h.load_all()
+    h.complete(of(h.sent, SendInfer)[0])
+    h.sent.clear()
+    # 8 requests with a 12 ms SLO: batch 8 (9 ms) would start too late behind nothing? it fits;
+    # with an 8 ms SLO only batch 4 (5 ms) fits the deadline minus the completion margin
+    for _ in range(8):
+        h.apply(h.s.request_arrived(clock.now, Request(next(h.ids), "m", 1, clock.now,
+                                                       clock.now + 8 * MS)))
+    sizes = [d.batch_size for d in of(h.sent, SendInfer)]
+    assert sizes and max(sizes) <= 4
+    for d in of(h.sent, SendInfer):
+        assert d.earliest_ns + d.expected_ns <= clock.now + 8 * MS
+
+
+def test_infeasible_requests_rejected_immediately_never_sent(clock):
+    h = Harness(clock)
+    h.request()
+    h.load_all()
+    rid = h.request(slo_ms=1)  # exec alone takes 2 ms
+    assert h.finished[rid].status == RequestStatus.REJECTED
+    assert all(rid not in d.request_ids for d in of(h.sent, SendInfer))
+
+
+def test_windows_are_tight_and_meet_the_deadline(clock):
+    config = SchedulerConfig(infer_slack_ns=2 * MS)
+    h = Harness(clock, config)
+    h.request()
+    h.load_all()
+    for _ in range(20):
+        h.request(slo_ms=50)
+        clock.advance(MS // 2)
+        h.apply(h.s.tick(clock.now))
+    for d in of(h.sent, SendInfer):
+        assert d.earliest_ns >= 0 and d.latest_ns >= d.earliest_ns
+        assert d.latest_ns - d.earliest_ns <= 2 * MS
+        assert d.expected_ns == EXEC[d.batch_size]
+
+
+def test_planning_stays_within_schedule_ahead(clock):
+    config = SchedulerConfig(schedule_ahead_ns=5 * MS)
+    h = Harness(clock, config)
+    h.request()
+    h.load_all()
+    h.complete(of(h.sent, SendInfer)[0])
+    h.sent.clear()
+    t0 = clock.now
+    for _ in range(200):  # far more work than 5 ms: only the head is planned now
+        h.apply(h.s.request_arrived(t0, Request(next(h.ids), "m", 1, t0, t0 + 1000 * MS)))
+    planned = of(h.sent, SendInfer)
+    assert planned and all(d.earliest_ns < t0 + 5 * MS for d in planned)
+    assert sum(d.expected_ns for d in planned) < 5 * MS + 16 * MS
+    # advancing the clock lets the scheduler plan more, never more than 5 ms ahead of now
+    clock.advance(20 * MS)
+    before = len(h.sent)
+    h.apply(h.s.tick(clock.now))
+    assert len(h.sent) > before
+    assert all(d.earliest_ns < clock.now + 5 * MS for d in of(h.sent[before:], SendInfer))
+
+
+def test_load_priority_follows_demand_and_lru_unload(clock):
+    # pages for two models only; three models; max one load in flight
+    config = SchedulerConfig(max_loads_in_flight=1)
+    h = Harness(clock, config, models=("a", "b", "c"), pages=4)
+    h.request("a")
+    h.load_all()
+    for d in of(h.sent, SendInfer):
+        h.sent.remove(d)
+        h.complete(d)
+    clock.advance(10 * MS)
+    h.request("b")
+    h.load_all()
+    for d in of(h.sent, SendInfer):
+        h.sent.remove(d)
+        h.complete(d)
+    clock.advance(10 * MS)
+    # "a" is least recently used; "c" needs its pages
+    h.sent.clear()
+    h.request("c")
+    unloads, loads = of(h.sent, SendUnload), of(h.sent, SendLoad)
+    assert [u.model for u in unloads] == ["a"]
+    assert [l.model for l in loads] == ["c"]
+    assert unloads[0].earliest_ns <= loads[0].earliest_ns
+
+
+def test_higher_demand_model_loads_first(clock):
+    config = SchedulerConfig(max_loads_in_flight=1)
+    h = Harness(clock, config, models=("x", "y"), pages=10)
+    t = clock.now
+    # y: many urgent requests arrive in one tick; x: one relaxed request
+    decisions = []
+    decisions += h.s.request_arrived(t, Request(1, "x", 1, t, t + 500 * MS))
+    first = of(decisions, SendLoad)
+    assert [l.model for l in first] == ["x"]  # alone, it is loaded at once
+    h2 = Harness(Clock(), config, models=("x", "y"), pages=10)
+    s = h2.s
+    t = h2.clock.now
+    # queue both before any tick can load: with the GPU's one load slot busy
+    s.gpus[(0, 0)].loads_in_flight = 1
+    s.request_arrived(t, Request(1, "x", 1, t, t + 500 * MS))
+    for i in range(5):
+        s.request_arrived(t, Request(10 + i, "y", 1, t, t + 60 * MS))
+    s.gpus[(0, 0)].loads_in_flight = 0
+    loads = of(s.tick(t), SendLoad)
+    assert loads[0].model == "y"
+
+
+def test_worker_loss_replans_on_another_worker(clock):
+    h = Harness(clock, workers=2)
+    rid = h.request()
+    h.load_all()
+    (infer,) = of(h.sent, SendInfer)
+    lost = infer.worker_id
+    h.sent.clear()
+    h.apply(h.s.worker_left(clock.now, lost))
+    h.load_all()
+    (again,) = of(h.sent, SendInfer)
+    assert again.worker_id != lost and again.request_ids == [rid]
+    h.complete(again)
+    assert h.finished[rid].status == RequestStatus.OK
+
+
+def test_worker_loss_without_alternative_rejects(clock):
+    h = Harness(clock, workers=1)
+    rid = h.request()
+    h.load_all()
+    h.apply(h.s.worker_left(clock.now, 0))
+    assert h.finished[rid].status == RequestStatus.REJECTED
+    assert h.s.models() == {}
+
+
+def test_too_late_result_requeues_or_rejects(clock):
+    h = Harness(clock)
+    rid = h.request(slo_ms=30)
+    h.load_all()
+    (infer,) = of(h.sent, SendInfer)
+    h.sent.clear()
+    clock.now = infer.latest_ns + 1
+    h.complete(infer, status=Status.TOO_LATE)
+    (again,) = of(h.sent, SendInfer)
+    assert again.request_ids == [rid] and again.earliest_ns >= clock.now
+    # a second failure after the deadline has effectively passed: rejected, not sent
+    h.sent.clear()
+    clock.now = clock.now + 30 * MS
+    h.complete(again, status=Status.TOO_LATE)
+    assert h.finished[rid].status == RequestStatus.REJECTED and not of(h.sent, SendInfer)
+
+
+def test_runtime_error_fails_requests_with_reason(clock):
+    h = Harness(clock)
+    rid = h.request()
+    h.load_all()
+    h.complete(of(h.sent, SendInfer)[0], status=Status.RUNTIME_ERROR)
+    assert h.finished[rid].status == RequestStatus.ERROR
+    assert "RUNTIME_ERROR" in h.finished[rid].message
+
+
+def test_estimates_are_rolling_p99_of_measurements(clock):
+    h = Harness(clock)
+    h.request()
+    h.load_all()
+    (infer,) = of(h.sent, SendInfer)
+    h.sent.clear()
+    h.complete(infer, device_ns=7 * MS)  # slower than the 2 ms profile said
+    h.request()
+    (nxt,) = of(h.sent, SendInfer)
+    assert nxt.expected_ns == 7 * MS
+    key = ("exec", 0, 0, "m", 1)
+    for v in range(1, 11):  # ten faster measurements push the 7 ms out of the window
+        h.s.estimates.observe(key, v * 100_000)
+    assert h.s.estimates.get(key) == 1_000_000
+
+
+def test_every_request_answered_exactly_once_under_load(clock):
+    h = Harness(clock, models=("a", "b"), workers=2)
+    rids = []
+    for i in range(600):
+        rids.append(h.request("a" if i % 3 else "b", slo_ms=25))
+        clock.advance(800_000)
+        h.apply(h.s.tick(clock.now))
+        # complete whatever is due
+        for d in list(h.sent):
+            if d.earliest_ns + d.expected_ns <= clock.now:
+                h.sent.remove(d)
+                h.complete(d)
+    for _ in range(200):
+        clock.advance(MS)
+        h.apply(h.s.tick(clock.now))
+        for d in list(h.sent):
+            if d.earliest_ns + d.expected_ns <= clock.now:
+                h.sent.remove(d)
+                h.complete(d)
+    assert set(h.finished) == set(rids)
+    ok = [f for f in h.finished.values() if f.status == RequestStatus.OK]
+    assert len(ok) > 0.95 * len(rids)
+
+
+def test_hot_model_is_replicated_when_one_gpu_cannot_keep_up(clock):
+    h = Harness(clock, models=("a",), workers=2)
+    for _ in range(400):  # 2,000 r/s of one model: one GPU does ~1,000 r/s at batch 16
+        h.request("a", slo_ms=50)
+        clock.advance(500_000)
+        h.apply(h.s.tick(clock.now))
+        for d in list(h.sent):
+            if d.earliest_ns + d.expected_ns <= clock.now:
+                h.sent.remove(d)
+                h.complete(d)
+    assert all("a" in g.loaded for g in h.s.gpus.values())
+    ok = [f for f in h.finished.values() if f.status == RequestStatus.OK]
+    assert len(ok) > 0.9 * len(h.finished)
