@@ -92,7 +92,8 @@ def _register_commands() -> None:
     global _registered
     if _registered:
         return
-    from cw.cli import bundle_cmds, compile_cmd, demo, profile_cmd, zoo  # noqa: F401
+    from cw.cli import (bundle_cmds, compile_cmd, demo, profile_cmd, serve_cmds,  # noqa: F401
+                        zoo)
 
     _registered = True
 

@@ -175,16 +175,23 @@ class ClockworkScheduler(Scheduler):
                                         "cannot meet its deadline"))
 
     def _best_batch(self, now_ns: int, gpu: Gpu, model: str):
-        """(urgency, start, batch size, k requests) of the largest feasible batch, or None."""
+        """The largest feasible batch of the most urgent requests, as
+        (urgency, start, batch size, k requests, estimate, deadline), or None."""
         queue = self.queues.get(model)
         if not queue:
             return None
         info = self.catalog[model]
+        largest = info.batch_sizes[-1]
         start = self._earliest_start(now_ns, gpu, model)
         deadline = queue[0][0] - COMPLETION_MARGIN_NS  # EDF: the head is the most urgent
-        most = min(len(queue), info.batch_sizes[-1])
-        for k in range(most, 0, -1):
-            b = next(s for s in info.batch_sizes if s >= k)
+        samples, prefix = 0, []
+        for _, _, r in heapq.nsmallest(largest, queue):
+            if samples + r.n > largest:
+                break
+            samples += r.n
+            prefix.append(samples)
+        for k in range(len(prefix), 0, -1):
+            b = next(s for s in info.batch_sizes if s >= prefix[k - 1])
             est = self._exec_est(gpu, model, b)
             if start + est <= deadline:
                 return deadline - est, start, b, k, est, deadline

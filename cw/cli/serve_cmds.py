@@ -1,0 +1,251 @@
+"""`cw serve` (all-in-one), `cw serve controller`, `cw serve worker`, and `cw infer`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import typer
+
+from cw.cli.app import app, console, print_json
+from cw.serve.controller import ControllerConfig
+from cw.units import parse_duration_ns, parse_size
+
+serve_app = typer.Typer(help="Serve models: a controller that schedules, workers that execute.",
+                        invoke_without_command=True)
+app.add_typer(serve_app, name="serve")
+_C = ControllerConfig()
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead, default_slo,
+                       metrics_port, log_dir) -> ControllerConfig:
+    return ControllerConfig(workers_listen=workers_listen, clients_listen=clients_listen,
+                            scheduler=scheduler,
+                            schedule_ahead_ns=parse_duration_ns(schedule_ahead, "--schedule-ahead"),
+                            default_slo_ns=parse_duration_ns(default_slo, "--default-slo"),
+                            metrics_port=metrics_port, log_dir=log_dir)
+
+
+def demo_models_dir() -> Path:
+    """The default model set: tiny zoo models compiled for the CPU on first use."""
+    import model_zoo
+    from cw.bundle import MANIFEST
+    from cw.compile.compiler import CompileConfig, compile_model
+    from cw.tvm_env import cache_dir
+
+    root = cache_dir() / "demo-models"
+    for name in ("mlp", "small_cnn"):
+        if not (root / name / MANIFEST).is_file():
+            console().print(f"compiling demo model {name} into {root} (first use only)")
+            root.mkdir(parents=True, exist_ok=True)
+            onnx_path = root / f"{name}.onnx.src"  # not a bundle: ignored by workers
+            model_zoo.export(name, onnx_path)
+            compile_model(onnx_path, root / name, CompileConfig(name=name, force=True))
+    return root
+
+
+@serve_app.callback()
+def serve_all(
+    ctx: typer.Context,
+    models: Path = typer.Option(None, "--models", help="Directory of bundles (default: demo set)."),
+    workers: int = typer.Option(1, "--workers", help="Local workers to start."),
+    runtime: str = typer.Option("cpu", "--runtime", help="cpu, simulated or cuda."),
+    copies: int = typer.Option(1, "--copies", help="Instances of each model per worker."),
+    workers_listen: str = typer.Option("tcp://127.0.0.1:7000", "--workers-listen"),
+    clients_listen: str = typer.Option("tcp://127.0.0.1:7001", "--clients-listen"),
+    scheduler: str = typer.Option(_C.scheduler, "--scheduler"),
+    schedule_ahead: str = typer.Option("5ms", "--schedule-ahead"),
+    default_slo: str = typer.Option("100ms", "--default-slo"),
+    metrics_port: int = typer.Option(None, "--metrics-port"),
+    log_dir: Path = typer.Option(None, "--log-dir", help="Telemetry CSVs and worker logs."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Run a controller and local workers in one command; Ctrl-C stops everything.
+
+    Examples:
+      [bold]cw serve[/]                                   (demo models, one CPU worker)
+      [bold]cw serve --models zoo-bundles --workers 4 --runtime simulated --copies 100[/]
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from cw.errors import UsageError
+    from cw.serve.launch import (ControllerThread, WorkerProcesses, install_signal_stop,
+                                 local_address)
+
+    _logging(verbose)
+    if runtime not in ("cpu", "simulated", "cuda"):
+        raise UsageError(f"unknown runtime '{runtime}'", "use cpu, simulated or cuda")
+    models_dir = models or demo_models_dir()
+    config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
+                                default_slo, metrics_port, log_dir)
+    if log_dir:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    ctl = ControllerThread(config).start()
+    devices = ["cuda:0"] if runtime == "cuda" else ["cpu"]
+    procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, workers,
+                            "simulated" if runtime == "simulated" else "tvm", devices, copies,
+                            log_dir=log_dir)
+    stop = threading.Event()
+    install_signal_stop(stop)
+    out = console()
+    try:
+        ctl.wait_for_workers(workers, timeout_s=120)
+        names = ", ".join(sorted(ctl.controller.scheduler.models()))
+        out.print(f"[green]serving[/] {names}")
+        out.print(f"clients: {local_address(ctl.clients_address)}   workers: "
+                  f"{local_address(ctl.workers_address)}"
+                  + (f"   metrics: http://127.0.0.1:{metrics_port}/metrics" if metrics_port
+                     else ""))
+        out.print(f"try: cw infer {sorted(ctl.controller.scheduler.models())[0]} --random "
+                  f"--controller {local_address(ctl.clients_address)}   (Ctrl-C to stop)")
+        while not stop.is_set():
+            procs.check()
+            stop.wait(0.5)
+    finally:
+        procs.stop()
+        ctl.close()
+        out.print("stopped")
+
+
+@serve_app.command("controller")
+def serve_controller(
+    workers_listen: str = typer.Option(_C.workers_listen, "--workers-listen"),
+    clients_listen: str = typer.Option(_C.clients_listen, "--clients-listen"),
+    scheduler: str = typer.Option(_C.scheduler, "--scheduler"),
+    schedule_ahead: str = typer.Option("5ms", "--schedule-ahead"),
+    default_slo: str = typer.Option("100ms", "--default-slo"),
+    metrics_port: int = typer.Option(None, "--metrics-port"),
+    log_dir: Path = typer.Option(None, "--log-dir"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Run the controller alone; workers connect with `cw serve worker --controller ...`.
+
+    Example: [bold]cw serve controller --workers-listen tcp://*:7000 --clients-listen tcp://*:7001[/]
+    """
+    from cw.serve.launch import ControllerThread, install_signal_stop
+
+    _logging(verbose)
+    config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
+                                default_slo, metrics_port, log_dir)
+    ctl = ControllerThread(config).start()
+    console().print(f"controller: workers at {ctl.workers_address}, clients at "
+                    f"{ctl.clients_address} (Ctrl-C to stop)")
+    stop = threading.Event()
+    install_signal_stop(stop)
+    try:
+        while not stop.is_set():
+            stop.wait(0.5)
+    finally:
+        ctl.close()
+
+
+@serve_app.command("worker")
+def serve_worker(
+    controller: str = typer.Option("tcp://127.0.0.1:7000", "--controller"),
+    models: Path = typer.Option(..., "--models", help="Directory of bundles."),
+    device: str = typer.Option("cpu", "--device", help="cpu, or cuda:0,cuda:1,..."),
+    runtime: str = typer.Option("tvm", "--runtime", help="tvm or simulated."),
+    page_cache: str = typer.Option(None, "--page-cache", help="Weights cache per device."),
+    copies: int = typer.Option(1, "--copies", help="Instances of each model."),
+    name: str = typer.Option(None, "--name"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Run a worker: load bundles, connect to the controller, execute its actions.
+
+    Example: [bold]cw serve worker --controller tcp://10.0.0.1:7000 --models bundles --device cuda:0[/]
+    """
+    from cw.serve.launch import install_signal_stop, run_worker
+    from cw.serve.worker import WorkerConfig
+
+    _logging(verbose)
+    kw = {"name": name} if name else {}
+    config = WorkerConfig(controller=controller, models_dir=models,
+                          devices=tuple(d.strip() for d in device.split(",")), runtime=runtime,
+                          page_cache_bytes=parse_size(page_cache, "page cache") if page_cache
+                          else None, copies=copies, **kw)
+    stop = threading.Event()
+    install_signal_stop(stop)
+    run_worker(config, stop)
+
+
+@app.command("infer")
+def infer_cmd(
+    model: str = typer.Argument(None, help="Model to run."),
+    input: Path = typer.Option(None, "--input", "-i", help=".npy with a batch axis."),
+    random: bool = typer.Option(False, "--random", help="Use a random input of the right shape."),
+    slo: str = typer.Option(None, "--slo", help="Latency objective, e.g. 100ms."),
+    controller: str = typer.Option("tcp://127.0.0.1:7001", "--controller"),
+    output: Path = typer.Option(None, "-o", "--output", help="Write the output (.npy)."),
+    list_models: bool = typer.Option(False, "--list", help="List servable models."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Send one request to a running `cw serve` and print (or save) the answer.
+
+    Examples:
+      [bold]cw infer mlp --random[/]
+      [bold]cw infer resnet50 --input x.npy --slo 50ms -o y.npy --controller tcp://host:7001[/]
+    """
+    import numpy as np
+
+    from cw.client import Client, RequestFailed
+    from cw.errors import UsageError
+    from cw.serve.protocol import RequestStatus
+
+    with Client(controller, timeout_s=10) as client:
+        models = {m.model_id: m for m in client.models()}
+        if list_models or model is None:
+            if as_json:
+                print_json([{"model": m.model_id, "batch_sizes": m.batch_sizes} for m in
+                            models.values()])
+            else:
+                for m in models.values():
+                    console().print(f"{m.model_id}  batch sizes {m.batch_sizes}  input "
+                                    f"{[i.sample_shape for i in m.inputs]}")
+            return
+        if model not in models:
+            raise UsageError(f"no model '{model}' at {controller}",
+                             f"servable: {', '.join(sorted(models)) or 'none'}")
+        info = models[model]
+        if input is not None:
+            x = np.load(input, allow_pickle=False)
+        elif random:
+            spec = info.inputs[0]
+            x = np.random.default_rng(0).standard_normal((1, *spec.sample_shape)).astype(spec.dtype)
+        else:
+            raise UsageError("no input", "give --input X.npy or --random")
+        spec = info.inputs[0]
+        if x.dtype != np.dtype(spec.dtype) or list(x.shape[1:]) != spec.sample_shape:
+            raise UsageError(f"input has shape {list(x.shape)} and dtype {x.dtype}; '{model}' "
+                             f"takes [B, {', '.join(map(str, spec.sample_shape))}] {spec.dtype}",
+                             "B is the batch size")
+        slo_ms = parse_duration_ns(slo, "--slo") / 1e6 if slo else None
+        start = time.perf_counter()
+        response = client.infer_response(model, x, slo_ms)
+        if response.status != RequestStatus.OK:
+            raise RequestFailed(response.status, response.message)
+        y = client._decode(model, response, x.shape[0])
+    elapsed = (time.perf_counter() - start) * 1e3
+    if output is not None:
+        np.save(output, y if isinstance(y, np.ndarray) else y[0])
+    if as_json:
+        print_json({"model": model, "status": response.status.name,
+                    "latency_ms": response.latency_ns / 1e6, "batch_size": response.batch_size,
+                    "simulated": response.simulated,
+                    "output_shape": list(np.shape(y if isinstance(y, np.ndarray) else y[0]))})
+        return
+    out = console()
+    note = " [yellow](simulated worker: outputs are zeros)[/]" if response.simulated else ""
+    out.print(f"{model}: ok in {response.latency_ns / 1e6:.2f} ms at the controller, "
+              f"{elapsed:.2f} ms round trip, batch size {response.batch_size}{note}")
+    if output is not None:
+        out.print(f"wrote {output}")
+    else:
+        out.print(np.array2string(y if isinstance(y, np.ndarray) else y[0], precision=4,
+                                  threshold=20))

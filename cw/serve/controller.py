@@ -1,0 +1,340 @@
+"""The controller's network layer: turns messages into scheduler events and decisions into
+messages. All choice lives in the scheduler; this layer validates, keeps payloads, answers
+clients, and writes telemetry and metrics.
+
+`step(now_ns)` handles what arrived and runs one scheduler tick; `serve_forever` owns the loop.
+Every client request gets exactly one response.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cw.serve import protocol as p
+from cw.serve.metrics import Metrics
+from cw.serve.protocol import RequestStatus, Status
+from cw.serve.scheduler.base import (ActionResult, Finish, GpuInfo, Request, Scheduler,
+                                     SendInfer, SendLoad, SendUnload, WorkerInfo)
+from cw.serve.telemetry import ActionRow, RequestRow, TelemetryLog
+from cw.serve.transport import Malformed
+
+log = logging.getLogger("cw.controller")
+MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    workers_listen: str = "tcp://*:7000"
+    clients_listen: str = "tcp://*:7001"
+    scheduler: str = "clockwork"
+    schedule_ahead_ns: int = 5 * MS
+    default_slo_ns: int = 100 * MS
+    max_slo_ns: int = 3_600_000 * MS     # an hour: beyond that the SLO is surely a unit mistake
+    metrics_port: int | None = None
+    log_dir: Path | None = None
+    worker_timeout_ns: int = 3_000 * MS  # silent this long (it pings every 0.5 s): gone
+
+    def __post_init__(self):
+        from cw.errors import UsageError
+
+        if self.default_slo_ns <= 0 or self.default_slo_ns > self.max_slo_ns:
+            raise UsageError("--default-slo must be positive and at most an hour")
+        if self.schedule_ahead_ns < 0:
+            raise UsageError("--schedule-ahead must not be negative")
+
+
+@dataclass
+class _Pending:
+    peer: bytes
+    client_request_id: int
+    model: str
+    n: int
+    inputs: list[bytes]
+    arrival_ns: int
+    deadline_ns: int
+    slo_ns: int
+
+
+@dataclass
+class _Worker:
+    worker_id: int
+    peer: bytes
+    name: str
+    simulated: bool
+    models: dict[str, p.ModelInfo]
+    last_seen_ns: int
+
+
+@dataclass
+class _Action:
+    decision: object
+    sent_ns: int
+    result: p.Result | None = None
+    samples: dict[int, int] = field(default_factory=dict)  # INFER: request id -> samples
+
+
+class Controller:
+    def __init__(self, config: ControllerConfig, workers_endpoint, clients_endpoint,
+                 scheduler: Scheduler, telemetry: TelemetryLog | None = None,
+                 metrics: Metrics | None = None):
+        self.config = config
+        self.workers_ep = workers_endpoint
+        self.clients_ep = clients_endpoint
+        self.scheduler = scheduler
+        self.telemetry = telemetry or TelemetryLog(config.log_dir, keep=False)
+        self.metrics = metrics or Metrics()
+        self.workers: dict[int, _Worker] = {}
+        self.by_peer: dict[bytes, int] = {}
+        self.pending: dict[int, _Pending] = {}
+        self.actions: dict[int, _Action] = {}
+        self._worker_ids = itertools.count(1)
+        self._request_ids = itertools.count(1)
+        self._worker_handlers = {p.Register: self._on_register, p.Ping: self._on_ping,
+                                 p.Result: self._on_result, Malformed: self._on_worker_malformed}
+        self._client_handlers = {p.InferRequest: self._on_infer, p.ListModels: self._on_models,
+                                 Malformed: self._on_client_malformed}
+
+    # --- loop ----------------------------------------------------------------------------
+    def step(self, now_ns: int, timeout_ms: int = 1) -> None:
+        """Handle what arrived, check worker liveness, run one scheduler tick."""
+        for peer, msg in self.workers_ep.poll(0):
+            handler = self._worker_handlers.get(type(msg))
+            if handler is None:
+                log.warning("unexpected %s from a worker", type(msg).__name__)
+                continue
+            handler(now_ns, peer, msg)
+        for peer, msg in self.clients_ep.poll(timeout_ms):
+            handler = self._client_handlers.get(type(msg))
+            if handler is None:  # a valid ToClient-side type sent by a client, say
+                self._respond_error(peer, -1, RequestStatus.MALFORMED,
+                                    f"unexpected message {type(msg).__name__}")
+                continue
+            handler(now_ns, peer, msg)
+        self._check_liveness(now_ns)
+        self._apply(now_ns, self.scheduler.tick(now_ns))
+
+    def serve_forever(self, stop: threading.Event, clock=time.monotonic_ns) -> None:
+        last_gauges = 0
+        while not stop.is_set():
+            now = clock()
+            try:
+                self.step(now)
+            except Exception:  # log the unexpected and keep serving
+                log.exception("controller step failed")
+            if now - last_gauges > 200 * MS:
+                last_gauges = now
+                self._update_gauges(now)
+                self.telemetry.flush()
+        self.shutdown(clock())
+
+    def shutdown(self, now_ns: int) -> None:
+        for rid in list(self.pending):
+            self._finish(now_ns, Finish(rid, RequestStatus.SHUTTING_DOWN,
+                                        "the controller is shutting down"))
+        self.clients_ep.poll(0)  # flush responses
+        self.telemetry.close()
+
+    # --- workers -------------------------------------------------------------------------
+    def _on_register(self, now_ns: int, peer: bytes, msg: p.Register) -> None:
+        if msg.protocol_version != p.PROTOCOL_VERSION:
+            log.error("worker %s speaks protocol %d, this controller %d", msg.name,
+                      msg.protocol_version, p.PROTOCOL_VERSION)
+            self.workers_ep.send(peer, p.Goodbye(
+                f"protocol version {msg.protocol_version} is not {p.PROTOCOL_VERSION}"))
+            return
+        if peer in self.by_peer:  # re-registration (its controller view was lost): start over
+            self._worker_left(now_ns, self.by_peer[peer], "re-registered")
+        wid = next(self._worker_ids)
+        self.workers[wid] = _Worker(wid, peer, msg.name, msg.simulated,
+                                    {m.model_id: m for m in msg.models}, now_ns)
+        self.by_peer[peer] = wid
+        self.workers_ep.send(peer, p.Welcome(wid, msg.worker_ns, now_ns))
+        log.info("worker %d (%s, %s) joined with %d devices and %d models", wid, msg.name,
+                 msg.runtime, len(msg.devices), len(msg.models))
+        info = WorkerInfo(wid, msg.name, [GpuInfo(d.index, d.pages, d.page_size)
+                                          for d in msg.devices], list(msg.models), msg.simulated)
+        self._apply(now_ns, self.scheduler.worker_joined(now_ns, info))
+
+    def _on_ping(self, now_ns: int, peer: bytes, msg: p.Ping) -> None:
+        wid = self.by_peer.get(peer)
+        if wid is None:
+            self.workers_ep.send(peer, p.Goodbye("unknown worker: register again"))
+            return
+        self.workers[wid].last_seen_ns = now_ns
+        self.workers_ep.send(peer, p.Pong(msg.worker_sent_ns, now_ns))
+
+    def _on_result(self, now_ns: int, peer: bytes, msg: p.Result) -> None:
+        wid = self.by_peer.get(peer)
+        if wid is not None:
+            self.workers[wid].last_seen_ns = now_ns
+        record = self.actions.get(msg.id)
+        if record is None or wid is None:
+            log.warning("result for unknown action %d", msg.id)
+            return
+        record.result = msg
+        main = msg.timings[1] if msg.kind == "infer" and len(msg.timings) > 1 else (
+            msg.timings[0] if msg.timings and msg.kind != "infer" else None)
+        result = ActionResult(msg.id, msg.status, main.start_ns if main else 0,
+                              main.end_ns if main else 0, main.device_ns if main else 0)
+        self._action_row(now_ns, record, msg.status.name, main, msg.simulated)
+        decisions = self.scheduler.result_returned(now_ns, result)
+        self._apply(now_ns, decisions)
+        del self.actions[msg.id]
+
+    def _on_worker_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
+        log.warning("malformed message from a worker (%d bytes): %s", len(msg.raw), msg.error)
+
+    def _check_liveness(self, now_ns: int) -> None:
+        for peer in self.workers_ep.unreachable:
+            if peer in self.by_peer:
+                self._worker_left(now_ns, self.by_peer[peer], "unreachable")
+        self.workers_ep.unreachable.clear()
+        for wid, w in list(self.workers.items()):
+            if now_ns - w.last_seen_ns > self.config.worker_timeout_ns:
+                self._worker_left(now_ns, wid, "silent")
+
+    def _worker_left(self, now_ns: int, wid: int, why: str) -> None:
+        w = self.workers.pop(wid)
+        self.by_peer.pop(w.peer, None)
+        log.warning("worker %d (%s) left: %s", wid, w.name, why)
+        for action_id, record in list(self.actions.items()):
+            if record.decision.worker_id == wid:
+                self._action_row(now_ns, record, "LOST", None, w.simulated)
+                del self.actions[action_id]
+        self._apply(now_ns, self.scheduler.worker_left(now_ns, wid))
+
+    # --- clients -------------------------------------------------------------------------
+    def _on_infer(self, now_ns: int, peer: bytes, msg: p.InferRequest) -> None:
+        problem = self._validate(msg)
+        if problem:
+            status, message = problem
+            self.clients_ep.send(peer, p.InferResponse(msg.request_id, status, message))
+            self.metrics.request(status.name, 0, False)
+            return
+        slo = msg.slo_ns or self.config.default_slo_ns
+        rid = next(self._request_ids)
+        self.pending[rid] = _Pending(peer, msg.request_id, msg.model, msg.n, list(msg.inputs),
+                                     now_ns, now_ns + slo, slo)
+        self._apply(now_ns, self.scheduler.request_arrived(
+            now_ns, Request(rid, msg.model, msg.n, now_ns, now_ns + slo)))
+
+    def _validate(self, msg: p.InferRequest):
+        info = self.scheduler.models().get(msg.model)
+        if info is None:
+            known = ", ".join(sorted(self.scheduler.models())) or "none yet"
+            return RequestStatus.UNKNOWN_MODEL, f"no model '{msg.model}' (servable: {known})"
+        if msg.slo_ns < 0 or msg.slo_ns > self.config.max_slo_ns:
+            return RequestStatus.BAD_SLO, f"SLO {msg.slo_ns} ns must be within (0, 1 h]"
+        if not 1 <= msg.n <= info.batch_sizes[-1]:
+            return RequestStatus.BAD_INPUT, (f"{msg.n} samples; '{msg.model}' takes 1.."
+                                             f"{info.batch_sizes[-1]} per request")
+        if len(msg.inputs) != len(info.inputs):
+            return RequestStatus.BAD_INPUT, (f"{len(msg.inputs)} inputs given, '{msg.model}' "
+                                             f"takes {len(info.inputs)}")
+        for data, spec in zip(msg.inputs, info.inputs):
+            if len(data) != msg.n * spec.sample_bytes:
+                return RequestStatus.BAD_INPUT, (
+                    f"input '{spec.name}' has {len(data)} bytes; {msg.n} sample(s) of "
+                    f"{spec.dtype}{spec.sample_shape} are {msg.n * spec.sample_bytes}")
+        return None
+
+    def _on_models(self, now_ns: int, peer: bytes, msg: p.ListModels) -> None:
+        self.clients_ep.send(peer, p.ModelsResponse(msg.request_id,
+                                                    list(self.scheduler.models().values())))
+
+    def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
+        self._respond_error(peer, -1, RequestStatus.MALFORMED, f"malformed request: {msg.error}")
+
+    def _respond_error(self, peer, request_id, status, message) -> None:
+        self.clients_ep.send(peer, p.ErrorResponse(request_id, status, message))
+
+    # --- decisions -----------------------------------------------------------------------
+    def _apply(self, now_ns: int, decisions) -> None:
+        for d in decisions:
+            if isinstance(d, Finish):
+                self._finish(now_ns, d)
+                continue
+            w = self.workers.get(d.worker_id)
+            if w is None:
+                continue  # the scheduler will hear of the worker's loss and re-plan
+            if isinstance(d, SendInfer):
+                reqs = [self.pending[r] for r in d.request_ids]
+                inputs = [b"".join(r.inputs[i] for r in reqs) for i in range(len(reqs[0].inputs))]
+                msg = p.Infer(id=d.action_id, model=d.model, gpu=d.gpu,
+                              earliest_ns=d.earliest_ns, latest_ns=d.latest_ns,
+                              expected_ns=d.expected_ns, batch_size=d.batch_size,
+                              n=sum(r.n for r in reqs), inputs=inputs)
+            else:
+                cls = p.Load if isinstance(d, SendLoad) else p.Unload
+                msg = cls(id=d.action_id, model=d.model, gpu=d.gpu, earliest_ns=d.earliest_ns,
+                          latest_ns=d.latest_ns, expected_ns=d.expected_ns)
+            record = _Action(d, now_ns)
+            if isinstance(d, SendInfer):
+                record.samples = {r: self.pending[r].n for r in d.request_ids}
+            self.actions[d.action_id] = record
+            self.workers_ep.send(w.peer, msg)
+
+    def _finish(self, now_ns: int, f: Finish) -> None:
+        req = self.pending.pop(f.request_id, None)
+        if req is None:
+            return
+        outputs, batch, worker, gpu, simulated = [], 0, -1, -1, False
+        record = self.actions.get(f.action_id) if f.action_id is not None else None
+        if f.status == RequestStatus.OK and record is not None and record.result is not None:
+            d: SendInfer = record.decision
+            outputs = self._slice_outputs(record, f.request_id)
+            batch, worker, gpu = d.batch_size, d.worker_id, d.gpu
+            simulated = record.result.simulated
+        latency = now_ns - req.arrival_ns
+        self.clients_ep.send(req.peer, p.InferResponse(req.client_request_id, f.status, f.message,
+                                                       outputs, latency, batch, simulated))
+        met = f.status == RequestStatus.OK and now_ns <= req.deadline_ns
+        self.metrics.request(f.status.name, latency, met)
+        self.telemetry.request(RequestRow(
+            f.request_id, req.model, req.n, req.arrival_ns, req.deadline_ns, req.slo_ns, now_ns,
+            latency, f.status.name, met, batch, worker, gpu,
+            f.action_id if f.action_id is not None else -1, f.cold_start, simulated))
+
+    @staticmethod
+    def _slice_outputs(record: _Action, request_id: int) -> list[bytes]:
+        """This request's share of each output: requests are laid out in the batch in order."""
+        offset = 0
+        for rid, n in record.samples.items():
+            if rid == request_id:
+                break
+            offset += n
+        n = record.samples[request_id]
+        total = sum(record.samples.values())
+        out = []
+        for data in record.result.outputs:
+            per = len(data) // total
+            out.append(data[offset * per:(offset + n) * per])
+        return out
+
+    def _action_row(self, now_ns, record: _Action, status: str, main, simulated: bool) -> None:
+        d = record.decision
+        kind = "infer" if isinstance(d, SendInfer) else (
+            "load" if isinstance(d, SendLoad) else "unload")
+        start, end, measured = (main.start_ns, main.end_ns, main.device_ns) if main else (0, 0, 0)
+        expected_end = d.earliest_ns + d.expected_ns
+        self.metrics.action(kind, status)
+        self.telemetry.action(ActionRow(
+            d.action_id, kind, status, d.worker_id, d.gpu, d.model,
+            getattr(d, "batch_size", 0), len(getattr(d, "request_ids", [])), record.sent_ns,
+            d.earliest_ns, d.latest_ns, d.expected_ns, expected_end, start, end, measured,
+            measured - d.expected_ns if main else 0, end - expected_end if main else 0, now_ns,
+            simulated))
+
+    def _update_gauges(self, now_ns: int) -> None:
+        busy, models = {}, {}
+        gpus = getattr(self.scheduler, "gpus", {})
+        for (wid, idx), g in gpus.items():
+            elapsed = max(1, now_ns - (self.metrics.started_s or 0) * 1e9)
+            busy[f"{wid}/{idx}"] = min(1.0, g.busy_ns / elapsed)
+            models[f"{wid}/{idx}"] = len(g.loaded)
+        self.metrics.gauges(self.scheduler.queue_length(), busy, models, now_ns / 1e9)

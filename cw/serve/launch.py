@@ -1,0 +1,176 @@
+"""Starting serving processes: library functions behind `cw serve`, used by tests too.
+
+- `ControllerThread`: a controller bound to its two addresses, running in a thread.
+- `run_worker`: a worker process's main (load bundles, warm up, connect, serve).
+- `WorkerProcesses`: local worker subprocesses for the all-in-one `cw serve`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from cw.serve import protocol as p
+from cw.serve.controller import Controller, ControllerConfig
+from cw.serve.metrics import Metrics, serve_metrics
+from cw.serve.scheduler import SchedulerConfig, make_scheduler
+from cw.serve.telemetry import TelemetryLog
+from cw.serve.transport import ZmqDealer, ZmqRouter
+
+log = logging.getLogger("cw.serve")
+
+
+class ControllerThread:
+    """A controller serving in a background thread; `.workers_address` / `.clients_address` are
+    the bound endpoints (useful with port 0 / `*`)."""
+
+    def __init__(self, config: ControllerConfig, keep_telemetry: bool = False):
+        self.workers_ep = ZmqRouter(config.workers_listen, p.Codec(p.FromWorker),
+                                    p.Codec(p.ToWorker))
+        try:
+            self.clients_ep = ZmqRouter(config.clients_listen, p.Codec(p.FromClient),
+                                        p.Codec(p.ToClient))
+        except Exception:
+            self.workers_ep.close()
+            raise
+        self.metrics = Metrics()
+        self.metrics_server = None
+        if config.metrics_port is not None:
+            try:
+                self.metrics_server = serve_metrics(self.metrics, config.metrics_port)
+            except OSError as e:
+                self.close()
+                from cw.errors import UsageError
+                raise UsageError(f"cannot serve metrics on port {config.metrics_port}: "
+                                 f"{e.strerror}", "choose another --metrics-port") from None
+        self.telemetry = TelemetryLog(config.log_dir, keep=keep_telemetry)
+        scheduler = make_scheduler(config.scheduler,
+                                   SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns))
+        self.controller = Controller(config, self.workers_ep, self.clients_ep, scheduler,
+                                     self.telemetry, self.metrics)
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.controller.serve_forever,
+                                       args=(self.stop_event,), name="controller", daemon=True)
+
+    @property
+    def workers_address(self) -> str:
+        return self.workers_ep.address
+
+    @property
+    def clients_address(self) -> str:
+        return self.clients_ep.address
+
+    def start(self) -> "ControllerThread":
+        self.thread.start()
+        return self
+
+    def wait_for_workers(self, count: int, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.controller.workers) < count:
+            if time.monotonic() > deadline:
+                from cw.errors import CwError
+                raise CwError(f"only {len(self.controller.workers)} of {count} workers joined "
+                              f"within {timeout_s:g} s", "see the workers' log output")
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self.stop_event.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+        for ep in (self.workers_ep, getattr(self, "clients_ep", None)):
+            if ep is not None:
+                ep.close()
+
+
+def build_worker(config):
+    """Load and verify bundles, allocate device memory, warm up; returns a Worker, unconnected."""
+    from cw.serve.runtime.host import find_bundles, load_models
+    from cw.serve.worker import Worker, make_runtimes
+
+    models = load_models(find_bundles(config.models_dir), config.copies,
+                         read_weights=config.runtime != "simulated")
+    runtimes = make_runtimes(config, models)
+    dealer = ZmqDealer(config.controller, p.Codec(p.ToWorker), p.Codec(p.FromWorker))
+    worker = Worker(config, dealer, models, runtimes)
+    worker.warm_up()
+    return worker
+
+
+def run_worker(config, stop: threading.Event | None = None) -> None:
+    stop = stop or threading.Event()
+    worker = build_worker(config)
+    log.info("worker %s: %d models on %s, connecting to %s", config.name, len(worker.models),
+             ",".join(config.devices), config.controller)
+    try:
+        worker.serve_forever(stop)
+    finally:
+        worker.transport.close()
+
+
+class WorkerProcesses:
+    """Local worker subprocesses (`python -m cw serve worker ...`), stopped together."""
+
+    def __init__(self, controller: str, models_dir: Path, count: int, runtime: str,
+                 devices: list[str], copies: int = 1, page_cache: str | None = None,
+                 log_dir: Path | None = None):
+        self.procs: list[subprocess.Popen] = []
+        for i in range(count):
+            device = devices[i % len(devices)]
+            cmd = [sys.executable, "-m", "cw", "serve", "worker", "--controller", controller,
+                   "--models", str(models_dir), "--device", device, "--runtime", runtime,
+                   "--copies", str(copies), "--name", f"local-{i}"]
+            if page_cache:
+                cmd += ["--page-cache", page_cache]
+            out = open(log_dir / f"worker-{i}.log", "w") if log_dir else subprocess.DEVNULL
+            self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
+
+    def check(self) -> None:
+        for i, proc in enumerate(self.procs):
+            if proc.poll() is not None:
+                from cw.errors import CwError
+                raise CwError(f"worker {i} exited with code {proc.returncode}",
+                              "run `cw serve worker` by hand to see why")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def install_signal_stop(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set `stop` (the loops then shut down cleanly)."""
+    def handler(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def local_address(bound: str) -> str:
+    """tcp://0.0.0.0:7000 → tcp://127.0.0.1:7000, for local processes to connect to."""
+    return bound.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
+
+
+def with_log_dir(config: ControllerConfig, log_dir: Path | None) -> ControllerConfig:
+    return replace(config, log_dir=log_dir) if log_dir else config
+
+
+if os.environ.get("CW_LOG"):
+    logging.basicConfig(level=os.environ["CW_LOG"].upper())

@@ -1,0 +1,115 @@
+"""Telemetry rows: one per request and one per action. Columns are defined here, once, and
+documented in docs/telemetry.md; the live controller, the simulator and the reports share them.
+All times are integer nanoseconds on the controller's clock (virtual time in a simulation)."""
+
+from __future__ import annotations
+
+import csv
+import threading
+from pathlib import Path
+
+import msgspec
+
+
+class RequestRow(msgspec.Struct, frozen=True):
+    request_id: int
+    model: str
+    n: int                 # samples in the request
+    arrival_ns: int        # when the controller received it
+    deadline_ns: int       # arrival + SLO
+    slo_ns: int
+    completion_ns: int     # when the controller sent the response
+    latency_ns: int        # completion - arrival
+    status: str            # RequestStatus name
+    deadline_met: bool     # status OK and completion ≤ deadline
+    batch_size: int        # compiled batch size it ran in (0 if it did not run)
+    worker: int            # -1 if it did not run
+    gpu: int
+    action_id: int
+    cold_start: bool       # no GPU held the model when it arrived, and it was served
+    simulated: bool
+
+
+class ActionRow(msgspec.Struct, frozen=True):
+    action_id: int
+    kind: str              # load | unload | infer
+    status: str            # Status name, or LOST when its worker left before answering
+    worker: int
+    gpu: int
+    model: str
+    batch_size: int
+    requests: int          # requests carried (INFER)
+    sent_ns: int
+    earliest_ns: int
+    latest_ns: int
+    expected_ns: int       # predicted duration
+    expected_end_ns: int   # earliest + expected
+    start_ns: int          # measured start of the main phase (EXEC or weights copy), 0 if none
+    end_ns: int
+    measured_ns: int       # device-measured duration of the main phase
+    prediction_error_ns: int   # measured - expected
+    completion_error_ns: int   # end - expected_end
+    result_ns: int         # when the result reached the controller
+    simulated: bool
+
+
+REQUEST_COLUMNS = list(RequestRow.__struct_fields__)
+ACTION_COLUMNS = list(ActionRow.__struct_fields__)
+
+
+class TelemetryLog:
+    """Keeps rows in memory (for summaries) and, with a directory, appends them to CSV files
+    `requests.csv` and `actions.csv`."""
+
+    def __init__(self, directory: str | Path | None = None, keep: bool = True):
+        self.keep = keep
+        self.requests: list[RequestRow] = []
+        self.actions: list[ActionRow] = []
+        self._lock = threading.Lock()
+        self._files = []
+        self._writers = {}
+        if directory is not None:
+            d = Path(directory)
+            d.mkdir(parents=True, exist_ok=True)
+            for name, cols in (("requests", REQUEST_COLUMNS), ("actions", ACTION_COLUMNS)):
+                f = open(d / f"{name}.csv", "w", newline="")
+                w = csv.writer(f)
+                w.writerow(cols)
+                self._files.append(f)
+                self._writers[name] = w
+
+    def request(self, row: RequestRow) -> None:
+        with self._lock:
+            if self.keep:
+                self.requests.append(row)
+            if "requests" in self._writers:
+                self._writers["requests"].writerow(msgspec.structs.astuple(row))
+
+    def action(self, row: ActionRow) -> None:
+        with self._lock:
+            if self.keep:
+                self.actions.append(row)
+            if "actions" in self._writers:
+                self._writers["actions"].writerow(msgspec.structs.astuple(row))
+
+    def flush(self) -> None:
+        with self._lock:
+            for f in self._files:
+                f.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            for f in self._files:
+                f.close()
+            self._files.clear()
+            self._writers.clear()
+
+
+def read_csv(path: str | Path, row_type):
+    """Rows of a telemetry CSV as structs (types converted back from text)."""
+    rows = []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        for rec in reader:
+            rows.append(msgspec.convert(rec, row_type, strict=False))
+    return rows

@@ -1,0 +1,177 @@
+"""Controller + workers + clients over real ZeroMQ on loopback."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from cw.client import Client, RequestFailed
+from cw.engine import LocalModel
+from cw.serve.controller import ControllerConfig
+from cw.serve.launch import ControllerThread, build_worker
+from cw.serve.protocol import RequestStatus
+from cw.serve.worker import WorkerConfig
+from tests.conftest import random_input
+
+
+class WorkerThread:
+    def __init__(self, controller_address, models_dir, runtime, name):
+        self.worker = build_worker(WorkerConfig(controller=controller_address,
+                                                models_dir=models_dir, runtime=runtime,
+                                                name=name))
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.worker.serve_forever, args=(self.stop,),
+                                       daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.worker.transport.close()
+
+
+@pytest.fixture
+def models_dir(cpu_bundle, tmp_path):
+    import shutil
+    d = tmp_path / "models"
+    d.mkdir()
+    shutil.copytree(cpu_bundle("small_cnn", (1, 2, 4, 8, 16)), d / "small_cnn")
+    shutil.copytree(cpu_bundle("mlp", (1, 2, 4, 8, 16)), d / "mlp")
+    return d
+
+
+def start(tmp_path, **kw):
+    config = ControllerConfig(workers_listen="tcp://127.0.0.1:*",
+                              clients_listen="tcp://127.0.0.1:*", log_dir=tmp_path / "log", **kw)
+    return ControllerThread(config, keep_telemetry=True).start()
+
+
+def test_two_simulated_workers_thousands_of_requests_none_late(models_dir, tmp_path):
+    ctl = start(tmp_path)
+    workers = [WorkerThread(ctl.workers_address, models_dir, "simulated", f"sim{i}")
+               for i in range(2)]
+    try:
+        ctl.wait_for_workers(2)
+        with Client(ctl.clients_address) as client:
+            x_cnn, x_mlp = random_input((1, 3, 32, 32)), random_input((1, 64))
+            futures = []
+            start_s = time.perf_counter()
+            for i in range(3000):
+                model, x = ("small_cnn", x_cnn) if i % 2 else ("mlp", x_mlp)
+                futures.append(client.infer_async(model, x, slo_ms=100))
+                target = start_s + (i + 1) / 1500  # open loop at 1,500 r/s
+                delay = target - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            outcomes = []
+            for f in futures:
+                try:
+                    y = f.result(timeout=30)
+                    outcomes.append("OK")
+                    assert not y.any()  # simulated outputs are zeros
+                except RequestFailed as e:
+                    outcomes.append(e.status.name)
+        assert len(outcomes) == 3000  # every request answered
+        assert outcomes.count("OK") >= 0.99 * 3000, {s: outcomes.count(s) for s in set(outcomes)}
+        time.sleep(0.3)
+        rows = ctl.telemetry.requests
+        assert len(rows) == 3000
+        ok = [r for r in rows if r.status == "OK"]
+        assert all(r.latency_ns <= r.slo_ns for r in ok), "a request answered after its SLO"
+        assert all(r.simulated for r in ok)
+        assert {r.worker for r in ok} >= {1, 2}  # both workers served
+        assert max(r.batch_size for r in ok) > 1  # batching happened
+        infers = [a for a in ctl.telemetry.actions if a.kind == "infer"]
+        assert infers and all(a.status in ("OK", "TOO_LATE") for a in infers)
+    finally:
+        for w in workers:
+            w.close()
+        ctl.close()
+    header = (tmp_path / "log" / "requests.csv").read_text().splitlines()[0]
+    assert header.startswith("request_id,model,n,arrival_ns")
+
+
+def test_cpu_worker_and_cw_infer_match_cw_run(models_dir, tmp_path, cli):
+    ctl = start(tmp_path)
+    w = WorkerThread(ctl.workers_address, models_dir, "tvm", "cpu0")
+    try:
+        ctl.wait_for_workers(1)
+        x = random_input((1, 3, 32, 32), seed=7)
+        np.save(tmp_path / "x.npy", x)
+        r = cli("infer", "small_cnn", "--input", tmp_path / "x.npy", "--controller",
+                ctl.clients_address, "-o", tmp_path / "y.npy", "--slo", "2s")
+        assert r.code == 0, r.err
+        expected = LocalModel(models_dir / "small_cnn").run([x])[0]
+        assert np.array_equal(np.load(tmp_path / "y.npy"), expected)
+        with Client(ctl.clients_address) as client:
+            ys = [client.infer_async("mlp", random_input((2, 64), seed=s), slo_ms=2000)
+                  for s in range(5)]
+            local = LocalModel(models_dir / "mlp")
+            for s, f in enumerate(ys):
+                assert np.array_equal(f.result(timeout=30), local.run([random_input((2, 64),
+                                                                                    seed=s)])[0])
+            listed = {m.model_id for m in client.models()}
+            assert listed == {"small_cnn", "mlp"}
+    finally:
+        w.close()
+        ctl.close()
+
+
+def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
+    ctl = start(tmp_path)
+    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "sim")
+    try:
+        ctl.wait_for_workers(1)
+        with Client(ctl.clients_address) as client:
+            client.models()
+            cases = [
+                ("nope", random_input((1, 64)), 100, RequestStatus.UNKNOWN_MODEL),
+                ("mlp", random_input((1, 63)), 100, RequestStatus.BAD_INPUT),
+                ("mlp", random_input((1, 64)).astype(np.float64), 100, RequestStatus.BAD_INPUT),
+                ("mlp", random_input((17, 64)), 100, RequestStatus.BAD_INPUT),
+                ("mlp", random_input((1, 64)), -5, RequestStatus.BAD_SLO),
+                ("mlp", random_input((1, 64)), 10**10, RequestStatus.BAD_SLO),
+                ("mlp", random_input((1, 64)), 0.001, RequestStatus.REJECTED),
+            ]
+            for model, x, slo, expected in cases:
+                r = client.infer_response(model, x, slo)
+                assert r.status == expected, (model, x.shape, slo, r)
+                assert r.message
+            client._dealer.send_raw(b"\xc1 not msgpack")
+            time.sleep(0.2)
+            assert client.infer_response("mlp", random_input((1, 64)), 1000).status == \
+                RequestStatus.OK
+    finally:
+        w.close()
+        ctl.close()
+
+
+def test_worker_leaving_requests_replanned_or_failed(models_dir, tmp_path):
+    ctl = start(tmp_path, worker_timeout_ns=500_000_000)
+    a = WorkerThread(ctl.workers_address, models_dir, "simulated", "a")
+    b = WorkerThread(ctl.workers_address, models_dir, "simulated", "b")
+    try:
+        ctl.wait_for_workers(2)
+        with Client(ctl.clients_address) as client:
+            assert client.infer_response("mlp", random_input((1, 64)), 1000).status == \
+                RequestStatus.OK
+            a.close()  # stops answering: the controller notices within the timeout
+            futures = [client.infer_async("mlp", random_input((1, 64)), slo_ms=3000)
+                       for _ in range(50)]
+            statuses = []
+            for f in futures:
+                try:
+                    f.result(timeout=30)
+                    statuses.append("OK")
+                except RequestFailed as e:
+                    statuses.append(e.status.name)
+            assert len(statuses) == 50
+            assert statuses.count("OK") >= 40  # worker b takes over
+        deadline = time.monotonic() + 5
+        while len(ctl.controller.workers) != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(ctl.controller.workers) == 1
+    finally:
+        b.close()
+        ctl.close()
