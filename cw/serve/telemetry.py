@@ -12,45 +12,45 @@ import msgspec
 
 
 class RequestRow(msgspec.Struct, frozen=True):
-    request_id: int
-    model: str
+    request_id: int        # the controller's id for the request
+    model: str             # model instance id
     n: int                 # samples in the request
     arrival_ns: int        # when the controller received it
     deadline_ns: int       # arrival + SLO
-    slo_ns: int
+    slo_ns: int            # latency objective it was given
     completion_ns: int     # when the controller sent the response
     latency_ns: int        # completion - arrival
     status: str            # RequestStatus name
     deadline_met: bool     # status OK and completion ≤ deadline
     batch_size: int        # compiled batch size it ran in (0 if it did not run)
     worker: int            # -1 if it did not run
-    gpu: int
-    action_id: int
+    gpu: int               # device index on that worker
+    action_id: int         # the INFER that served it, -1 if none
     cold_start: bool       # no GPU held the model when it arrived, and it was served
-    simulated: bool
+    simulated: bool        # served by a simulated worker
 
 
 class ActionRow(msgspec.Struct, frozen=True):
-    action_id: int
+    action_id: int         # unique per controller run
     kind: str              # load | unload | infer
     status: str            # Status name, or LOST when its worker left before answering
-    worker: int
-    gpu: int
-    model: str
-    batch_size: int
+    worker: int            # worker id given at registration
+    gpu: int               # device index on that worker
+    model: str             # model instance id
+    batch_size: int        # compiled batch size (INFER), else 0
     requests: int          # requests carried (INFER)
-    sent_ns: int
-    earliest_ns: int
-    latest_ns: int
+    sent_ns: int           # when the controller sent it
+    earliest_ns: int       # window the worker had to start it in
+    latest_ns: int         # (both on the controller clock)
     expected_ns: int       # predicted duration
     expected_end_ns: int   # earliest + expected
     start_ns: int          # measured start of the main phase (EXEC or weights copy), 0 if none
-    end_ns: int
+    end_ns: int            # measured end of the main phase
     measured_ns: int       # device-measured duration of the main phase
     prediction_error_ns: int   # measured - expected
     completion_error_ns: int   # end - expected_end
     result_ns: int         # when the result reached the controller
-    simulated: bool
+    simulated: bool        # executed by a simulated worker
 
 
 REQUEST_COLUMNS = list(RequestRow.__struct_fields__)

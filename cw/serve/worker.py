@@ -83,6 +83,9 @@ class _Device:
         self.index = index
         self.runtime = runtime
         self.lock = threading.Lock()  # EXEC vs UNLOAD: weights never vanish mid-execution
+        # LOADs submitted and not finished, by model: an INFER planned to start right after
+        # its model's LOAD waits for it (inside its own window) instead of failing NOT_LOADED
+        self.loading: dict[str, threading.Event] = {}
         w = worker
         self.weights = Executor(f"dev{index}-weights", w._run_weights, w._too_late)
         self.input = Executor(f"dev{index}-input", w._run_input, w._too_late)
@@ -198,12 +201,27 @@ class Worker:
         problem = self._check(action)
         if problem:
             return self._send(action, problem[0], received, message=problem[1])
-        self.devices[action.gpu].weights.submit(self.clock.to_local(action.earliest_ns),
+        device = self.devices[action.gpu]
+        if isinstance(action, Load):
+            device.loading.setdefault(action.model, threading.Event())
+        device.weights.submit(self.clock.to_local(action.earliest_ns),
                                                 self.clock.to_local(action.latest_ns),
                                                 (action, received))
 
     def _run_weights(self, item) -> None:
         action, received = item
+        try:
+            self._do_weights(action, received)
+        finally:
+            if isinstance(action, Load):
+                self._load_finished(action)
+
+    def _load_finished(self, action) -> None:
+        event = self.devices[action.gpu].loading.pop(action.model, None)
+        if event is not None:
+            event.set()
+
+    def _do_weights(self, action, received) -> None:
         model = self.models[action.model]
         device = self.devices[action.gpu]
         rt = device.runtime
@@ -270,6 +288,12 @@ class Worker:
     def _run_exec(self, job: _InferJob) -> None:
         a, model = job.action, job.model
         device = self.devices[a.gpu]
+        pending_load = device.loading.get(model.model_id)
+        if pending_load is not None and not device.runtime.is_loaded(model.model_id):
+            latest = self.clock.to_local(a.latest_ns)
+            pending_load.wait(max(0, latest - now_ns()) / 1e9)
+            if now_ns() > latest:
+                return self._too_late(job)
         with device.lock:
             if not device.runtime.is_loaded(model.model_id):
                 self._release(job)
@@ -304,6 +328,8 @@ class Worker:
             job.slot = None
 
     def _too_late(self, item) -> None:
+        if isinstance(item, tuple) and isinstance(item[0], Load):
+            self._load_finished(item[0])
         if isinstance(item, _InferJob):
             self._release(item)
             return self._send(item.action, Status.TOO_LATE, item.received_ns, item.timings,
@@ -312,6 +338,8 @@ class Worker:
         self._send(action, Status.TOO_LATE, received, message="could not start by latest_ns")
 
     def _reply_status(self, item, status: Status, message: str) -> None:
+        if isinstance(item, tuple) and isinstance(item[0], Load):
+            self._load_finished(item[0])
         if isinstance(item, _InferJob):
             self._release(item)
             self._send(item.action, status, item.received_ns, item.timings, message=message)
