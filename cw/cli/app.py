@@ -92,8 +92,8 @@ def _register_commands() -> None:
     global _registered
     if _registered:
         return
-    from cw.cli import (bundle_cmds, compile_cmd, demo, profile_cmd, serve_cmds,  # noqa: F401
-                        zoo)
+    from cw.cli import (bundle_cmds, compile_cmd, demo, profile_cmd, replay_cmds,  # noqa: F401
+                        serve_cmds, zoo)
 
     _registered = True
 

@@ -196,3 +196,7 @@ class Scheduler(ABC):
 
     def queue_length(self) -> int:
         return 0
+
+    def next_wakeup_ns(self, now_ns: int) -> int | None:
+        """The next time `tick` should run without an event (virtual-time callers)."""
+        return now_ns + 1_000_000 if self.queue_length() else None

@@ -167,12 +167,15 @@ class ClockworkScheduler(Scheduler):
         return best is not None and best <= deadline_ns - COMPLETION_MARGIN_NS
 
     def _reject_infeasible(self, now_ns: int, decisions: list[Decision]) -> None:
-        for model, queue in self.queues.items():
+        for model in list(self.queues):
+            queue = self.queues[model]
             while queue and not self._could_finish(now_ns, model, queue[0][0]):
                 _, _, r = heapq.heappop(queue)
                 self.cold.discard(r.request_id)
                 decisions.append(Finish(r.request_id, RequestStatus.REJECTED,
                                         "cannot meet its deadline"))
+            if not queue:
+                del self.queues[model]  # only models with waiting requests stay
 
     def _best_batch(self, now_ns: int, gpu: Gpu, model: str):
         """The largest feasible batch of the most urgent requests, as
@@ -296,3 +299,12 @@ class ClockworkScheduler(Scheduler):
 
     def queue_length(self) -> int:
         return sum(len(q) for q in self.queues.values())
+
+    def next_wakeup_ns(self, now_ns: int) -> int | None:
+        """When a tick could next do something no event will prompt: a GPU reaching the planning
+        horizon while requests wait. For event-driven (virtual-time) callers."""
+        if not self.queues:
+            return None
+        ahead = self.config.schedule_ahead_ns
+        times = [g.exec_free_ns - ahead for g in self.gpus.values()]
+        return max(now_ns + 100_000, min(times)) if times else None

@@ -1,0 +1,106 @@
+"""`cw replay` and `cw report`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cw.cli.app import app, console, print_json
+from cw.replay.runner import ReplayConfig, replay
+from cw.units import parse_duration_ns
+
+_D = ReplayConfig()
+
+
+@app.command("replay")
+def replay_cmd(
+    trace: str = typer.Option(_D.trace, "--trace", help="azure (bundled sample) or azure:PATH."),
+    models: str = typer.Option(_D.models, "--models", help="Bundle directory or zoo names."),
+    copies: int = typer.Option(_D.copies, "--copies", help="Instances of each model."),
+    duration: str = typer.Option("10m", "--duration", help="Length of trace to replay."),
+    start_minute: int = typer.Option(0, "--start-minute"),
+    rate_scale: float = typer.Option(None, "--rate-scale", help="Multiply the trace's rate."),
+    target_rate: float = typer.Option(None, "--target-rate",
+                                      help="Scale to this mean rate (default 200 r/s per GPU)."),
+    arrivals: str = typer.Option(_D.arrivals, "--arrivals", help="poisson, exact or gamma:CV."),
+    mapping: str = typer.Option(_D.mapping, "--map", help="contiguous or stripe."),
+    slo: str = typer.Option("100ms", "--slo"),
+    scheduler: str = typer.Option(_D.scheduler, "--scheduler"),
+    workers: int = typer.Option(_D.workers, "--workers"),
+    simulate: bool = typer.Option(False, "--simulate", help="Virtual time, simulated workers."),
+    noise: float = typer.Option(0.0, "--noise", help="Relative std of simulated durations."),
+    seed: int = typer.Option(0, "--seed"),
+    out: Path = typer.Option(Path("replay-out"), "--out", help="Output directory."),
+    force: bool = typer.Option(False, "--force", help="Replace --out."),
+    as_json: bool = typer.Option(False, "--json", help="Print summary.json."),
+):
+    """Replay a production trace against serving policies and write telemetry and a report.
+
+    Examples:
+      [bold]cw replay --trace azure --simulate[/]
+      [bold]cw replay --trace azure:~/azure2019 --simulate --workers 6 --copies 66 --duration 1h[/]
+    """
+    config = ReplayConfig(trace=trace, models=models, copies=copies,
+                          duration_s=parse_duration_ns(duration, "--duration") / 1e9,
+                          start_minute=start_minute, rate_scale=rate_scale,
+                          target_rate=target_rate, arrivals=arrivals, mapping=mapping,
+                          slo_ns=parse_duration_ns(slo, "--slo"), scheduler=scheduler,
+                          workers=workers, noise=noise, seed=seed, simulate=simulate, out=out,
+                          force=force)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("{task.percentage:>3.0f}% of virtual time"),
+                        TimeElapsedColumn(), console=console(), transient=True, disable=as_json)
+    task = None
+
+    def on_event(event, info):
+        nonlocal task
+        if event == "start":
+            task = progress.add_task(f"replaying {info['requests']} requests (simulated)",
+                                     total=info["duration_ns"])
+        elif event == "advance" and task is not None:
+            progress.update(task, completed=info["virtual_ns"])
+
+    with progress:
+        summary = replay(config, on_event)
+    if as_json:
+        print_json(summary)
+        return
+    render_summaries([summary])
+    console().print(f"wrote {out}/summary.json, requests.csv, actions.csv and report.html "
+                    f"(virtual/wall time ×{summary['speedup']})")
+
+
+def render_summaries(summaries: list[dict]) -> None:
+    from cw.replay.report import SUMMARY_KEYS, summary_value
+
+    table = Table(title="replay" + (" (SIMULATED)" if any(s.get("simulated") for s in summaries)
+                                    else ""))
+    table.add_column("")
+    for s in summaries:
+        table.add_column(f"{s.get('scheduler')} ({s.get('name', '')})", justify="right")
+    for label, key in SUMMARY_KEYS:
+        table.add_row(label, *[str(summary_value(s, key)) for s in summaries])
+    console().print(table)
+
+
+@app.command("report")
+def report_cmd(
+    runs: list[Path] = typer.Argument(..., help="Replay output directories."),
+    output: Path = typer.Option(None, "-o", "--output",
+                                help="HTML file (default: report.html in the first run, or "
+                                     "compare.html in the current directory for several)."),
+):
+    """Re-render a replay's report, or put several runs side by side.
+
+    Example: [bold]cw report out-clockwork out-clipper -o compare.html[/]
+    """
+    from cw.replay.report import Run, write_report
+
+    loaded = [Run(r) for r in runs]
+    target = output or (runs[0] / "report.html" if len(runs) == 1 else Path("compare.html"))
+    write_report(runs, target)
+    render_summaries([r.summary for r in loaded])
+    console().print(f"wrote {target}")

@@ -1,0 +1,257 @@
+"""report.html: a self-contained page (inline SVG, no scripts, no downloads) of one or several
+replays, built from their telemetry CSVs and summary.json alone."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import numpy as np
+
+from cw.errors import UsageError
+from cw.serve.telemetry import ActionRow, RequestRow, read_csv
+
+W, H, PAD = 560, 240, 44
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
+
+
+def _svg(title: str, series: list[tuple[str, np.ndarray, np.ndarray]], xlabel: str, ylabel: str,
+         vline: float | None = None, log_y: bool = False, steps: bool = False) -> str:
+    xs = [x for _, x, _ in series if len(x)]
+    ys = [y for _, _, y in series if len(y)]
+    if not xs:
+        return f"<figure><figcaption>{html.escape(title)}: no data</figcaption></figure>"
+    x0, x1 = min(float(x.min()) for x in xs), max(float(x.max()) for x in xs)
+    if vline is not None:
+        x1 = max(x1, vline)
+    y_all = np.concatenate(ys)
+    if log_y:
+        y_all = y_all[y_all > 0]
+    y0 = 0.0 if not log_y else float(y_all.min()) if y_all.size else 1e-3
+    y1 = float(y_all.max()) if y_all.size else 1.0
+    if y1 <= y0:
+        y1 = y0 + 1
+    x1 = x1 if x1 > x0 else x0 + 1
+
+    def sx(x):
+        return PAD + (x - x0) / (x1 - x0) * (W - 2 * PAD)
+
+    def sy(y):
+        if log_y:
+            y = np.maximum(y, y0)
+            return H - PAD - (np.log10(y) - np.log10(y0)) / (np.log10(y1) - np.log10(y0) or 1) \
+                * (H - 2 * PAD)
+        return H - PAD - (y - y0) / (y1 - y0) * (H - 2 * PAD)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+             f'font-family="sans-serif" font-size="11">',
+             f'<rect width="{W}" height="{H}" fill="white"/>',
+             f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="#444"/>',
+             f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="#444"/>',
+             f'<text x="{W / 2}" y="16" text-anchor="middle" font-weight="bold">'
+             f'{html.escape(title)}</text>',
+             f'<text x="{W / 2}" y="{H - 8}" text-anchor="middle">{html.escape(xlabel)}</text>',
+             f'<text x="12" y="{H / 2}" transform="rotate(-90 12 {H / 2})" text-anchor="middle">'
+             f'{html.escape(ylabel)}</text>']
+    for frac in (0, 0.5, 1):
+        xv, yv = x0 + frac * (x1 - x0), (y0 * (y1 / y0) ** frac if log_y else y0 + frac * (y1 - y0))
+        parts.append(f'<text x="{sx(xv):.1f}" y="{H - PAD + 14}" text-anchor="middle">'
+                     f'{xv:.4g}</text>')
+        parts.append(f'<text x="{PAD - 4}" y="{sy(yv):.1f}" text-anchor="end">{yv:.4g}</text>')
+    if vline is not None:
+        parts.append(f'<line x1="{sx(vline):.1f}" y1="{PAD}" x2="{sx(vline):.1f}" '
+                     f'y2="{H - PAD}" stroke="#888" stroke-dasharray="4 3"/>')
+    for i, (label, x, y) in enumerate(series):
+        if not len(x):
+            continue
+        if len(x) > 2000:  # keep the page small: thin evenly
+            idx = np.linspace(0, len(x) - 1, 2000).astype(int)
+            x, y = x[idx], y[idx]
+        px, py = sx(np.asarray(x, float)), sy(np.asarray(y, float))
+        if steps:
+            pts = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(np.repeat(px, 2)[1:],
+                                                                np.repeat(py, 2)[:-1]))
+        else:
+            pts = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(px, py))
+        color = COLORS[i % len(COLORS)]
+        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{pts}"/>')
+        parts.append(f'<text x="{W - PAD - 4}" y="{PAD + 14 * i}" text-anchor="end" '
+                     f'fill="{color}">{html.escape(label)}</text>')
+    parts.append("</svg>")
+    return "<figure>" + "".join(parts) + "</figure>"
+
+
+def _cdf(values) -> tuple[np.ndarray, np.ndarray]:
+    v = np.sort(np.asarray(values, dtype=float))
+    return v, (np.arange(1, v.size + 1) / v.size if v.size else v)
+
+
+class Run:
+    """One replay output directory."""
+
+    def __init__(self, directory: str | Path):
+        d = Path(directory)
+        self.dir = d
+        missing = [f for f in ("summary.json", "requests.csv", "actions.csv")
+                   if not (d / f).is_file()]
+        if missing:
+            raise UsageError(f"{d} is not a replay output: {', '.join(missing)} missing",
+                             "give a directory written by `cw replay --out`")
+        self.summary = json.loads((d / "summary.json").read_text())
+        self.requests = read_csv(d / "requests.csv", RequestRow)
+        self.actions = read_csv(d / "actions.csv", ActionRow)
+        self.label = f"{self.summary.get('scheduler', '?')} ({self.summary.get('name', d.name)})"
+
+
+def _per_bucket(times_ns, weights=None, bucket_s=10.0, t_end_s=None):
+    t = np.asarray(times_ns, dtype=float) / 1e9
+    if t_end_s is None:
+        t_end_s = float(t.max()) if t.size else 0
+    edges = np.arange(0, t_end_s + bucket_s, bucket_s)
+    if edges.size < 2:
+        edges = np.array([0, bucket_s])
+    counts, _ = np.histogram(t, bins=edges, weights=weights)
+    return edges[:-1], counts
+
+
+def figures(runs: list[Run]) -> list[str]:
+    figs = []
+    dur = max(r.summary.get("duration_s", 0) for r in runs) or 1
+    bucket = max(1.0, dur / 60)
+    slo_ms = runs[0].summary.get("slo_ms")
+
+    def series(fn):
+        out = []
+        for r in runs:
+            for label, x, y in fn(r):
+                out.append((label if len(runs) == 1 else f"{r.label}: {label}", x, y))
+        return out
+
+    def load(r):
+        arr = [q.arrival_ns for q in r.requests]
+        ok = [q.completion_ns for q in r.requests if q.status == "OK"]
+        good = [q.completion_ns for q in r.requests if q.deadline_met]
+        res = []
+        for label, times in (("offered", arr), ("throughput", ok), ("goodput", good)):
+            x, c = _per_bucket(times, bucket_s=bucket, t_end_s=dur)
+            res.append((label, x, c / bucket))
+        return res
+    figs.append(_svg("Offered load, throughput and goodput", series(load), "time (s)",
+                     "requests/s", steps=True))
+
+    def lat_time(r):
+        ok = [q for q in r.requests if q.status == "OK"]
+        if not ok:
+            return []
+        t = np.array([q.completion_ns for q in ok]) / 1e9
+        lat = np.array([q.latency_ns for q in ok]) / 1e6
+        edges = np.arange(0, dur + bucket, bucket)
+        idx = np.digitize(t, edges) - 1
+        xs, p50, p99, mx = [], [], [], []
+        for b in range(len(edges) - 1):
+            sel = lat[idx == b]
+            if sel.size:
+                xs.append(edges[b])
+                p50.append(np.percentile(sel, 50))
+                p99.append(np.percentile(sel, 99))
+                mx.append(sel.max())
+        xs = np.array(xs)
+        return [("p50", xs, np.array(p50)), ("p99", xs, np.array(p99)), ("max", xs, np.array(mx))]
+    figs.append(_svg("Latency over time", series(lat_time), "time (s)", "latency (ms)"))
+
+    def lat_cdf(r):
+        x, y = _cdf([q.latency_ns / 1e6 for q in r.requests if q.status == "OK"])
+        return [("latency", x, y)]
+    figs.append(_svg("Latency CDF (dashed: SLO)", series(lat_cdf), "latency (ms)",
+                     "fraction of served requests", vline=slo_ms))
+
+    def batches(r):
+        b = np.array([a.batch_size for a in r.actions if a.kind == "infer" and a.status == "OK"])
+        sizes = np.arange(1, 17)
+        return [("INFERs", sizes, np.array([(b == s).sum() for s in sizes]))]
+    figs.append(_svg("Batch sizes", series(batches), "batch size", "INFER actions", steps=True))
+
+    def cold(r):
+        x1, c1 = _per_bucket([q.arrival_ns for q in r.requests if q.cold_start],
+                             bucket_s=bucket, t_end_s=dur)
+        x2, c2 = _per_bucket([a.sent_ns for a in r.actions if a.kind == "load"],
+                             bucket_s=bucket, t_end_s=dur)
+        return [("cold starts", x1, c1), ("loads", x2, c2)]
+    figs.append(_svg(f"Cold starts and loads per {bucket:g} s", series(cold), "time (s)", "count",
+                     steps=True))
+
+    def busy(r):
+        res = []
+        for kind, label in (("infer", "GPU (EXEC)"), ("load", "PCIe (LOAD)")):
+            acts = [a for a in r.actions if a.kind == kind and a.status == "OK"]
+            x, c = _per_bucket([a.start_ns for a in acts], weights=[a.measured_ns for a in acts],
+                               bucket_s=bucket, t_end_s=dur)
+            gpus = max(1, len({(a.worker, a.gpu) for a in r.actions}))
+            res.append((label, x, c / (bucket * 1e9 * gpus)))
+        return res
+    figs.append(_svg("Busy fraction (mean over GPUs)", series(busy), "time (s)", "fraction",
+                     steps=True))
+
+    def pred(r):
+        res = []
+        for kind in ("infer", "load"):
+            err = [a.prediction_error_ns / 1e3 for a in r.actions
+                   if a.kind == kind and a.status == "OK"]
+            x, y = _cdf(err)
+            res.append((f"{kind} prediction error", x, y))
+        x, y = _cdf([a.completion_error_ns / 1e3 for a in r.actions
+                     if a.kind == "infer" and a.status == "OK"])
+        res.append(("infer completion error", x, y))
+        return res
+    figs.append(_svg("Prediction and completion error CDFs", series(pred),
+                     "measured − expected (µs)", "fraction of actions"))
+    return figs
+
+
+SUMMARY_KEYS = [("requests", "requests"), ("offered r/s", "offered_rps"),
+                ("goodput r/s", "goodput_rps"), ("SLO attainment", "slo_attainment"),
+                ("rejected", "rejected"), ("late", "late"), ("errors", "errors"),
+                ("p50 ms", ("latency_ms", "p50")), ("p99 ms", ("latency_ms", "p99")),
+                ("p99.99 ms", ("latency_ms", "p9999")), ("max ms", ("latency_ms", "max")),
+                ("mean batch", "mean_batch_size"), ("cold starts", "cold_starts")]
+
+
+def summary_value(summary: dict, key):
+    if isinstance(key, tuple):
+        return (summary.get(key[0]) or {}).get(key[1])
+    return summary.get(key)
+
+
+def render(runs: list[Run]) -> str:
+    head = "".join(f"<th>{html.escape(r.label)}</th>" for r in runs)
+    rows = ""
+    for label, key in SUMMARY_KEYS:
+        cells = "".join(f"<td>{html.escape(str(summary_value(r.summary, key)))}</td>"
+                        for r in runs)
+        rows += f"<tr><th>{label}</th>{cells}</tr>"
+    sim = any(r.summary.get("simulated") for r in runs)
+    meta = "<br>".join(
+        html.escape(f"{r.label}: trace {r.summary.get('trace')}, runtime "
+                    f"{r.summary.get('runtime')}, SLO {r.summary.get('slo_ms')} ms, seed "
+                    f"{r.summary.get('seed')}, {r.summary.get('duration_s')} s") for r in runs)
+    banner = ("<p class='sim'>SIMULATED: durations come from profiles (or the paper's figures), "
+              "no device ran.</p>" if sim else "")
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>cw replay report</title>
+<style>body{{font-family:sans-serif;margin:24px;max-width:1200px}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}figure{{display:inline-block;
+margin:6px}}.sim{{background:#fff3cd;padding:6px;border:1px solid #e0c060}}</style></head><body>
+<h1>cw replay report</h1>{banner}<p>{meta}</p>
+<table><tr><th></th>{head}</tr>{rows}</table>
+{''.join(figures(runs))}
+</body></html>
+"""
+
+
+def write_report(dirs: list[str | Path], out: str | Path) -> Path:
+    runs = [Run(d) for d in dirs]
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(render(runs))
+    tmp.replace(out)
+    return out

@@ -1,0 +1,168 @@
+"""`cw replay` as a library call: trace → arrivals → (simulated) serving → telemetry, summary and
+report in an output directory written atomically."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from cw.errors import UsageError
+from cw.replay import arrivals as arrivals_mod
+from cw.replay.report import write_report
+from cw.replay.summary import summarize
+from cw.replay.traces import load_trace
+from cw.serve.estimates import Estimates
+from cw.serve.protocol import ModelInfo, TensorInfo
+from cw.serve.scheduler import SchedulerConfig, make_scheduler
+from cw.serve.telemetry import TelemetryLog
+
+MS = 1_000_000
+PAGE = 16 * 2**20
+DEFAULT_ZOO_MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+                      "resnet50_v2", "densenet121", "inception_v3")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    trace: str = "azure"
+    models: str = ",".join(DEFAULT_ZOO_MODELS)  # a directory of bundles, or zoo names
+    copies: int = 10
+    duration_s: float = 600.0
+    start_minute: int = 0
+    rate_scale: float | None = None
+    target_rate: float | None = None           # None and no rate_scale: 200 r/s per worker
+    arrivals: str = "poisson"
+    mapping: str = "contiguous"
+    slo_ns: int = 100 * MS
+    scheduler: str = "clockwork"
+    schedule_ahead_ns: int = 5 * MS
+    workers: int = 1
+    gpus_per_worker: int = 1
+    pages_per_gpu: int = 1376                  # 21.5 GiB in 16 MiB pages, Clockwork's V100
+    noise: float = 0.0
+    seed: int = 0
+    simulate: bool = True
+    out: Path = Path("replay-out")
+    force: bool = False
+
+    def __post_init__(self):
+        if self.copies < 1 or self.workers < 1 or self.gpus_per_worker < 1:
+            raise UsageError("--copies, --workers and GPUs per worker must be ≥ 1")
+        if self.slo_ns <= 0:
+            raise UsageError("--slo must be positive", "e.g. --slo 100ms")
+        arrivals_mod.parse_arrivals(self.arrivals)
+
+
+def _zoo_model(name: str, copy: int) -> tuple[ModelInfo, Estimates]:
+    import model_zoo
+
+    entry = model_zoo.get(name)
+    if entry.paper_exec_ms is None:
+        raise UsageError(f"zoo model '{name}' has no published timings to simulate with",
+                         "compile and profile it, then give --models a bundle directory")
+    weights = int(entry.published_mb * 1e6)
+    sizes = (1, 2, 4, 8, 16)
+    exec_ns = {b: int(ms * MS) for b, ms in zip(sizes, entry.paper_exec_ms)}
+    sample = 4 * math.prod(entry.input_shape)
+    copy_ns = {b: max(1000, int(b * sample / 12.0)) for b in sizes}  # ~12 GB/s PCIe 3
+    out_ns = {b: max(1000, int(b * 4000 / 12.0)) for b in sizes}
+    model_id = name if copy == 0 else f"{name}#{copy}"
+    info = ModelInfo(model_id, name, weights, math.ceil(weights / PAGE) + 1, list(sizes),
+                     [TensorInfo("input", "float32", list(entry.input_shape), sample)],
+                     [TensorInfo("output", "float32", [1000], 4000)],
+                     int(entry.paper_load_ms * MS), exec_ns, "paper")
+    return info, Estimates(info.load_ns, exec_ns, copy_ns, out_ns, "paper")
+
+
+def resolve_models(spec: str, copies: int) -> tuple[list[ModelInfo], dict[str, Estimates]]:
+    """Model instances to serve: every bundle in a directory, or zoo names (simulated with the
+    paper's figures), each `copies` times."""
+    infos, durations = [], {}
+    path = Path(spec)
+    if path.is_dir():
+        from cw.serve.estimates import bundle_estimates
+        from cw.serve.runtime.host import find_bundles, load_models
+        from cw.serve.worker import model_info
+
+        for m in load_models(find_bundles(path), copies, read_weights=False):
+            info = model_info(m)
+            infos.append(info)
+            durations[info.model_id] = bundle_estimates(m.bundle, percentile="p50_ns")
+        return infos, durations
+    for name in [n.strip() for n in spec.split(",") if n.strip()]:
+        for k in range(copies):
+            info, est = _zoo_model(name, k)
+            infos.append(info)
+            durations[info.model_id] = est
+    if not infos:
+        raise UsageError("no models given", "--models DIR or --models resnet50,densenet121")
+    return infos, durations
+
+
+def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = None) -> dict:
+    progress = progress or (lambda event, info: None)
+    if not config.simulate:
+        raise UsageError("live replay is not built yet in this version",
+                         "add --simulate for the virtual-time simulation")
+    out = Path(config.out)
+    if out.exists() and not config.force:
+        raise UsageError(f"output {out} already exists", "pass --force or choose another --out")
+    trace = load_trace(config.trace)
+    infos, durations = resolve_models(config.models, config.copies)
+    target = config.target_rate
+    if target is None and config.rate_scale is None:
+        target = 200.0 * config.workers * config.gpus_per_worker
+    arr = arrivals_mod.generate(trace, [m.model_id for m in infos], duration_s=config.duration_s,
+                                start_minute=config.start_minute, rate_scale=config.rate_scale,
+                                target_rate=target, arrivals=config.arrivals,
+                                mapping=config.mapping, seed=config.seed)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as e:
+        raise UsageError(f"cannot write to {out.parent}: {e.strerror}",
+                         "choose a writable --out") from None
+    try:
+        telemetry = TelemetryLog(tmp)
+        from cw.replay.simulate import SimConfig, Simulation
+
+        scheduler = make_scheduler(config.scheduler,
+                                   SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns))
+        sim = Simulation(scheduler, infos, durations,
+                         SimConfig(config.workers, config.gpus_per_worker, config.pages_per_gpu,
+                                   noise=config.noise, seed=config.seed), telemetry)
+        progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
+        wall = time.perf_counter()
+        names = [arr.models[i] for i in arr.model_index]
+        sim.run(arr.times_ns, names, config.slo_ns,
+                progress=lambda n, t: progress("advance", {"requests": n, "virtual_ns": t}))
+        wall = time.perf_counter() - wall
+        telemetry.close()
+        summary = summarize(
+            telemetry.requests, telemetry.actions, duration_ns=arr.duration_ns,
+            runtime="simulated", scheduler=config.scheduler, trace=f"{config.trace} "
+            f"({trace.name}, {len(trace.functions)} functions)", seed=config.seed,
+            slo_ns=config.slo_ns,
+            extra={"name": out.name, "models": len(infos), "workers": config.workers,
+                   "gpus": config.workers * config.gpus_per_worker,
+                   "rate_scale": round(arr.rate_scale, 6), "arrivals": config.arrivals,
+                   "map": config.mapping, "start_minute": config.start_minute,
+                   "wall_s": round(wall, 3),
+                   "speedup": round(arr.duration_ns / 1e9 / wall, 1) if wall else None})
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_report([tmp], tmp / "report.html")
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return summary

@@ -1,0 +1,59 @@
+"""summary.json: the headline numbers of a replay, computed from its telemetry rows only (so a
+report can be rebuilt from the CSVs alone)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cw.serve.telemetry import ActionRow, RequestRow
+
+NS = 1_000_000_000
+
+
+def percentiles_ms(latencies_ns) -> dict:
+    if len(latencies_ns) == 0:
+        return {"p50": None, "p99": None, "p999": None, "p9999": None, "max": None}
+    a = np.asarray(latencies_ns, dtype=np.float64) / 1e6
+    q = np.percentile(a, [50, 99, 99.9, 99.99], method="higher")
+    return {"p50": round(float(q[0]), 4), "p99": round(float(q[1]), 4),
+            "p999": round(float(q[2]), 4), "p9999": round(float(q[3]), 4),
+            "max": round(float(a.max()), 4)}
+
+
+def summarize(requests: list[RequestRow], actions: list[ActionRow], *, duration_ns: int,
+              runtime: str, scheduler: str, trace: str, seed: int, slo_ns: int,
+              extra: dict | None = None) -> dict:
+    n = len(requests)
+    ok = [r for r in requests if r.status == "OK"]
+    good = [r for r in ok if r.deadline_met]
+    late = len(ok) - len(good)
+    rejected = sum(r.status == "REJECTED" for r in requests)
+    errors = n - len(ok) - rejected
+    seconds = duration_ns / NS if duration_ns else 0
+    infers = [a for a in actions if a.kind == "infer" and a.status == "OK"]
+    summary = {
+        "requests": n,
+        "completed_in_slo": len(good),
+        "rejected": rejected,
+        "late": late,
+        "errors": errors,
+        "goodput_rps": round(len(good) / seconds, 3) if seconds else 0.0,
+        "offered_rps": round(n / seconds, 3) if seconds else 0.0,
+        "throughput_rps": round(len(ok) / seconds, 3) if seconds else 0.0,
+        "slo_attainment": round(len(good) / n, 6) if n else 0.0,
+        "slo_ms": slo_ns / 1e6,
+        "latency_ms": percentiles_ms([r.latency_ns for r in ok]),
+        "mean_batch_size": round(float(np.mean([a.batch_size for a in infers])), 3)
+        if infers else 0.0,
+        "cold_starts": sum(r.cold_start for r in requests),
+        "loads": sum(a.kind == "load" and a.status == "OK" for a in actions),
+        "actions_too_late": sum(a.status == "TOO_LATE" for a in actions),
+        "duration_s": seconds,
+        "runtime": runtime,
+        "simulated": runtime == "simulated",
+        "scheduler": scheduler,
+        "trace": trace,
+        "seed": seed,
+    }
+    summary.update(extra or {})
+    return summary
