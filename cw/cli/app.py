@@ -35,7 +35,13 @@ def console() -> Console:
 def print_json(data) -> None:
     import msgspec
 
-    Consoles.out.file.write(msgspec.json.format(msgspec.json.encode(data), indent=2).decode())
+    def numpy_scalars(obj):
+        if hasattr(obj, "item"):
+            return obj.item()
+        raise NotImplementedError(type(obj))
+
+    raw = msgspec.json.encode(data, enc_hook=numpy_scalars)
+    Consoles.out.file.write(msgspec.json.format(raw, indent=2).decode())
     Consoles.out.file.write("\n")
 
 

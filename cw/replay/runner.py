@@ -152,7 +152,7 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
             slo_ns=config.slo_ns,
             extra={"name": out.name, "models": len(infos), "workers": config.workers,
                    "gpus": config.workers * config.gpus_per_worker,
-                   "rate_scale": round(arr.rate_scale, 6), "arrivals": config.arrivals,
+                   "rate_scale": round(float(arr.rate_scale), 6), "arrivals": config.arrivals,
                    "map": config.mapping, "start_minute": config.start_minute,
                    "wall_s": round(wall, 3),
                    "speedup": round(arr.duration_ns / 1e9 / wall, 1) if wall else None})

@@ -28,6 +28,11 @@ class SchedulerConfig:
     max_loads_in_flight: int = 2        # per GPU
     estimate_window: int = 10           # rolling window of measurements per estimate
     network_latency_ns: int = 200_000   # one-way controller→worker allowance
+    # Sweeps over every queue cost time per tick; a tick runs them at most this often. A new
+    # request is checked on arrival, so these only bound how soon a waiting request that became
+    # infeasible is answered, and how soon a hot model gets another copy.
+    reject_sweep_ns: int = 1_000_000
+    replication_check_ns: int = 10_000_000
 
     def __post_init__(self):
         from cw.errors import UsageError
@@ -133,20 +138,20 @@ class Estimator:
     def __init__(self, window: int):
         self.window = window
         self._samples: dict[tuple, collections.deque] = {}
-        self._seed: dict[tuple, int] = {}
+        self._value: dict[tuple, int] = {}  # current estimate, recomputed on each observation
 
     def seed(self, key: tuple, value_ns: int) -> None:
-        self._seed[key] = value_ns
+        if key not in self._samples:
+            self._value[key] = value_ns
 
     def observe(self, key: tuple, value_ns: int) -> None:
-        self._samples.setdefault(key, collections.deque(maxlen=self.window)).append(value_ns)
+        samples = self._samples.setdefault(key, collections.deque(maxlen=self.window))
+        samples.append(value_ns)
+        ordered = sorted(samples)
+        self._value[key] = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
     def get(self, key: tuple) -> int:
-        samples = self._samples.get(key)
-        if samples:
-            ordered = sorted(samples)
-            return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-        return self._seed[key]
+        return self._value[key]
 
 
 @dataclass

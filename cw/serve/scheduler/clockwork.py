@@ -52,6 +52,8 @@ class ClockworkScheduler(Scheduler):
         self.last_exec: dict[tuple[int, int], int] = {}  # gpu -> last planned INFER id
         self.estimates = Estimator(config.estimate_window)
         self._ids = itertools.count(1)
+        self._last_sweep_ns: int | None = None
+        self._last_replication_ns: int | None = None
 
     # --- events --------------------------------------------------------------------------
     def worker_joined(self, now_ns: int, worker: WorkerInfo) -> list[Decision]:
@@ -80,9 +82,13 @@ class ClockworkScheduler(Scheduler):
                 del self.inflight[action_id]
                 for r in f.requests or []:
                     self._enqueue(r)  # re-planned elsewhere, or rejected if it cannot be
+        self._last_sweep_ns = None  # check every queue now
         return self.tick(now_ns)
 
     def request_arrived(self, now_ns: int, request: Request) -> list[Decision]:
+        if not self._could_finish(now_ns, request.model, request.deadline_ns):
+            return [Finish(request.request_id, RequestStatus.REJECTED,
+                           "cannot meet its deadline")] + self.tick(now_ns)
         if not any(request.model in g.loaded for g in self.gpus.values()):
             self.cold.add(request.request_id)
         self._enqueue(request)
@@ -123,6 +129,7 @@ class ClockworkScheduler(Scheduler):
         if result.status in (Status.TOO_LATE, Status.NOT_LOADED, Status.SHUTTING_DOWN):
             for r in f.requests:
                 self._enqueue(r)  # re-planned if still feasible, else rejected by the next tick
+            self._last_sweep_ns = None
             return decisions
         for r in f.requests:
             status = RequestStatus.BAD_INPUT if result.status == Status.BAD_INPUT \
@@ -134,9 +141,16 @@ class ClockworkScheduler(Scheduler):
     # --- planning ------------------------------------------------------------------------
     def tick(self, now_ns: int) -> list[Decision]:
         decisions: list[Decision] = []
-        self._reject_infeasible(now_ns, decisions)
+        c = self.config
+        if self._last_sweep_ns is None or now_ns - self._last_sweep_ns >= c.reject_sweep_ns:
+            self._last_sweep_ns = now_ns
+            self._reject_infeasible(now_ns, decisions)
         self._plan_infers(now_ns, decisions)
-        self._plan_loads(now_ns, decisions)
+        replicate = (self._last_replication_ns is None
+                     or now_ns - self._last_replication_ns >= c.replication_check_ns)
+        if replicate:
+            self._last_replication_ns = now_ns
+        self._plan_loads(now_ns, decisions, replicate)
         return decisions
 
     def _enqueue(self, r: Request) -> None:
@@ -245,8 +259,12 @@ class ClockworkScheduler(Scheduler):
                        for g in holders)
         return work > capacity
 
-    def _plan_loads(self, now_ns: int, decisions: list[Decision]) -> None:
-        wanted = [m for m, q in self.queues.items() if q and self._backlogged(now_ns, m)]
+    def _plan_loads(self, now_ns: int, decisions: list[Decision], replicate: bool) -> None:
+        resident = set()
+        for g in self.gpus.values():
+            resident.update(g.loaded)
+        wanted = [m for m, q in self.queues.items() if q and (
+            m not in resident or (replicate and self._backlogged(now_ns, m)))]
         for model in sorted(wanted, key=lambda m: -self._demand(now_ns, m)):
             info = self.catalog[model]
             candidates = [g for g in self.gpus.values()

@@ -1,0 +1,71 @@
+"""`cw replay --simulate` end to end: outputs, their consistency, reports, bad input."""
+
+import csv
+import json
+
+import pytest
+
+SUMMARY_KEYS = {"requests", "completed_in_slo", "rejected", "late", "errors", "goodput_rps",
+                "offered_rps", "slo_attainment", "latency_ms", "mean_batch_size", "cold_starts",
+                "runtime", "scheduler", "trace", "seed"}
+
+
+def test_replay_simulate_writes_consistent_outputs(cli, tmp_path):
+    out = tmp_path / "run"
+    r = cli("replay", "--trace", "azure", "--simulate", "--duration", "1m", "--out", out,
+            "--target-rate", "150", "--json")
+    assert r.code == 0, r.err
+    summary = json.loads(r.out)
+    assert SUMMARY_KEYS <= set(summary)
+    assert set(summary["latency_ms"]) == {"p50", "p99", "p999", "p9999", "max"}
+    assert summary["runtime"] == "simulated" and summary["scheduler"] == "clockwork"
+    assert json.loads((out / "summary.json").read_text()) == summary
+    with open(out / "requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == summary["requests"] > 5000
+    ok = [r for r in rows if r["status"] == "OK"]
+    good = [r for r in ok if r["deadline_met"] == "True"]
+    assert len(good) == summary["completed_in_slo"]
+    assert summary["late"] == len(ok) - len(good) == 0  # Clockwork answers nothing late
+    assert all(r["simulated"] == "True" for r in rows)
+    assert summary["cold_starts"] == sum(r["cold_start"] == "True" for r in rows) > 0
+    assert 100 < summary["offered_rps"] < 200
+    page = (out / "report.html").read_text()
+    assert "SIMULATED" in page and page.count("<svg") >= 7
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_same_seed_same_result_and_side_by_side_report(cli, tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for out, seed in ((a, "1"), (b, "1"), (c, "2")):
+        r = cli("replay", "--simulate", "--duration", "30s", "--out", out, "--seed", seed,
+                "--target-rate", "100")
+        assert r.code == 0, r.err
+    assert (a / "requests.csv").read_text() == (b / "requests.csv").read_text()
+    assert (a / "requests.csv").read_text() != (c / "requests.csv").read_text()
+    r = cli("report", a, c, "-o", tmp_path / "compare.html")
+    assert r.code == 0, r.err
+    page = (tmp_path / "compare.html").read_text()
+    assert "clockwork (a)" in page and "clockwork (c)" in page
+
+
+@pytest.mark.parametrize("args,text", [
+    (("--trace", "azure:/nonexistent.csv"), "no such trace file"),
+    (("--trace", "gcp"), "unknown trace"),
+    (("--duration", "25h"), "has 1440"),
+    (("--models", "resnet50", "--copies", "2000"), "2000 models but only 1000 functions"),
+    (("--arrivals", "weibull"), "unknown --arrivals"),
+    (("--models", "mlp"), "no published timings"),
+    (("--slo", "0ms"), "--slo must be positive"),
+])
+def test_bad_input_one_line_nothing_written(cli, tmp_path, args, text):
+    out = tmp_path / "out"
+    r = cli("replay", "--simulate", "--out", out, *args)
+    assert r.code != 0 and text in r.err, r.err
+    assert len([line for line in r.err.splitlines() if line.strip()]) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_of_a_non_replay_directory(cli, tmp_path):
+    r = cli("report", tmp_path)
+    assert r.code == 2 and "is not a replay output" in r.err
