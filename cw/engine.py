@@ -109,7 +109,8 @@ class LocalModel:
         host = weights_host(self.bundle)
         if kind == "cpu":
             # Zero-copy: every tensor offset is 256-byte aligned inside the host blob.
-            self.weights = [rt.from_dlpack(np.ascontiguousarray(w)) for w in host]
+            # (views of the blob are contiguous; np.ascontiguousarray would turn 0-d into 1-d)
+            self.weights = [rt.from_dlpack(w) for w in host]
         else:
             self.weights = [rt.tensor(w, device=self.device) for w in host]
         self._vms: dict[int, object] = {}

@@ -194,15 +194,23 @@ def import_model(onnx_model: OnnxModel) -> ImportedModel:
                              [w.numpy() for w in raw_weights])
     transform = mod["main_transform_params"]
     sources = _trace_sources(transform, raw_names)
-    executable = tvm.compile(tvm.IRModule({"main_transform_params": transform}),
-                             target=tvm.target.Target("llvm"))
+    # Keep the TIR functions the importer emitted (emit_te): both functions may call them.
+    helpers = {gv: f for gv, f in mod.functions.items()
+               if gv.name_hint not in ("main", "main_transform_params")}
+    executable = tvm.compile(tvm.IRModule({**helpers, mod.get_global_var(
+        "main_transform_params"): transform}), target=tvm.target.Target("llvm"))
     vm = relax.VirtualMachine(executable, tvm.cpu())
     lifted = vm["main_transform_params"](list(raw_weights))
-    weights = [np.ascontiguousarray(t.numpy()) for t in lifted]
+    weights = [_contiguous(t.numpy()) for t in lifted]
     main = mod["main"]
     names = _unique([str(v) for v in main.params[num_inputs:]])
-    mod = tvm.IRModule({"main": main})
+    mod = tvm.IRModule({**helpers, mod.get_global_var("main"): main})
     return ImportedModel(mod, num_inputs, names, sources, weights)
+
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    """C-contiguous, keeping 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 def _unique(names: list[str]) -> list[str]:

@@ -74,6 +74,6 @@ def page_bytes(layout: PageLayout, tensors: list[np.ndarray], page: int) -> byte
     buf = bytearray(layout.used_bytes[page])
     for tensor, place in zip(tensors, layout.placements):
         if place.page == page:
-            raw = np.ascontiguousarray(tensor).tobytes()
+            raw = tensor.tobytes(order="C")
             buf[place.offset:place.offset + len(raw)] = raw
     return bytes(buf)

@@ -124,3 +124,27 @@ def test_compile_json_and_force(cli, zoo_onnx, tmp_path):
     assert json.loads(r.out)["batch_sizes"] == [1, 2]
     assert (bundle / "manifest.json").stat().st_mtime_ns != first
     assert [p.name for p in tmp_path.iterdir()] == ["b"]  # no temporary directories left
+
+
+def test_scalar_weights_and_emitted_tir_functions(tmp_path):
+    """Clip with its bounds as scalar initializers (as MobileNetV2's ReLU6): the importer emits
+    TIR helpers that must survive weight lifting, and 0-d weights must stay 0-d."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    bounds = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in
+              (("lo", 0.0), ("hi", 6.0))]
+    graph = helper.make_graph([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], "clip", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              bounds)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "clip.onnx")
+    m = compile_model(tmp_path / "clip.onnx", tmp_path / "b", CompileConfig(batch_sizes=(1, 2)))
+    assert all(t.shape == [] for t in m.weights.tensors)
+    xin = np.linspace(-10, 10, 8, dtype=np.float32).reshape(2, 4)
+    result = run_bundle(tmp_path / "b", [xin], "cpu", tmp_path / "clip.onnx")
+    assert np.array_equal(result.outputs[0], np.clip(xin, 0, 6))
