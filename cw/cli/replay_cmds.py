@@ -31,6 +31,10 @@ def replay_cmd(
     scheduler: str = typer.Option(_D.scheduler, "--scheduler"),
     workers: int = typer.Option(_D.workers, "--workers"),
     simulate: bool = typer.Option(False, "--simulate", help="Virtual time, simulated workers."),
+    controller: str = typer.Option(None, "--controller",
+                                   help="Drive a running `cw serve` at this client address."),
+    runtime: str = typer.Option("simulated", "--runtime",
+                                help="Local live workers: simulated or cpu."),
     noise: float = typer.Option(0.0, "--noise", help="Relative std of simulated durations."),
     seed: int = typer.Option(0, "--seed"),
     out: Path = typer.Option(Path("replay-out"), "--out", help="Output directory."),
@@ -48,17 +52,18 @@ def replay_cmd(
                           start_minute=start_minute, rate_scale=rate_scale,
                           target_rate=target_rate, arrivals=arrivals, mapping=mapping,
                           slo_ns=parse_duration_ns(slo, "--slo"), scheduler=scheduler,
-                          workers=workers, noise=noise, seed=seed, simulate=simulate, out=out,
-                          force=force)
+                          workers=workers, noise=noise, seed=seed, simulate=simulate,
+                          controller=controller, runtime=runtime, out=out, force=force)
     progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("{task.percentage:>3.0f}% of virtual time"),
+                        TextColumn("{task.percentage:>3.0f}% of trace time"),
                         TimeElapsedColumn(), console=console(), transient=True, disable=as_json)
     task = None
 
     def on_event(event, info):
         nonlocal task
         if event == "start":
-            task = progress.add_task(f"replaying {info['requests']} requests (simulated)",
+            mode = "simulated" if simulate else "live"
+            task = progress.add_task(f"replaying {info['requests']} requests ({mode})",
                                      total=info["duration_ns"])
         elif event == "advance" and task is not None:
             progress.update(task, completed=info["virtual_ns"])
@@ -69,8 +74,11 @@ def replay_cmd(
         print_json(summary)
         return
     render_summaries([summary])
+    lag = summary.get("send_lateness_ms")
+    timing = (f"arrivals sent late by p99 {lag['p99']} ms" if lag
+              else f"virtual/wall time ×{summary['speedup']}")
     console().print(f"wrote {out}/summary.json, requests.csv, actions.csv and report.html "
-                    f"(virtual/wall time ×{summary['speedup']})")
+                    f"({timing})")
 
 
 def render_summaries(summaries: list[dict]) -> None:

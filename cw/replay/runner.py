@@ -49,6 +49,8 @@ class ReplayConfig:
     noise: float = 0.0
     seed: int = 0
     simulate: bool = True
+    controller: str | None = None              # live replay against a running `cw serve`
+    runtime: str = "simulated"                 # live local workers: simulated | cpu
     out: Path = Path("replay-out")
     force: bool = False
 
@@ -108,21 +110,27 @@ def resolve_models(spec: str, copies: int) -> tuple[list[ModelInfo], dict[str, E
 
 def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = None) -> dict:
     progress = progress or (lambda event, info: None)
-    if not config.simulate:
-        raise UsageError("live replay is not built yet in this version",
-                         "add --simulate for the virtual-time simulation")
     out = Path(config.out)
     if out.exists() and not config.force:
         raise UsageError(f"output {out} already exists", "pass --force or choose another --out")
+    if config.simulate and config.controller:
+        raise UsageError("--simulate runs in virtual time; it cannot drive a --controller",
+                         "drop one of the two")
     trace = load_trace(config.trace)
-    infos, durations = resolve_models(config.models, config.copies)
     target = config.target_rate
     if target is None and config.rate_scale is None:
         target = 200.0 * config.workers * config.gpus_per_worker
-    arr = arrivals_mod.generate(trace, [m.model_id for m in infos], duration_s=config.duration_s,
-                                start_minute=config.start_minute, rate_scale=config.rate_scale,
-                                target_rate=target, arrivals=config.arrivals,
-                                mapping=config.mapping, seed=config.seed)
+
+    def generate(model_ids: list[str]):
+        return arrivals_mod.generate(trace, model_ids, duration_s=config.duration_s,
+                                     start_minute=config.start_minute,
+                                     rate_scale=config.rate_scale, target_rate=target,
+                                     arrivals=config.arrivals, mapping=config.mapping,
+                                     seed=config.seed)
+
+    infos, durations = (resolve_models(config.models, config.copies) if config.simulate
+                        else ([], {}))
+    arr = generate([m.model_id for m in infos]) if config.simulate else None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -130,27 +138,30 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
         raise UsageError(f"cannot write to {out.parent}: {e.strerror}",
                          "choose a writable --out") from None
     try:
-        telemetry = TelemetryLog(tmp)
-        from cw.replay.simulate import SimConfig, Simulation
-
-        scheduler = make_scheduler(config.scheduler,
-                                   SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns))
-        sim = Simulation(scheduler, infos, durations,
-                         SimConfig(config.workers, config.gpus_per_worker, config.pages_per_gpu,
-                                   noise=config.noise, seed=config.seed), telemetry)
-        progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
         wall = time.perf_counter()
-        names = [arr.models[i] for i in arr.model_index]
-        sim.run(arr.times_ns, names, config.slo_ns,
-                progress=lambda n, t: progress("advance", {"requests": n, "virtual_ns": t}))
+        if config.simulate:
+            telemetry = _simulate(config, infos, durations, arr, tmp, progress)
+            requests, actions, runtime = telemetry.requests, telemetry.actions, "simulated"
+            extra = {"models": len(infos)}
+        else:
+            from cw.replay.live import run_live
+
+            requests, actions, simulated, runtime, extra, arr = run_live(config, generate,
+                                                                         progress)
+            if simulated:
+                runtime = "simulated"
+            telemetry = TelemetryLog(tmp, keep=False)
+            for row in requests:
+                telemetry.request(row)
+            for row in actions:
+                telemetry.action(row)
+            telemetry.close()
         wall = time.perf_counter() - wall
-        telemetry.close()
         summary = summarize(
-            telemetry.requests, telemetry.actions, duration_ns=arr.duration_ns,
-            runtime="simulated", scheduler=config.scheduler, trace=f"{config.trace} "
-            f"({trace.name}, {len(trace.functions)} functions)", seed=config.seed,
-            slo_ns=config.slo_ns,
-            extra={"name": out.name, "models": len(infos), "workers": config.workers,
+            requests, actions, duration_ns=arr.duration_ns, runtime=runtime,
+            scheduler=config.scheduler, trace=f"{config.trace} ({trace.name}, "
+            f"{len(trace.functions)} functions)", seed=config.seed, slo_ns=config.slo_ns,
+            extra={"name": out.name, **extra, "workers": config.workers,
                    "gpus": config.workers * config.gpus_per_worker,
                    "rate_scale": round(float(arr.rate_scale), 6), "arrivals": config.arrivals,
                    "map": config.mapping, "start_minute": config.start_minute,
@@ -166,3 +177,20 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return summary
+
+
+def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path, progress) -> TelemetryLog:
+    from cw.replay.simulate import SimConfig, Simulation
+
+    telemetry = TelemetryLog(tmp)
+    scheduler = make_scheduler(config.scheduler,
+                               SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns))
+    sim = Simulation(scheduler, infos, durations,
+                     SimConfig(config.workers, config.gpus_per_worker, config.pages_per_gpu,
+                               noise=config.noise, seed=config.seed), telemetry)
+    progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
+    names = [arr.models[i] for i in arr.model_index]
+    sim.run(arr.times_ns, names, config.slo_ns,
+            progress=lambda n, t: progress("advance", {"requests": n, "virtual_ns": t}))
+    telemetry.close()
+    return telemetry

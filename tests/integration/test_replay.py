@@ -69,3 +69,28 @@ def test_bad_input_one_line_nothing_written(cli, tmp_path, args, text):
 def test_report_of_a_non_replay_directory(cli, tmp_path):
     r = cli("report", tmp_path)
     assert r.code == 2 and "is not a replay output" in r.err
+
+
+def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle, tmp_path):
+    import shutil
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copytree(cpu_bundle("mlp", (1, 2, 4, 8, 16)), models / "mlp")
+    out = tmp_path / "live"
+    r = cli("replay", "--models", models, "--copies", "4", "--duration", "5s",
+            "--target-rate", "150", "--workers", "2", "--out", out, "--json")
+    assert r.code == 0, r.err
+    summary = json.loads(r.out)
+    assert summary["live"] is True and summary["runtime"] == "simulated"
+    with open(out / "requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    with open(out / "actions.csv", newline="") as f:
+        actions = list(csv.DictReader(f))
+    assert len(rows) == summary["requests"] > 400
+    good = sum(r["deadline_met"] == "True" for r in rows)
+    assert good == summary["completed_in_slo"] >= 0.95 * len(rows)
+    assert summary["late"] == 0
+    assert {r["worker"] for r in rows if r["status"] == "OK"} == {"1", "2"}
+    assert sum(a["kind"] == "infer" and a["status"] == "OK" for a in actions) > 0
+    assert all(0 <= int(r["arrival_ns"]) < 7 * 10**9 for r in rows)  # relative to the start
+    assert summary["send_lateness_ms"]["p99"] is not None

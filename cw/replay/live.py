@@ -1,0 +1,161 @@
+"""Live replay: arrivals sent in real time over ZeroMQ to a controller by one open-loop sender.
+
+Against a local controller (the default: one started here with simulated or CPU worker
+processes) the telemetry is the controller's own. Against a remote `--controller` only the
+client's side is seen: request rows are built from send and answer times on this machine, and
+there are no action rows.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from cw.client import Client, RequestFailed
+from cw.errors import CwError, UsageError
+from cw.serve.telemetry import RequestRow
+
+TIME_FIELDS_REQUEST = ("arrival_ns", "deadline_ns", "completion_ns")
+TIME_FIELDS_ACTION = ("sent_ns", "earliest_ns", "latest_ns", "expected_end_ns", "start_ns",
+                      "end_ns", "result_ns")
+
+
+def shift(rows, fields, origin_ns: int):
+    """Times relative to the replay's start (0 stays 0: 'did not happen')."""
+    return [msgspec.structs.replace(r, **{f: getattr(r, f) - origin_ns
+                                          for f in fields if getattr(r, f)}) for r in rows]
+
+
+def model_inputs(client: Client) -> tuple[list[str], dict]:
+    """Served model ids and one zero-filled sample for each."""
+    infos = client.models()
+    if not infos:
+        raise UsageError("the controller serves no models yet", "start workers first")
+    inputs = {}
+    for m in infos:
+        if len(m.inputs) != 1:
+            raise UsageError(f"model {m.model_id} takes {len(m.inputs)} inputs; replay sends one")
+        s = m.inputs[0]
+        inputs[m.model_id] = np.zeros((1, *s.sample_shape), dtype=s.dtype)
+    return sorted(inputs), inputs
+
+
+def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo_ms: float,
+                   progress=None):
+    """Send request i at start + times_ns[i]; returns (futures, send times, lateness)."""
+    n = len(times_ns)
+    sent = np.zeros(n, dtype=np.int64)
+    futures = []
+    start = time.monotonic_ns()
+    for i in range(n):
+        target = start + int(times_ns[i])
+        while True:
+            now = time.monotonic_ns()
+            wait = target - now
+            if wait <= 0:
+                break
+            if wait > 2_000_000:
+                time.sleep((wait - 1_000_000) / 1e9)
+        sent[i] = now
+        future = client.infer_async(names[i], inputs[names[i]], slo_ms=slo_ms)
+        future.add_done_callback(lambda f: setattr(f, "done_ns", time.monotonic_ns()))
+        futures.append(future)
+        if progress is not None and i % 500 == 0:
+            progress(i, int(times_ns[i]))
+    return futures, sent, sent - (start + np.asarray(times_ns, dtype=np.int64)), start
+
+
+def wait_for(futures, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for f in futures:
+        try:
+            f.exception(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception:  # TimeoutError: counted as unanswered below
+            pass
+
+
+def client_rows(futures, sent_ns, names, slo_ns: int) -> list[RequestRow]:
+    rows = []
+    for i, (f, t0, model) in enumerate(zip(futures, sent_ns, names)):
+        t0 = int(t0)
+        if not f.done():
+            status, done = "TIMED_OUT", t0 + slo_ns
+        else:
+            err = f.exception()
+            status = "OK" if err is None else (err.status.name if isinstance(err, RequestFailed)
+                                               else "ERROR")
+            done = getattr(f, "done_ns", t0)
+        latency = done - t0
+        rows.append(RequestRow(i + 1, model, 1, t0, t0 + slo_ns, slo_ns, done, latency, status,
+                               status == "OK" and latency <= slo_ns, 0, -1, -1, -1, False, False))
+    return rows
+
+
+def lateness_ms(lateness_ns) -> dict:
+    a = np.asarray(lateness_ns, dtype=np.float64) / 1e6
+    if a.size == 0:
+        return {"p50": None, "p99": None, "max": None}
+    return {"p50": round(float(np.percentile(a, 50)), 4),
+            "p99": round(float(np.percentile(a, 99)), 4), "max": round(float(a.max()), 4)}
+
+
+def run_live(config, generate_arrivals, progress):
+    """Returns (request rows, action rows, simulated?, runtime, extra summary fields, duration,
+    rate scale) with times relative to the start of the replay."""
+    from cw.serve.controller import ControllerConfig
+    from cw.serve.launch import ControllerThread, WorkerProcesses, local_address
+
+    ctl = procs = None
+    address = config.controller
+    try:
+        if address is None:
+            models_dir = Path(config.models)
+            if not models_dir.is_dir():
+                raise UsageError("a local live replay needs compiled bundles for its workers",
+                                 "give --models DIR of bundles, or add --simulate for zoo names")
+            ctl = ControllerThread(ControllerConfig(
+                workers_listen="tcp://127.0.0.1:*", clients_listen="tcp://127.0.0.1:*",
+                scheduler=config.scheduler, schedule_ahead_ns=config.schedule_ahead_ns),
+                keep_telemetry=True).start()
+            runtime = "simulated" if config.runtime == "simulated" else "tvm"
+            procs = WorkerProcesses(local_address(ctl.workers_address), models_dir,
+                                    config.workers, runtime, ["cpu"], config.copies)
+            ctl.wait_for_workers(config.workers, timeout_s=120)
+            address = local_address(ctl.clients_address)
+        with Client(address, timeout_s=10) as client:
+            names, inputs = model_inputs(client)
+            arr = generate_arrivals(names)
+            progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
+            chosen = [arr.models[i] for i in arr.model_index]
+            futures, sent, lateness, start = send_open_loop(
+                client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6,
+                lambda i, t: progress("advance", {"requests": i, "virtual_ns": t}))
+            wait_for(futures, config.slo_ns / 1e9 + 10)
+        extra = {"send_lateness_ms": lateness_ms(lateness), "live": True,
+                 "controller": config.controller or "local"}
+        if ctl is not None:
+            time.sleep(0.2)  # let the last responses' rows land
+            requests = shift(ctl.telemetry.requests, TIME_FIELDS_REQUEST, start)
+            actions = shift(ctl.telemetry.actions, TIME_FIELDS_ACTION, start)
+            simulated = bool(requests) and all(r.simulated for r in requests if r.status == "OK")
+            runtime_name = "simulated" if config.runtime == "simulated" else "cpu"
+        else:
+            requests = shift(client_rows(futures, sent, chosen, config.slo_ns),
+                             TIME_FIELDS_REQUEST, start)
+            actions, simulated, runtime_name = [], False, "remote"
+        return requests, actions, simulated, runtime_name, extra, arr
+    except CwError:
+        raise
+    finally:
+        if procs is not None:
+            procs.stop()
+        if ctl is not None:
+            ctl.close()
+
+
+def with_controller(config, address: str):
+    return replace(config, controller=address)
