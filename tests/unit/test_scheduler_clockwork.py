@@ -325,3 +325,19 @@ def test_hot_model_is_replicated_when_one_gpu_cannot_keep_up(clock):
     assert all("a" in g.loaded for g in h.s.gpus.values())
     ok = [f for f in h.finished.values() if f.status == RequestStatus.OK]
     assert len(ok) > 0.9 * len(h.finished)
+
+
+def test_model_too_slow_to_load_within_the_slo_still_gets_loaded(clock):
+    # LOAD 8 ms + EXEC 2 ms cannot meet a 5 ms SLO cold: the request is turned away, but the
+    # model is loaded anyway so that the next requests can be served warm
+    h = Harness(clock)
+    first = h.request(slo_ms=5)
+    assert h.finished[first].status == RequestStatus.REJECTED
+    loads = of(h.sent, SendLoad)
+    assert [l.model for l in loads] == ["m"]
+    h.load_all()
+    clock.advance(MS)
+    second = h.request(slo_ms=5)
+    (infer,) = of(h.sent, SendInfer)
+    h.complete(infer)
+    assert h.finished[second].status == RequestStatus.OK

@@ -25,6 +25,7 @@ from cw.serve.scheduler.base import (ActionResult, Decision, Estimator, Finish, 
                                      WorkerInfo)
 
 COMPLETION_MARGIN_NS = 1_000_000  # output copy and the way back to the client
+COLD_DEMAND_TTL_NS = 1_000_000_000  # a turned-away request asks for a LOAD this long
 
 
 @dataclass
@@ -53,6 +54,9 @@ class ClockworkScheduler(Scheduler):
         self.estimates = Estimator(config.estimate_window)
         self._ids = itertools.count(1)
         self._last_sweep_ns: int | None = None
+        # Models whose requests were turned away because no GPU held them: they still get
+        # loaded, or a model whose LOAD + EXEC exceeds the SLO would stay cold forever.
+        self.cold_demand: dict[str, int] = {}
         self._last_replication_ns: int | None = None
 
     # --- events --------------------------------------------------------------------------
@@ -87,6 +91,9 @@ class ClockworkScheduler(Scheduler):
 
     def request_arrived(self, now_ns: int, request: Request) -> list[Decision]:
         if not self._could_finish(now_ns, request.model, request.deadline_ns):
+            if request.model in self.catalog and \
+                    not any(request.model in g.loaded for g in self.gpus.values()):
+                self.cold_demand[request.model] = now_ns
             return [Finish(request.request_id, RequestStatus.REJECTED,
                            "cannot meet its deadline")] + self.tick(now_ns)
         if not any(request.model in g.loaded for g in self.gpus.values()):
@@ -240,13 +247,16 @@ class ClockworkScheduler(Scheduler):
                 progress = True
 
     def _demand(self, now_ns: int, model: str) -> float:
-        queue = self.queues[model]
+        queue = self.queues.get(model)
+        if not queue:
+            return 0.0  # cold demand only: after the models with waiting requests
         exec_ns = min(self.catalog[model].exec_ns.values())
         return len(queue) * exec_ns / max(1, queue[0][0] - now_ns)
 
     def _backlogged(self, now_ns: int, model: str) -> bool:
-        """More queued work than the GPUs holding the model can do before the head's deadline:
-        the unmet demand that makes Clockwork load another copy."""
+        """The unmet demand that makes Clockwork load another copy: more queued work than the
+        GPUs holding the model can do before the head's deadline, or every holder busy well
+        beyond the planning horizon while some other GPU idles."""
         queue = self.queues[model]
         holders = [g for g in self.gpus.values() if model in g.loaded]
         if not holders:
@@ -257,7 +267,13 @@ class ClockworkScheduler(Scheduler):
                    for g in holders) / len(holders)
         capacity = sum(max(0, queue[0][0] - max(now_ns, g.exec_free_ns, g.loaded[model]))
                        for g in holders)
-        return work > capacity
+        if work > capacity:
+            return True
+        horizon = now_ns + self.config.schedule_ahead_ns
+        if min(g.exec_free_ns for g in holders) <= horizon + self.config.schedule_ahead_ns:
+            return False
+        return any(g.exec_free_ns <= now_ns and model not in g.loaded
+                   and g.worker_id in self.holders.get(model, ()) for g in self.gpus.values())
 
     def _plan_loads(self, now_ns: int, decisions: list[Decision], replicate: bool) -> None:
         resident = set()
@@ -265,6 +281,11 @@ class ClockworkScheduler(Scheduler):
             resident.update(g.loaded)
         wanted = [m for m, q in self.queues.items() if q and (
             m not in resident or (replicate and self._backlogged(now_ns, m)))]
+        for m, t in list(self.cold_demand.items()):
+            if m in resident or now_ns - t > COLD_DEMAND_TTL_NS:
+                del self.cold_demand[m]
+            elif m not in self.queues:
+                wanted.append(m)
         for model in sorted(wanted, key=lambda m: -self._demand(now_ns, m)):
             info = self.catalog[model]
             candidates = [g for g in self.gpus.values()
