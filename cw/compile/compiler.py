@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 import cw
-from cw.bundle import (SCHEMA_VERSION, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
+from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
 from cw.compile import frontend, paging
 from cw.compile.memory import memory_plan
@@ -174,9 +174,11 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         with open(writer.path(WEIGHTS_FILE), "wb") as f:
             for page in range(layout.num_pages):
                 data = paging.page_bytes(layout, imported.weights, page)
-                f.write(data)
+                # every page starts aligned in the file too, so host views are aligned
+                padding = -len(data) % TENSOR_ALIGNMENT
+                f.write(data + b"\0" * padding)
                 pages.append(WeightPage(page, offset, len(data)))
-                offset += len(data)
+                offset += len(data) + padding
         tensors = [WeightTensor(plain(n), w.dtype.name, [int(d) for d in w.shape], w.nbytes,
                                 p.page, p.offset, "" if src == n else plain(src))
                    for n, src, w, p in zip(imported.weight_names, imported.weight_sources,
