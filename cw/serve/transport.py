@@ -69,31 +69,66 @@ class _Outbox:
 
 # --- ZeroMQ -----------------------------------------------------------------------------------
 
-class ZmqRouter:
-    def __init__(self, address: str, decode: Codec, encode: Codec, context=None):
+class _ZmqEndpoint:
+    """Socket setup, the outbox, and the poll loop shared by both socket kinds."""
+
+    def __init__(self, kind: str, address: str, decode: Codec, encode: Codec, context=None):
         import zmq
 
         self._zmq = zmq
         self.context = context or zmq.Context.instance()
-        self.socket = self.context.socket(zmq.ROUTER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # report sends to vanished peers
-        self.socket.setsockopt(zmq.SNDHWM, 0)
-        self.socket.setsockopt(zmq.RCVHWM, 0)
+        self.socket = self.context.socket(getattr(zmq, kind))
+        for option, value in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
+            self.socket.setsockopt(option, value)
+        self._configure(zmq)
         try:
-            self.socket.bind(address)
+            self._attach(address)
         except zmq.ZMQError as e:
             self.socket.close()
             from cw.errors import UsageError
-            raise UsageError(f"cannot listen on {address}: {e}",
-                             "choose another address or port") from None
-        self.address = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
+            raise UsageError(f"cannot {self._verb} {address}: {e}", self._hint) from None
         self._in, self._out = decode, encode
         self._outbox = _Outbox()
         self._poller = zmq.Poller()
         self._poller.register(self.socket, zmq.POLLIN)
         self._poller.register(self._outbox.read_fd, zmq.POLLIN)
+
+    def _poll_socket(self, timeout_ms: int, receive) -> list:
+        """Flush the outbox, wait for input (or a wake-up), then receive all that is there."""
+        zmq = self._zmq
+        self._flush()
+        events = dict(self._poller.poll(timeout_ms))
+        if self._outbox.read_fd in events:
+            self._outbox.drain_wakeups()
+            self._flush()
+        received = []
+        if self.socket in events:
+            while True:
+                try:
+                    received.append(receive())
+                except zmq.Again:
+                    break
+        return received
+
+    def close(self) -> None:
+        self._flush()
+        self.socket.close(linger=0)
+        self._outbox.close()
+
+
+class ZmqRouter(_ZmqEndpoint):
+    _verb, _hint = "listen on", "choose another address or port"
+
+    def __init__(self, address: str, decode: Codec, encode: Codec, context=None):
         self.unreachable: list[bytes] = []  # peers a send failed for, since the last poll
+        super().__init__("ROUTER", address, decode, encode, context)
+
+    def _configure(self, zmq) -> None:
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # report sends to vanished peers
+
+    def _attach(self, address: str) -> None:
+        self.socket.bind(address)
+        self.address = self.socket.getsockopt(self._zmq.LAST_ENDPOINT).decode()
 
     def send(self, peer: bytes, msg) -> None:
         self._outbox.put((peer, self._out.encode(msg)))
@@ -107,57 +142,29 @@ class ZmqRouter:
             except zmq.ZMQError:
                 self.unreachable.append(peer)
 
+    def _receive(self):
+        frames = self.socket.recv_multipart(flags=self._zmq.NOBLOCK)
+        if len(frames) != 2:
+            return frames[0], Malformed(b"".join(frames[1:]), "bad framing")
+        return frames[0], _decode(self._in, frames[1])
+
     def poll(self, timeout_ms: int) -> list[tuple[bytes, object]]:
-        zmq = self._zmq
-        self._flush()
-        events = dict(self._poller.poll(timeout_ms))
-        if self._outbox.read_fd in events:
-            self._outbox.drain_wakeups()
-            self._flush()
-        received = []
-        if self.socket in events:
-            while True:
-                try:
-                    frames = self.socket.recv_multipart(flags=zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                if len(frames) != 2:
-                    received.append((frames[0], Malformed(b"".join(frames[1:]), "bad framing")))
-                    continue
-                received.append((frames[0], _decode(self._in, frames[1])))
-        return received
-
-    def close(self) -> None:
-        self._flush()
-        self.socket.close(linger=0)
-        self._outbox.close()
+        return self._poll_socket(timeout_ms, self._receive)
 
 
-class ZmqDealer:
+class ZmqDealer(_ZmqEndpoint):
+    _verb, _hint = "connect to", "give an address like tcp://127.0.0.1:7000"
+
     def __init__(self, address: str, decode: Codec, encode: Codec, context=None):
-        import zmq
+        super().__init__("DEALER", address, decode, encode, context)
 
-        self._zmq = zmq
-        self.context = context or zmq.Context.instance()
-        self.socket = self.context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.SNDHWM, 0)
-        self.socket.setsockopt(zmq.RCVHWM, 0)
+    def _configure(self, zmq) -> None:
         self.socket.setsockopt(zmq.RECONNECT_IVL, 100)
         self.socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-        try:
-            self.socket.connect(address)
-        except zmq.ZMQError as e:
-            self.socket.close()
-            from cw.errors import UsageError
-            raise UsageError(f"cannot connect to {address}: {e}",
-                             "give an address like tcp://127.0.0.1:7000") from None
+
+    def _attach(self, address: str) -> None:
+        self.socket.connect(address)
         self.address = address
-        self._in, self._out = decode, encode
-        self._outbox = _Outbox()
-        self._poller = zmq.Poller()
-        self._poller.register(self.socket, zmq.POLLIN)
-        self._poller.register(self._outbox.read_fd, zmq.POLLIN)
 
     def send(self, msg) -> None:
         self._outbox.put(self._out.encode(msg))
@@ -171,26 +178,8 @@ class ZmqDealer:
             self.socket.send(self._outbox.queue.popleft())
 
     def poll(self, timeout_ms: int) -> list[object]:
-        zmq = self._zmq
-        self._flush()
-        events = dict(self._poller.poll(timeout_ms))
-        if self._outbox.read_fd in events:
-            self._outbox.drain_wakeups()
-            self._flush()
-        received = []
-        if self.socket in events:
-            while True:
-                try:
-                    data = self.socket.recv(flags=zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                received.append(_decode(self._in, data))
-        return received
-
-    def close(self) -> None:
-        self._flush()
-        self.socket.close(linger=0)
-        self._outbox.close()
+        return self._poll_socket(
+            timeout_ms, lambda: _decode(self._in, self.socket.recv(flags=self._zmq.NOBLOCK)))
 
 
 # --- in-process -------------------------------------------------------------------------------

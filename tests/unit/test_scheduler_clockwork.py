@@ -74,6 +74,14 @@ class Harness:
         return self.apply(self.s.result_returned(
             self.clock.now, ActionResult(action.action_id, status, start, start + dur, dur)))
 
+    def step(self):
+        """One tick, then the worker completes every action whose predicted end has passed."""
+        self.apply(self.s.tick(self.clock.now))
+        for d in list(self.sent):
+            if d.earliest_ns + d.expected_ns <= self.clock.now:
+                self.sent.remove(d)
+                self.complete(d)
+
     def load_all(self):
         """Run every pending LOAD to completion."""
         for d in list(self.sent):
@@ -294,19 +302,10 @@ def test_every_request_answered_exactly_once_under_load(clock):
     for i in range(600):
         rids.append(h.request("a" if i % 3 else "b", slo_ms=25))
         clock.advance(800_000)
-        h.apply(h.s.tick(clock.now))
-        # complete whatever is due
-        for d in list(h.sent):
-            if d.earliest_ns + d.expected_ns <= clock.now:
-                h.sent.remove(d)
-                h.complete(d)
+        h.step()
     for _ in range(200):
         clock.advance(MS)
-        h.apply(h.s.tick(clock.now))
-        for d in list(h.sent):
-            if d.earliest_ns + d.expected_ns <= clock.now:
-                h.sent.remove(d)
-                h.complete(d)
+        h.step()
     assert set(h.finished) == set(rids)
     ok = [f for f in h.finished.values() if f.status == RequestStatus.OK]
     assert len(ok) > 0.95 * len(rids)
@@ -317,11 +316,7 @@ def test_hot_model_is_replicated_when_one_gpu_cannot_keep_up(clock):
     for _ in range(400):  # 2,000 r/s of one model: one GPU does ~1,000 r/s at batch 16
         h.request("a", slo_ms=50)
         clock.advance(500_000)
-        h.apply(h.s.tick(clock.now))
-        for d in list(h.sent):
-            if d.earliest_ns + d.expected_ns <= clock.now:
-                h.sent.remove(d)
-                h.complete(d)
+        h.step()
     assert all("a" in g.loaded for g in h.s.gpus.values())
     ok = [f for f in h.finished.values() if f.status == RequestStatus.OK]
     assert len(ok) > 0.9 * len(h.finished)

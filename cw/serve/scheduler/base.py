@@ -83,7 +83,7 @@ class ActionResult:
 # --- decisions -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class SendLoad:
+class _WeightsDecision:
     action_id: int
     worker_id: int
     gpu: int
@@ -94,14 +94,13 @@ class SendLoad:
 
 
 @dataclass(frozen=True)
-class SendUnload:
-    action_id: int
-    worker_id: int
-    gpu: int
-    model: str
-    earliest_ns: int
-    latest_ns: int
-    expected_ns: int
+class SendLoad(_WeightsDecision):
+    pass
+
+
+@dataclass(frozen=True)
+class SendUnload(_WeightsDecision):
+    pass
 
 
 @dataclass(frozen=True)
