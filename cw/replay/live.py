@@ -58,8 +58,10 @@ def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo
             wait = target - now
             if wait <= 0:
                 break
-            if wait > 2_000_000:
-                time.sleep((wait - 1_000_000) / 1e9)
+            # sleep all but the last 0.1 ms: spinning longer would starve a controller that
+            # runs in this process (the GIL), spinning less would send late
+            if wait > 200_000:
+                time.sleep((wait - 100_000) / 1e9)
         sent[i] = now
         future = client.infer_async(names[i], inputs[names[i]], slo_ms=slo_ms)
         future.add_done_callback(lambda f: setattr(f, "done_ns", time.monotonic_ns()))
