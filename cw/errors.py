@@ -13,7 +13,10 @@ class CwError(Exception):
         self.hint = hint
 
     def one_line(self) -> str:
-        return f"{self.message} ({self.hint})" if self.hint else self.message
+        message = " ".join(self.message.split())  # one line, whatever a library put in it
+        if len(message) > 400:
+            message = message[:400] + "…"
+        return f"{message} ({self.hint})" if self.hint else message
 
 
 class UsageError(CwError):

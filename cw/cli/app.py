@@ -85,6 +85,7 @@ def run_cli(args: list[str] | None = None) -> int:
             Consoles.err.print_exception()
         else:
             msg = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+            msg = msg if len(msg) <= 300 else msg[:300] + "…"  # TVM prints whole IR types
             Consoles.err.print(f"[bold red]internal error:[/] {type(e).__name__}: {msg} "
                                "(set CW_DEBUG=1 for the traceback and report it)",
                                soft_wrap=True, highlight=False)

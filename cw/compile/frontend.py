@@ -89,12 +89,21 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
 
     init_names = {t.name for t in model.graph.initializer}
     graph_inputs = [i for i in model.graph.input if i.name not in init_names]
+    if len(graph_inputs) != len(model.graph.input):
+        # Old IR versions list every initializer as a graph input too; TVM's importer would then
+        # take each weight twice (as an input and as a parameter).
+        dropped = len(model.graph.input) - len(graph_inputs)
+        del model.graph.input[:]
+        model.graph.input.extend(graph_inputs)
+        normalization_notes = [f"removed {dropped} initializers listed as graph inputs"]
+    else:
+        normalization_notes = []
     input_shapes = dict(input_shapes or {})
     unknown = set(input_shapes) - {i.name for i in graph_inputs}
     if unknown:
         raise UsageError(f"--input-shape names no input of {path.name}: {', '.join(sorted(unknown))}",
                          f"its inputs are: {', '.join(i.name for i in graph_inputs)}")
-    inputs, fixed_batches, notes = [], set(), []
+    inputs, fixed_batches, notes = [], set(), list(normalization_notes)
     for value_info in graph_inputs:
         dims = _dims(value_info)
         if value_info.name in input_shapes:
@@ -197,10 +206,15 @@ def import_model(onnx_model: OnnxModel) -> ImportedModel:
     # Keep the TIR functions the importer emitted (emit_te): both functions may call them.
     helpers = {gv: f for gv, f in mod.functions.items()
                if gv.name_hint not in ("main", "main_transform_params")}
-    executable = tvm.compile(tvm.IRModule({**helpers, mod.get_global_var(
-        "main_transform_params"): transform}), target=tvm.target.Target("llvm"))
-    vm = relax.VirtualMachine(executable, tvm.cpu())
-    lifted = vm["main_transform_params"](list(raw_weights))
+    try:
+        executable = tvm.compile(tvm.IRModule({**helpers, mod.get_global_var(
+            "main_transform_params"): transform}), target=tvm.target.Target("llvm"))
+        vm = relax.VirtualMachine(executable, tvm.cpu())
+        lifted = vm["main_transform_params"](list(raw_weights))
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        raise ModelError(f"TVM could not precompute the weights of {onnx_model.path.name}: "
+                         f"{first[:200]}", "run with CW_DEBUG=1 for the full TVM error") from None
     weights = [_contiguous(t.numpy()) for t in lifted]
     main = mod["main"]
     names = _unique([str(v) for v in main.params[num_inputs:]])

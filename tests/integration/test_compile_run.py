@@ -151,3 +151,19 @@ def test_scalar_weights_and_emitted_tir_functions(tmp_path):
     xin = np.linspace(-10, 10, 8, dtype=np.float32).reshape(2, 4)
     result = run_bundle(tmp_path / "b", [xin], "cpu", tmp_path / "clip.onnx")
     assert np.array_equal(result.outputs[0], np.clip(xin, 0, 6))
+
+
+def test_old_ir_initializers_listed_as_inputs_mnist(tmp_path):
+    """mnist-8 (IR 3, CNTK export) lists its initializers as graph inputs too; they are dropped
+    from the inputs before import, and the result agrees with onnxruntime."""
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = SHARED / "models-edge" / "mnist-8.onnx"
+    if not src.exists():
+        pytest.skip(f"{src} not present")
+    m = compile_model(src, tmp_path / "mnist", CompileConfig())
+    assert m.batch_sizes == [1]  # its batch is fixed at 1 in the graph (issue 8 will rebatch)
+    assert any("initializers listed as graph inputs" in n for n in m.notes)
+    assert [s.sample_shape for s in m.inputs] == [[1, 28, 28]]
+    result = run_bundle(tmp_path / "mnist", [random_input((1, 1, 28, 28))], "cpu", src)
+    assert result.relative_error <= TOLERANCE
