@@ -22,6 +22,7 @@ DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
 DEFAULT_PAGE_SIZE = 16 * paging.MIB
 # A constant this large inside a kernel library means weights escaped the weights blob.
 MAX_KERNEL_CONSTANT_BYTES = 1 * paging.MIB
+LARGE_KERNEL_LIBRARY_BYTES = 8 * paging.MIB  # ResNet-152's kernels are < 1 MiB
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,12 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                 output_bytes=sum(s.sample_bytes for s in outs) * batch,
                 storage_blocks=plan.storage_blocks, unplanned=plan.unplanned,
                 compile_seconds=round(time.perf_counter() - start, 3))
+            if kernel.kernel_bytes > LARGE_KERNEL_LIBRARY_BYTES:
+                # Weights computed in the graph (ConstantOfShape, Constant nodes) get folded
+                # into the kernels, where the relax-level constant check does not see them.
+                onnx_model.notes.append(
+                    f"batch {batch}: kernel library is {kernel.kernel_bytes / 2**20:.1f} MiB; "
+                    "weights computed inside the graph were probably compiled into it")
             kernels.append(kernel)
             inputs_spec, outputs_spec = ins, outs
             progress("batch_done", {"kernel": kernel})
