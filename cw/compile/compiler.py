@@ -12,7 +12,7 @@ from typing import Callable
 import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
-from cw.compile import frontend, paging
+from cw.compile import frontend, paging, rebatch
 from cw.compile.memory import memory_plan
 from cw.errors import DeviceError, ModelError, UsageError
 from cw.tvm_env import cuda_codegen_problem, load_tvm
@@ -155,15 +155,25 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         progress("stage", {"text": "reading ONNX"})
         onnx_model = frontend.load_onnx(onnx_path, config.input_shapes)
         batch_sizes = tuple(config.batch_sizes)
+        why = ""
+        if onnx_model.fixed_batch == 1 and max(batch_sizes) > 1:
+            progress("stage", {"text": "checking whether the batch can be made symbolic"})
+            rebatched, why = rebatch.try_rebatch(onnx_model)
+            if rebatched:
+                onnx_model.notes.append(why)
         if onnx_model.fixed_batch is not None:
-            if set(batch_sizes) - {onnx_model.fixed_batch}:
+            fixed = onnx_model.fixed_batch
+            if set(batch_sizes) - {fixed}:
+                reason = f" ({why})" if why else ""
                 if config.batch_sizes != DEFAULT_BATCH_SIZES:
-                    raise UsageError(f"{Path(onnx_path).name} has its batch fixed at "
-                                     f"{onnx_model.fixed_batch}; cannot compile batch sizes "
+                    raise UsageError(f"{Path(onnx_path).name} has its batch fixed at {fixed} and "
+                                     f"cannot be rebatched{reason}; cannot compile batch sizes "
                                      f"{','.join(map(str, batch_sizes))}",
-                                     f"use --batch-sizes {onnx_model.fixed_batch} or export the "
-                                     "model with a symbolic batch dimension")
-            batch_sizes = (onnx_model.fixed_batch,)
+                                     f"use --batch-sizes {fixed} or export the model with a "
+                                     "symbolic batch dimension")
+            onnx_model.notes.append(f"batch fixed at {fixed} in the graph: only batch size "
+                                    f"{fixed} compiled" + (f"; {why}" if why else ""))
+            batch_sizes = (fixed,)
         name = config.name or Path(onnx_path).stem
         progress("stage", {"text": "importing into TVM Relax"})
         imported = frontend.import_model(onnx_model)

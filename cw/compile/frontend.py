@@ -133,9 +133,6 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
         raise ModelError(f"inputs of {path.name} disagree on the batch dimension",
                          "export the model with one symbolic batch dimension on every input")
     fixed_batch = next(iter(fixed_batches)) if fixed_batches else None
-    if fixed_batch is not None:
-        notes.append(f"batch fixed at {fixed_batch} in the graph: only batch size "
-                     f"{fixed_batch} can be compiled")
     _set_input_dims(model, graph_inputs, inputs)
     return OnnxModel(path, model, hashlib.sha256(data).hexdigest(), opset, inputs, fixed_batch,
                      notes)

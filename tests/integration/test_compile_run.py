@@ -153,17 +153,40 @@ def test_scalar_weights_and_emitted_tir_functions(tmp_path):
     assert np.array_equal(result.outputs[0], np.clip(xin, 0, 6))
 
 
-def test_old_ir_initializers_listed_as_inputs_mnist(tmp_path):
+def test_old_ir_initializers_listed_as_inputs_mnist_and_rebatched(tmp_path):
     """mnist-8 (IR 3, CNTK export) lists its initializers as graph inputs too; they are dropped
-    from the inputs before import, and the result agrees with onnxruntime."""
+    from the inputs before import. Its batch is fixed at 1 but nothing depends on it: the check
+    (a batch of 3 equals three batch-1 runs in onnxruntime) passes, so it is rebatched."""
     from cw.compile.compiler import CompileConfig, compile_model
 
     src = SHARED / "models-edge" / "mnist-8.onnx"
     if not src.exists():
         pytest.skip(f"{src} not present")
-    m = compile_model(src, tmp_path / "mnist", CompileConfig())
-    assert m.batch_sizes == [1]  # its batch is fixed at 1 in the graph (issue 8 will rebatch)
+    m = compile_model(src, tmp_path / "mnist", CompileConfig(batch_sizes=(1, 4)))
+    assert m.batch_sizes == [1, 4]
     assert any("initializers listed as graph inputs" in n for n in m.notes)
+    assert any(n.startswith("rebatched") for n in m.notes)
     assert [s.sample_shape for s in m.inputs] == [[1, 28, 28]]
-    result = run_bundle(tmp_path / "mnist", [random_input((1, 1, 28, 28))], "cpu", src)
+    for batch in (1, 3):
+        result = run_bundle(tmp_path / "mnist", [random_input((batch, 1, 28, 28), seed=batch)],
+                            "cpu", src)
+        assert result.relative_error <= TOLERANCE
+
+
+def test_unsound_rebatch_keeps_batch_1_and_says_why(tmp_path, cli):
+    """resnet18_cifar10 flattens to a fixed [1, 512] before its Gemm: a batch of 3 fails in
+    onnxruntime, so only batch 1 compiles, and asking for more is an error naming the reason."""
+    src = SHARED / "models-edge" / "resnet18_cifar10.onnx"
+    if not src.exists():
+        pytest.skip(f"{src} not present")
+    r = cli("compile", src, "-o", tmp_path / "bad", "--batch-sizes", "1,4")
+    assert r.code == 2 and "cannot be rebatched" in r.err and "Gemm" in r.err
+    assert not (tmp_path / "bad").exists()
+    r = cli("compile", src, "-o", tmp_path / "r18", "--json")
+    assert r.code == 0, r.err
+    import json
+    manifest = json.loads(r.out)
+    assert manifest["batch_sizes"] == [1]
+    assert any("batch fixed at 1" in n and "onnxruntime rejects" in n for n in manifest["notes"])
+    result = run_bundle(tmp_path / "r18", [random_input((1, 3, 32, 32))], "cpu", src)
     assert result.relative_error <= TOLERANCE
