@@ -9,14 +9,13 @@ there are no action rows.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
 from cw.client import Client, RequestFailed
-from cw.errors import CwError, UsageError
+from cw.errors import UsageError
 from cw.serve.telemetry import RequestRow
 
 TIME_FIELDS_REQUEST = ("arrival_ns", "deadline_ns", "completion_ns")
@@ -150,14 +149,9 @@ def run_live(config, generate_arrivals, progress):
                              TIME_FIELDS_REQUEST, start)
             actions, simulated, runtime_name = [], False, "remote"
         return requests, actions, simulated, runtime_name, extra, arr
-    except CwError:
-        raise
     finally:
         if procs is not None:
             procs.stop()
         if ctl is not None:
             ctl.close()
 
-
-def with_controller(config, address: str):
-    return replace(config, controller=address)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from cw.serve import protocol as p
 from cw.serve.metrics import Metrics
-from cw.serve.protocol import RequestStatus, Status
+from cw.serve.protocol import RequestStatus
 from cw.serve.scheduler.base import (ActionResult, Finish, GpuInfo, Request, Scheduler,
-                                     SendInfer, SendLoad, SendUnload, WorkerInfo)
+                                     SendInfer, SendLoad, WorkerInfo)
 from cw.serve.telemetry import ActionRow, RequestRow, TelemetryLog
 from cw.serve.transport import Malformed
 
@@ -92,6 +92,7 @@ class Controller:
         self.by_peer: dict[bytes, int] = {}
         self.pending: dict[int, _Pending] = {}
         self.actions: dict[int, _Action] = {}
+        self._started_ns: int | None = None  # for busy fractions
         self._worker_ids = itertools.count(1)
         self._request_ids = itertools.count(1)
         self._worker_handlers = {p.Register: self._on_register, p.Ping: self._on_ping,
@@ -332,9 +333,10 @@ class Controller:
 
     def _update_gauges(self, now_ns: int) -> None:
         busy, models = {}, {}
-        gpus = getattr(self.scheduler, "gpus", {})
-        for (wid, idx), g in gpus.items():
-            elapsed = max(1, now_ns - (self.metrics.started_s or 0) * 1e9)
+        if self._started_ns is None:
+            self._started_ns = now_ns
+        elapsed = max(1, now_ns - self._started_ns)
+        for (wid, idx), g in getattr(self.scheduler, "gpus", {}).items():
             busy[f"{wid}/{idx}"] = min(1.0, g.busy_ns / elapsed)
             models[f"{wid}/{idx}"] = len(g.loaded)
         self.metrics.gauges(self.scheduler.queue_length(), busy, models, now_ns / 1e9)

@@ -79,18 +79,17 @@ class TelemetryLog:
                 self._writers[name] = w
 
     def request(self, row: RequestRow) -> None:
-        with self._lock:
-            if self.keep:
-                self.requests.append(row)
-            if "requests" in self._writers:
-                self._writers["requests"].writerow(msgspec.structs.astuple(row))
+        self._record("requests", self.requests, row)
 
     def action(self, row: ActionRow) -> None:
+        self._record("actions", self.actions, row)
+
+    def _record(self, kind: str, kept: list, row) -> None:
         with self._lock:
             if self.keep:
-                self.actions.append(row)
-            if "actions" in self._writers:
-                self._writers["actions"].writerow(msgspec.structs.astuple(row))
+                kept.append(row)
+            if kind in self._writers:
+                self._writers[kind].writerow(msgspec.structs.astuple(row))
 
     def flush(self) -> None:
         with self._lock:

@@ -82,6 +82,12 @@ class Harness:
                 self.sent.remove(d)
                 self.complete(d)
 
+    def complete_infers(self):
+        """Run every pending INFER as planned."""
+        for d in of(self.sent, SendInfer):
+            self.sent.remove(d)
+            self.complete(d)
+
     def load_all(self):
         """Run every pending LOAD to completion."""
         for d in list(self.sent):
@@ -189,15 +195,11 @@ def test_load_priority_follows_demand_and_lru_unload(clock):
     h = Harness(clock, config, models=("a", "b", "c"), pages=4)
     h.request("a")
     h.load_all()
-    for d in of(h.sent, SendInfer):
-        h.sent.remove(d)
-        h.complete(d)
+    h.complete_infers()
     clock.advance(10 * MS)
     h.request("b")
     h.load_all()
-    for d in of(h.sent, SendInfer):
-        h.sent.remove(d)
-        h.complete(d)
+    h.complete_infers()
     clock.advance(10 * MS)
     # "a" is least recently used; "c" needs its pages
     h.sent.clear()

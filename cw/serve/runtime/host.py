@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from cw.bundle import Bundle, Manifest, open_bundle
 from cw.engine import read_aligned
