@@ -84,6 +84,10 @@ def main() -> None:
         rows = ctl.telemetry.requests
         good = sum(r.deadline_met for r in rows)
         cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
+        import collections
+        statuses = collections.Counter(r.status for r in rows)
+        messages = collections.Counter(r.status for r in ctl.telemetry.actions)
+        print("request statuses:", dict(statuses), "action statuses:", dict(messages))
         print(f"offered {n / args.seconds:.0f} r/s for {args.seconds:g} s, {args.workers} "
               f"simulated workers: answered {ok + failed} of {n} ({ok} ok, {failed} failed) in "
               f"{elapsed:.2f} s; SLO attainment {good / max(1, len(rows)):.4f}; late "

@@ -1,5 +1,7 @@
 """`cw demo`: the README's first command. Exports a zoo model, compiles it for this machine's
-CPU, runs a batch through it and checks the result against onnxruntime."""
+CPU, runs a batch through it and checks the result against onnxruntime, then replays a minute of
+the bundled Azure Functions trace against the Clockwork scheduler (simulated workers, virtual
+time) and writes its report."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ def demo_cmd(
     batch_sizes: str = typer.Option("1,4", "--batch-sizes", help="Batch sizes to compile."),
     batch: int = typer.Option(3, "--batch", help="Batch to run (padded to a compiled size)."),
 ):
-    """Export a zoo model, compile it for the CPU, run it and verify it against onnxruntime.
+    """Export a zoo model, compile it for the CPU, run it and verify it against onnxruntime;
+    then a one-minute simulated replay of the bundled Azure trace, with its report.
 
     Example: [bold]cw demo[/]   ([bold]cw demo --model mlp[/] for a quick one)
     """
@@ -32,13 +35,13 @@ def demo_cmd(
     workdir.mkdir(parents=True, exist_ok=True)
     onnx_path = workdir / f"{model}.onnx"
     bundle = workdir / model
-    out.rule(f"1/3 cw zoo export {model} -o {onnx_path}")
+    out.rule(f"1/4 cw zoo export {model} -o {onnx_path}")
     size = model_zoo.export(model, onnx_path)
     out.print(f"wrote {onnx_path} ({size / 1e6:.1f} MB)")
-    out.rule(f"2/3 cw compile {onnx_path} -o {bundle} --target cpu --batch-sizes {batch_sizes}")
+    out.rule(f"2/4 cw compile {onnx_path} -o {bundle} --target cpu --batch-sizes {batch_sizes}")
     compile_cmd(model=onnx_path, output=bundle, target="cpu", arch=None, batch_sizes=batch_sizes,
                 page_size="16MiB", name=model, input_shape=[], force=True, as_json=False)
-    out.rule(f"3/3 cw run {bundle} --input x.npy --verify {onnx_path}")
+    out.rule(f"3/4 cw run {bundle} --input x.npy --verify {onnx_path}")
     x = np.random.default_rng(0).standard_normal((batch, *entry.input_shape)).astype(np.float32)
     np.save(workdir / "x.npy", x)
     result = run_bundle(bundle, [x], "cpu", onnx_path)
@@ -48,3 +51,13 @@ def demo_cmd(
     if not result.relative_error <= 1e-4:
         raise CwError(f"demo failed: relative error {result.relative_error:.3g} vs onnxruntime")
     out.print(f"[green]ok[/]: max relative error vs onnxruntime {result.relative_error:.2g}")
+    replay_dir = workdir / "replay"
+    out.rule(f"4/4 cw replay --trace azure --simulate --duration 1m --out {replay_dir}")
+    from cw.cli.replay_cmds import render_summaries
+    from cw.replay.runner import ReplayConfig, replay
+
+    summary = replay(ReplayConfig(trace="azure", duration_s=60.0, simulate=True, out=replay_dir,
+                                  force=True))
+    render_summaries([summary])
+    out.print(f"[green]ok[/]: {summary['requests']} requests replayed in virtual time "
+              f"(×{summary['speedup']} faster than real time); open {replay_dir}/report.html")

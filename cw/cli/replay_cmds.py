@@ -9,7 +9,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cw.cli.app import app, console, print_json
-from cw.replay.runner import ReplayConfig, replay
+from cw.replay.runner import ReplayConfig, replay, with_preset
 from cw.units import parse_duration_ns
 
 _D = ReplayConfig()
@@ -18,8 +18,18 @@ _D = ReplayConfig()
 @app.command("replay")
 def replay_cmd(
     trace: str = typer.Option(_D.trace, "--trace", help="azure (bundled sample) or azure:PATH."),
-    models: str = typer.Option(_D.models, "--models", help="Bundle directory or zoo names."),
-    copies: int = typer.Option(_D.copies, "--copies", help="Instances of each model."),
+    models: str = typer.Option(None, "--models",
+                               help="Bundle directory, zoo names, or a number of instances "
+                                    f"(default: {_D.models})."),
+    copies: int = typer.Option(None, "--copies", help=f"Instances of each model ({_D.copies})."),
+    workload: str = typer.Option(None, "--workload",
+                                 help="trace (default), poisson, closed or fig6."),
+    rate: float = typer.Option(None, "--rate", help="poisson: total r/s (200 per GPU)."),
+    concurrency: int = typer.Option(None, "--concurrency",
+                                    help=f"closed: clients per model ({_D.concurrency})."),
+    preset: str = typer.Option(None, "--preset",
+                               help="The paper's experiments: fig5 or fig6 (options given "
+                                    "explicitly win)."),
     duration: str = typer.Option("10m", "--duration", help="Length of trace to replay."),
     start_minute: int = typer.Option(0, "--start-minute"),
     rate_scale: float = typer.Option(None, "--rate-scale", help="Multiply the trace's rate."),
@@ -27,9 +37,9 @@ def replay_cmd(
                                       help="Scale to this mean rate (default 200 r/s per GPU)."),
     arrivals: str = typer.Option(_D.arrivals, "--arrivals", help="poisson, exact or gamma:CV."),
     mapping: str = typer.Option(_D.mapping, "--map", help="contiguous or stripe."),
-    slo: str = typer.Option("100ms", "--slo"),
+    slo: str = typer.Option(None, "--slo", help="Latency objective (100ms)."),
     scheduler: str = typer.Option(_D.scheduler, "--scheduler"),
-    workers: int = typer.Option(_D.workers, "--workers"),
+    workers: int = typer.Option(None, "--workers", help=f"Workers ({_D.workers})."),
     simulate: bool = typer.Option(False, "--simulate", help="Virtual time, simulated workers."),
     controller: str = typer.Option(None, "--controller",
                                    help="Drive a running `cw serve` at this client address."),
@@ -41,19 +51,28 @@ def replay_cmd(
     force: bool = typer.Option(False, "--force", help="Replace --out."),
     as_json: bool = typer.Option(False, "--json", help="Print summary.json."),
 ):
-    """Replay a production trace against serving policies and write telemetry and a report.
+    """Replay a production trace (or a synthetic workload) against serving policies and write
+    telemetry and a report.
 
     Examples:
       [bold]cw replay --trace azure --simulate[/]
       [bold]cw replay --trace azure:~/azure2019 --simulate --workers 6 --copies 66 --duration 1h[/]
+      [bold]cw replay --simulate --workload poisson --rate 1000 --models 80[/]
+      [bold]cw replay --simulate --preset fig5 --slo 25ms --duration 1m[/]
+      [bold]cw replay --simulate --preset fig6 --duration 1h[/]
     """
-    config = ReplayConfig(trace=trace, models=models, copies=copies,
-                          duration_s=parse_duration_ns(duration, "--duration") / 1e9,
-                          start_minute=start_minute, rate_scale=rate_scale,
-                          target_rate=target_rate, arrivals=arrivals, mapping=mapping,
-                          slo_ns=parse_duration_ns(slo, "--slo"), scheduler=scheduler,
-                          workers=workers, noise=noise, seed=seed, simulate=simulate,
-                          controller=controller, runtime=runtime, out=out, force=force)
+    chosen = dict(models=models, copies=copies, workload=workload, concurrency=concurrency,
+                  workers=workers, slo_ns=parse_duration_ns(slo, "--slo") if slo else None,
+                  trace=trace, rate=rate,
+                  duration_s=parse_duration_ns(duration, "--duration") / 1e9,
+                  start_minute=start_minute, rate_scale=rate_scale, target_rate=target_rate,
+                  arrivals=arrivals, mapping=mapping, scheduler=scheduler, noise=noise,
+                  seed=seed, simulate=simulate, controller=controller, runtime=runtime, out=out,
+                  force=force)
+    if preset is not None:
+        config = with_preset(preset, **chosen)
+    else:
+        config = ReplayConfig(**{k: v for k, v in chosen.items() if v is not None})
     progress = Progress(TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.percentage:>3.0f}% of trace time"),
                         TimeElapsedColumn(), console=console(), transient=True, disable=as_json)

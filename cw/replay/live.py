@@ -8,6 +8,7 @@ there are no action rows.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from cw.client import Client, RequestFailed
 from cw.errors import UsageError
+from cw.replay.workloads import ClosedLoop
 from cw.serve.telemetry import RequestRow
 
 TIME_FIELDS_REQUEST = ("arrival_ns", "deadline_ns", "completion_ns")
@@ -68,6 +70,41 @@ def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo
         if progress is not None and i % 500 == 0:
             progress(i, int(times_ns[i]))
     return futures, sent, sent - (start + np.asarray(times_ns, dtype=np.int64)), start
+
+
+def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress=None):
+    """`loop.concurrency` clients per model, each sending its next request when the previous
+    one is answered, until `loop.duration_ns` has passed. Returns (futures, send times, model
+    of each request, start)."""
+    futures, sent, names = [], [], []
+    pending = {}
+    start = time.monotonic_ns()
+    end = start + loop.duration_ns
+
+    def issue(model: str) -> None:
+        sent.append(time.monotonic_ns())
+        future = client.infer_async(model, inputs[model], slo_ms=slo_ms)
+        future.add_done_callback(lambda f: setattr(f, "done_ns", time.monotonic_ns()))
+        pending[future] = model
+        futures.append(future)
+        names.append(model)
+
+    for model in loop.models:
+        for _ in range(loop.concurrency):
+            issue(model)
+    while pending:
+        done, _ = concurrent.futures.wait(list(pending), timeout=1.0,
+                                          return_when=concurrent.futures.FIRST_COMPLETED)
+        now = time.monotonic_ns()
+        for future in done:
+            model = pending.pop(future)
+            if now + loop.think_ns < end:
+                issue(model)
+        if progress is not None:
+            progress(len(futures), min(now - start, loop.duration_ns))
+        if now > end + 60 * 1_000_000_000:
+            break  # unanswered for a minute past the end: counted as timed out
+    return futures, np.asarray(sent, dtype=np.int64), names, start
 
 
 def wait_for(futures, timeout_s: float) -> None:
@@ -131,13 +168,17 @@ def run_live(config, generate_arrivals, progress):
             names, inputs = model_inputs(client)
             arr = generate_arrivals(names)
             progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
-            chosen = [arr.models[i] for i in arr.model_index]
-            futures, sent, lateness, start = send_open_loop(
-                client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6,
-                lambda i, t: progress("advance", {"requests": i, "virtual_ns": t}))
+            advance = lambda i, t: progress("advance", {"requests": i, "virtual_ns": t})  # noqa
+            extra = {"live": True, "controller": config.controller or "local"}
+            if isinstance(arr, ClosedLoop):
+                futures, sent, chosen, start = send_closed_loop(
+                    client, arr, inputs, config.slo_ns / 1e6, advance)
+            else:
+                chosen = [arr.models[i] for i in arr.model_index]
+                futures, sent, lateness, start = send_open_loop(
+                    client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6, advance)
+                extra["send_lateness_ms"] = lateness_ms(lateness)
             wait_for(futures, config.slo_ns / 1e9 + 10)
-        extra = {"send_lateness_ms": lateness_ms(lateness), "live": True,
-                 "controller": config.controller or "local"}
         if ctl is not None:
             time.sleep(0.2)  # let the last responses' rows land
             requests = shift(ctl.telemetry.requests, TIME_FIELDS_REQUEST, start)

@@ -90,17 +90,22 @@ def _cdf(values) -> tuple[np.ndarray, np.ndarray]:
 class Run:
     """One replay output directory."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, summary: dict | None = None,
+                 requests: list[RequestRow] | None = None,
+                 actions: list[ActionRow] | None = None):
+        """Reads the directory, or takes rows already in memory (a replay that just ran)."""
         d = Path(directory)
         self.dir = d
-        missing = [f for f in ("summary.json", "requests.csv", "actions.csv")
-                   if not (d / f).is_file()]
-        if missing:
-            raise UsageError(f"{d} is not a replay output: {', '.join(missing)} missing",
-                             "give a directory written by `cw replay --out`")
-        self.summary = json.loads((d / "summary.json").read_text())
-        self.requests = read_csv(d / "requests.csv", RequestRow)
-        self.actions = read_csv(d / "actions.csv", ActionRow)
+        if summary is None or requests is None or actions is None:
+            missing = [f for f in ("summary.json", "requests.csv", "actions.csv")
+                       if not (d / f).is_file()]
+            if missing:
+                raise UsageError(f"{d} is not a replay output: {', '.join(missing)} missing",
+                                 "give a directory written by `cw replay --out`")
+            summary = json.loads((d / "summary.json").read_text())
+            requests = read_csv(d / "requests.csv", RequestRow)
+            actions = read_csv(d / "actions.csv", ActionRow)
+        self.summary, self.requests, self.actions = summary, requests, actions
         self.label = f"{self.summary.get('scheduler', '?')} ({self.summary.get('name', d.name)})"
 
 
@@ -248,8 +253,8 @@ margin:6px}}.sim{{background:#fff3cd;padding:6px;border:1px solid #e0c060}}</sty
 """
 
 
-def write_report(dirs: list[str | Path], out: str | Path) -> Path:
-    runs = [Run(d) for d in dirs]
+def write_report(runs: list[Run | str | Path], out: str | Path) -> Path:
+    runs = [r if isinstance(r, Run) else Run(r) for r in runs]
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(render(runs))

@@ -15,7 +15,8 @@ from typing import Callable
 
 from cw.errors import UsageError
 from cw.replay import arrivals as arrivals_mod
-from cw.replay.report import write_report
+from cw.replay import workloads
+from cw.replay.report import Run, write_report
 from cw.replay.summary import summarize
 from cw.replay.traces import load_trace
 from cw.serve.estimates import Estimates
@@ -39,6 +40,9 @@ class ReplayConfig:
     rate_scale: float | None = None
     target_rate: float | None = None           # None and no rate_scale: 200 r/s per worker
     arrivals: str = "poisson"
+    workload: str = "trace"                    # trace | poisson | closed | fig6
+    rate: float | None = None                  # poisson: total r/s (default: 200 per GPU)
+    concurrency: int = 16                      # closed: clients per model
     mapping: str = "contiguous"
     slo_ns: int = 100 * MS
     scheduler: str = "clockwork"
@@ -60,6 +64,21 @@ class ReplayConfig:
         if self.slo_ns <= 0:
             raise UsageError("--slo must be positive", "e.g. --slo 100ms")
         arrivals_mod.parse_arrivals(self.arrivals)
+        if self.workload not in workloads.WORKLOADS:
+            raise UsageError(f"unknown --workload '{self.workload}'",
+                             f"use one of {', '.join(workloads.WORKLOADS)}")
+        if self.concurrency < 1:
+            raise UsageError(f"--concurrency {self.concurrency} must be ≥ 1")
+        if self.rate is not None and self.rate <= 0:
+            raise UsageError(f"--rate {self.rate:g} must be positive")
+
+
+def with_preset(name: str, **overrides) -> ReplayConfig:
+    """A ReplayConfig for one of the paper's experiments; `overrides` (fields that are not None)
+    win over the preset."""
+    settings = dict(workloads.preset(name).settings)
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    return ReplayConfig(**settings)
 
 
 def _zoo_model(name: str, copy: int) -> tuple[ModelInfo, Estimates]:
@@ -85,8 +104,19 @@ def _zoo_model(name: str, copy: int) -> tuple[ModelInfo, Estimates]:
 
 def resolve_models(spec: str, copies: int) -> tuple[list[ModelInfo], dict[str, Estimates]]:
     """Model instances to serve: every bundle in a directory, or zoo names (simulated with the
-    paper's figures), each `copies` times."""
+    paper's figures), each `copies` times; or a number N: N instances cycling through the
+    default zoo set (`copies` does not apply)."""
     infos, durations = [], {}
+    if spec.strip().isdigit():
+        count = int(spec)
+        if count < 1:
+            raise UsageError("--models 0: at least one model instance is needed")
+        for k in range(count):
+            info, est = _zoo_model(DEFAULT_ZOO_MODELS[k % len(DEFAULT_ZOO_MODELS)],
+                                   k // len(DEFAULT_ZOO_MODELS))
+            infos.append(info)
+            durations[info.model_id] = est
+        return infos, durations
     path = Path(spec)
     if path.is_dir():
         from cw.serve.estimates import bundle_estimates
@@ -116,12 +146,20 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
     if config.simulate and config.controller:
         raise UsageError("--simulate runs in virtual time; it cannot drive a --controller",
                          "drop one of the two")
-    trace = load_trace(config.trace)
+    trace = load_trace(config.trace) if config.workload == "trace" else None
     target = config.target_rate
     if target is None and config.rate_scale is None:
         target = 200.0 * config.workers * config.gpus_per_worker
 
     def generate(model_ids: list[str]):
+        if config.workload == "poisson":
+            return workloads.poisson(model_ids, config.rate or target, config.duration_s,
+                                     config.seed)
+        if config.workload == "closed":
+            return workloads.ClosedLoop(list(model_ids), config.concurrency,
+                                        int(config.duration_s * 1e9))
+        if config.workload == "fig6":
+            return workloads.fig6(model_ids, config.duration_s, config.seed)
         return arrivals_mod.generate(trace, model_ids, duration_s=config.duration_s,
                                      start_minute=config.start_minute,
                                      rate_scale=config.rate_scale, target_rate=target,
@@ -159,16 +197,17 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
         wall = time.perf_counter() - wall
         summary = summarize(
             requests, actions, duration_ns=arr.duration_ns, runtime=runtime,
-            scheduler=config.scheduler, trace=f"{config.trace} ({trace.name}, "
-            f"{len(trace.functions)} functions)", seed=config.seed, slo_ns=config.slo_ns,
+            scheduler=config.scheduler, trace=_workload_label(config, trace, arr),
+            seed=config.seed, slo_ns=config.slo_ns,
             extra={"name": out.name, **extra, "workers": config.workers,
+                   "workload": config.workload,
                    "gpus": config.workers * config.gpus_per_worker,
                    "rate_scale": round(float(arr.rate_scale), 6), "arrivals": config.arrivals,
                    "map": config.mapping, "start_minute": config.start_minute,
                    "wall_s": round(wall, 3),
                    "speedup": round(arr.duration_ns / 1e9 / wall, 1) if wall else None})
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        write_report([tmp], tmp / "report.html")
+        write_report([Run(tmp, summary, requests, actions)], tmp / "report.html")
         os.chmod(tmp, 0o755)
         if out.exists():
             shutil.rmtree(out)
@@ -189,8 +228,21 @@ def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path, progress) 
                      SimConfig(config.workers, config.gpus_per_worker, config.pages_per_gpu,
                                noise=config.noise, seed=config.seed), telemetry)
     progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
-    names = [arr.models[i] for i in arr.model_index]
-    sim.run(arr.times_ns, names, config.slo_ns,
-            progress=lambda n, t: progress("advance", {"requests": n, "virtual_ns": t}))
+    advance = lambda n, t: progress("advance", {"requests": n, "virtual_ns": t})  # noqa: E731
+    if isinstance(arr, workloads.ClosedLoop):
+        sim.run_closed(arr, config.slo_ns, progress=advance)
+    else:
+        names = [arr.models[i] for i in arr.model_index]
+        sim.run(arr.times_ns, names, config.slo_ns, progress=advance)
     telemetry.close()
     return telemetry
+
+
+def _workload_label(config: ReplayConfig, trace, arr) -> str:
+    if config.workload == "trace":
+        return f"{config.trace} ({trace.name}, {len(trace.functions)} functions)"
+    if config.workload == "closed":
+        return f"closed loop ({arr.concurrency} clients × {len(arr.models)} models)"
+    if config.workload == "poisson":
+        return f"poisson ({arr.offered_rps:.0f} r/s over {len(arr.models)} models)"
+    return f"fig6 (1 model at 200 r/s + 1,000 r/s over up to {len(arr.models) - 1} models)"

@@ -62,6 +62,7 @@ class Simulation:
         self.actions: dict[int, tuple] = {}  # action id -> (decision, sent_ns)
         self.now = 0
         self._next_tick: int | None = None
+        self._closed = None  # a ClosedLoop while run_closed drives the simulation
 
     def _push(self, t: int, kind: int, payload) -> None:
         heapq.heappush(self.events, (t, kind, next(self._seq), payload))
@@ -78,39 +79,69 @@ class Simulation:
                                              for g in range(self.config.gpus_per_worker)],
                               list(self.models.values()), simulated=True)
             self._apply(self.scheduler.worker_joined(0, info))
+        self._apply(self.scheduler.tick(0))
         arrivals = iter(zip(arrival_times_ns, model_names))
         rid = itertools.count(1)
         pending_arrival = next(arrivals, None)
         processed = 0
-        while pending_arrival is not None or self.events:
+        dirty = False  # scheduler events since its last tick
+        events = self.events
+        while pending_arrival is not None or events:
             # interleave arrivals lazily: millions of them need not sit in the heap at once
-            if pending_arrival is not None and (not self.events or
-                                                pending_arrival[0] <= self.events[0][0]):
+            if pending_arrival is not None and (not events or pending_arrival[0] <= events[0][0]):
                 t, model = pending_arrival
                 self.now = int(t)
-                r = next(rid)
-                req = Request(r, model, 1, self.now, self.now + slo_ns)
-                self.requests[r] = req
-                self._apply(self.scheduler.request_arrived(self.now, req))
+                self._arrive(next(rid), model, slo_ns)
+                dirty = True
                 pending_arrival = next(arrivals, None)
                 processed += 1
                 if progress is not None and processed % 5000 == 0:
                     progress(processed, self.now)
             else:
-                t, kind, _, payload = heapq.heappop(self.events)
+                t, kind, _, payload = heapq.heappop(events)
                 self.now = t
                 if kind == _DELIVER:
                     self._deliver(payload)
-                elif kind == _RESULT:
+                    continue  # the worker's side: nothing for the scheduler yet
+                if kind == _RESULT:
                     decision, result = payload
                     self._result(decision, result)
-                elif kind == _TICK:
+                    dirty = True
+                elif kind == _ARRIVAL:  # a closed-loop client's next request
+                    self._arrive(next(rid), payload, slo_ns)
+                    dirty = True
+                    processed += 1
+                    if progress is not None and processed % 5000 == 0:
+                        progress(processed, self.now)
+                else:
                     self._next_tick = None
-                    self._apply(self.scheduler.tick(self.now))
-            self._schedule_tick()
+                    dirty = True
+            # One tick after every event of this instant, as the live controller ticks once per
+            # loop iteration after handling what arrived.
+            nxt = min(pending_arrival[0] if pending_arrival is not None else float("inf"),
+                      events[0][0] if events else float("inf"))
+            if dirty and nxt > self.now:
+                self._apply(self.scheduler.tick(self.now))
+                dirty = False
+                self._schedule_tick()
         if progress is not None:
             progress(processed, self.now)
         return self.telemetry
+
+    def run_closed(self, loop, slo_ns: int, progress=None) -> TelemetryLog:
+        """`loop.concurrency` clients per model, each sending its next request a round trip
+        (plus think time) after its previous one is answered, until `loop.duration_ns`."""
+        self._closed = loop
+        for i, model in enumerate(loop.models):
+            for c in range(loop.concurrency):
+                # staggered by a microsecond: clients started together, not in one instant
+                self._push((i * loop.concurrency + c) * 1_000, _ARRIVAL, model)
+        return self.run([], [], slo_ns, progress)
+
+    def _arrive(self, request_id: int, model: str, slo_ns: int) -> None:
+        req = Request(request_id, model, 1, self.now, self.now + slo_ns)
+        self.requests[request_id] = req
+        self._apply(self.scheduler.request_arrived(self.now, req))
 
     def _schedule_tick(self) -> None:
         wake = self.scheduler.next_wakeup_ns(self.now)
@@ -192,6 +223,10 @@ class Simulation:
         if f.status == RequestStatus.OK:
             d = self._current  # the INFER whose result is being applied
             batch, worker, gpu = d.batch_size, d.worker_id, d.gpu
+        if self._closed is not None:
+            nxt = self.now + 2 * self.config.network_ns + self._closed.think_ns
+            if nxt < self._closed.duration_ns:
+                self._push(nxt, _ARRIVAL, req.model)
         latency = self.now - req.arrival_ns
         met = f.status == RequestStatus.OK and self.now <= req.deadline_ns
         self.telemetry.request(RequestRow(

@@ -21,7 +21,7 @@ from cw.serve.protocol import RequestStatus
 from cw.serve.scheduler.base import (ActionResult, Finish, GpuInfo, Request, Scheduler,
                                      SendInfer, SendLoad, WorkerInfo)
 from cw.serve.telemetry import ActionRow, RequestRow, TelemetryLog
-from cw.serve.transport import Malformed
+from cw.serve.transport import Malformed, MultiPoller
 
 log = logging.getLogger("cw.controller")
 MS = 1_000_000
@@ -38,6 +38,9 @@ class ControllerConfig:
     metrics_port: int | None = None
     log_dir: Path | None = None
     worker_timeout_ns: int = 3_000 * MS  # silent this long (it pings every 0.5 s): gone
+    # Messages handled per socket per loop iteration. Each iteration stamps one time for what it
+    # handles and then ticks; a flood handled in one go would be planned with a stale clock.
+    max_messages_per_step: int = 64
 
     def __post_init__(self):
         from cw.errors import UsageError
@@ -85,6 +88,7 @@ class Controller:
         self.config = config
         self.workers_ep = workers_endpoint
         self.clients_ep = clients_endpoint
+        self._poller = MultiPoller([workers_endpoint, clients_endpoint])
         self.scheduler = scheduler
         self.telemetry = telemetry or TelemetryLog(config.log_dir, keep=False)
         self.metrics = metrics or Metrics()
@@ -101,31 +105,50 @@ class Controller:
                                  Malformed: self._on_client_malformed}
 
     # --- loop ----------------------------------------------------------------------------
-    def step(self, now_ns: int, timeout_ms: int = 1) -> None:
-        """Handle what arrived, check worker liveness, run one scheduler tick."""
-        for peer, msg in self.workers_ep.poll(0):
+    def wait(self, timeout_ms: int) -> tuple[list, list]:
+        """Wait up to `timeout_ms` for messages on either socket; what arrived, per socket."""
+        return self._poller.poll(timeout_ms, self.config.max_messages_per_step)
+
+    def step(self, now_ns: int, received: tuple[list, list] | None = None) -> None:
+        """One iteration at one instant: handle what arrived (`wait`'s result, else whatever is
+        there now), check worker liveness, run one scheduler tick."""
+        self.handle(now_ns, received if received is not None else self._poller.poll(0))
+        self.tick(now_ns)
+
+    def tick(self, now_ns: int) -> None:
+        self._check_liveness(now_ns)
+        self._apply(now_ns, self.scheduler.tick(now_ns))
+
+    def handle(self, now_ns: int, received: tuple[list, list]) -> None:
+        """Turn received messages into scheduler events and answers."""
+        from_workers, from_clients = received
+        for peer, msg in from_workers:
             handler = self._worker_handlers.get(type(msg))
             if handler is None:
                 log.warning("unexpected %s from a worker", type(msg).__name__)
                 continue
             handler(now_ns, peer, msg)
-        for peer, msg in self.clients_ep.poll(timeout_ms):
+        for peer, msg in from_clients:
             handler = self._client_handlers.get(type(msg))
             if handler is None:  # a valid ToClient-side type sent by a client, say
                 self._respond_error(peer, -1, RequestStatus.MALFORMED,
                                     f"unexpected message {type(msg).__name__}")
                 continue
             handler(now_ns, peer, msg)
-        self._check_liveness(now_ns)
-        self._apply(now_ns, self.scheduler.tick(now_ns))
 
     def serve_forever(self, stop: threading.Event, clock=time.monotonic_ns) -> None:
         last_gauges = 0
         while not stop.is_set():
-            now = clock()
             try:
-                self.step(now)
+                received = self.wait(1)
+                now = clock()  # after the wait: arrivals are stamped when they are handled
+                self.handle(now, received)
+                # a fresh instant for planning: what was just handled took time, and windows
+                # planned from a stale clock would reach the workers already late
+                now = clock()
+                self.tick(now)
             except Exception:  # log the unexpected and keep serving
+                now = clock()
                 log.exception("controller step failed")
             if now - last_gauges > 200 * MS:
                 last_gauges = now

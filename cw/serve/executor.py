@@ -20,8 +20,12 @@ SPIN_NS = 200_000  # condition waits overshoot by ~100 µs; spin the rest
 
 
 class Executor:
-    def __init__(self, name: str, run: Callable, too_late: Callable):
+    def __init__(self, name: str, run: Callable, too_late: Callable, spin_ns: int = SPIN_NS):
+        """`spin_ns`: how long before `earliest` to stop sleeping and spin. A simulated device
+        passes 0: its start times need no sub-100 µs precision, and spinning would take CPU from
+        the processes it shares a machine with."""
         self.name = name
+        self.spin_ns = spin_ns
         self._run, self._too_late = run, too_late
         self._heap: list = []
         self._seq = itertools.count()  # FIFO among equal earliest times
@@ -58,8 +62,8 @@ class Executor:
                     continue
                 earliest, _, latest, item = self._heap[0]
                 wait = earliest - now_ns()
-                if wait > SPIN_NS:
-                    self._cond.wait((wait - SPIN_NS) / 1e9)  # re-check: an earlier item may come
+                if wait > self.spin_ns:
+                    self._cond.wait((wait - self.spin_ns) / 1e9)  # re-check: an earlier item may come
                     continue
                 heapq.heappop(self._heap)
                 break

@@ -59,7 +59,11 @@ ACTION_COLUMNS = list(ActionRow.__struct_fields__)
 
 class TelemetryLog:
     """Keeps rows in memory (for summaries) and, with a directory, appends them to CSV files
-    `requests.csv` and `actions.csv`."""
+    `requests.csv` and `actions.csv`. Rows reach the files in batches, on `flush` (the
+    controller flushes every 200 ms) and `close`: one `writerows` per batch instead of one
+    write per row keeps telemetry off the per-request path."""
+
+    _BATCH = 4096
 
     def __init__(self, directory: str | Path | None = None, keep: bool = True):
         self.keep = keep
@@ -68,6 +72,7 @@ class TelemetryLog:
         self._lock = threading.Lock()
         self._files = []
         self._writers = {}
+        self._unwritten: dict[str, list] = {"requests": [], "actions": []}
         if directory is not None:
             d = Path(directory)
             d.mkdir(parents=True, exist_ok=True)
@@ -88,27 +93,68 @@ class TelemetryLog:
         with self._lock:
             if self.keep:
                 kept.append(row)
-            if kind in self._writers:
-                self._writers[kind].writerow(msgspec.structs.astuple(row))
+            if self._writers:
+                pending = self._unwritten[kind]
+                pending.append(row)
+                if len(pending) >= self._BATCH:
+                    self._write(kind)
+
+    def _write(self, kind: str) -> None:
+        rows = self._unwritten[kind]
+        if rows and kind in self._writers:
+            astuple = msgspec.structs.astuple
+            self._writers[kind].writerows([astuple(r) for r in rows])
+        rows.clear()
 
     def flush(self) -> None:
         with self._lock:
+            for kind in self._unwritten:
+                self._write(kind)
             for f in self._files:
                 f.flush()
 
     def close(self) -> None:
         with self._lock:
+            for kind in self._unwritten:
+                self._write(kind)
             for f in self._files:
                 f.close()
             self._files.clear()
             self._writers.clear()
 
 
+def _parse_bool(text: str) -> bool:
+    if text in ("True", "true", "1"):
+        return True
+    if text in ("False", "false", "0"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
 def read_csv(path: str | Path, row_type):
-    """Rows of a telemetry CSV as structs (types converted back from text)."""
+    """Rows of a telemetry CSV as structs (types converted back from text). Columns are matched
+    by name, so files with extra columns or another order still read."""
+    from cw.errors import UsageError
+
+    types = {"int": int, "str": str, "bool": _parse_bool, "float": float}
+    fields = row_type.__struct_fields__
+    annotations = row_type.__annotations__
     rows = []
     with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        for rec in reader:
-            rows.append(msgspec.convert(rec, row_type, strict=False))
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise UsageError(f"{path} is empty", "it should start with a header row")
+        missing = [c for c in fields if c not in header]
+        if missing:
+            raise UsageError(f"{path} lacks columns {', '.join(missing)}",
+                             "give a file written by cw (columns: docs/telemetry.md)")
+        index = [header.index(c) for c in fields]
+        convert = [types[str(annotations[c])] for c in fields]
+        for line_no, rec in enumerate(reader, start=2):
+            try:
+                rows.append(row_type(*[conv(rec[i]) for conv, i in zip(convert, index)]))
+            except (ValueError, IndexError) as e:
+                raise UsageError(f"{path}:{line_no}: bad telemetry row ({e})",
+                                 "the file was edited or cut short; re-run the replay") from None
     return rows

@@ -41,12 +41,15 @@ class _Outbox:
 
     def __init__(self):
         self.queue: collections.deque = collections.deque()
+        self.owner: int | None = None  # the thread that polls; set on its first poll
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self.write_fd, False)
 
     def put(self, item) -> None:
         self.queue.append(item)
+        if threading.get_ident() == self.owner:
+            return  # the owner flushes before it next waits: no wake-up (a syscall) needed
         try:
             os.write(self.write_fd, b"\0")
         except BlockingIOError:
@@ -95,19 +98,21 @@ class _ZmqEndpoint:
 
     def _poll_socket(self, timeout_ms: int, receive) -> list:
         """Flush the outbox, wait for input (or a wake-up), then receive all that is there."""
-        zmq = self._zmq
+        self._outbox.owner = threading.get_ident()
         self._flush()
         events = dict(self._poller.poll(timeout_ms))
         if self._outbox.read_fd in events:
             self._outbox.drain_wakeups()
             self._flush()
+        return self._receive_all(receive) if self.socket in events else []
+
+    def _receive_all(self, receive, limit: int | None = None) -> list:
         received = []
-        if self.socket in events:
-            while True:
-                try:
-                    received.append(receive())
-                except zmq.Again:
-                    break
+        while limit is None or len(received) < limit:
+            try:
+                received.append(receive())
+            except self._zmq.Again:
+                break
         return received
 
     def close(self) -> None:
@@ -148,6 +153,8 @@ class ZmqRouter(_ZmqEndpoint):
             return frames[0], Malformed(b"".join(frames[1:]), "bad framing")
         return frames[0], _decode(self._in, frames[1])
 
+    _receive_one = _receive
+
     def poll(self, timeout_ms: int) -> list[tuple[bytes, object]]:
         return self._poll_socket(timeout_ms, self._receive)
 
@@ -177,9 +184,49 @@ class ZmqDealer(_ZmqEndpoint):
         while self._outbox.queue:
             self.socket.send(self._outbox.queue.popleft())
 
+    def _receive_one(self):
+        return _decode(self._in, self.socket.recv(flags=self._zmq.NOBLOCK))
+
     def poll(self, timeout_ms: int) -> list[object]:
-        return self._poll_socket(
-            timeout_ms, lambda: _decode(self._in, self.socket.recv(flags=self._zmq.NOBLOCK)))
+        return self._poll_socket(timeout_ms, self._receive_one)
+
+
+class MultiPoller:
+    """Waits on several endpoints owned by one thread at once; `poll` returns what each
+    received, in order. ZeroMQ endpoints share one poll (one system call, and a message on any
+    socket ends the wait at once); other endpoints are polled in turn, the last with the
+    timeout."""
+
+    def __init__(self, endpoints: list):
+        self.endpoints = list(endpoints)
+        self._poller = None
+        if self.endpoints and all(isinstance(e, _ZmqEndpoint) for e in self.endpoints):
+            import zmq
+
+            self._poller = zmq.Poller()
+            for e in self.endpoints:
+                self._poller.register(e.socket, zmq.POLLIN)
+                self._poller.register(e._outbox.read_fd, zmq.POLLIN)
+
+    def poll(self, timeout_ms: int, limit: int | None = None) -> list[list]:
+        """`limit` bounds the messages taken per endpoint: the rest stay queued in ZeroMQ and
+        make the next poll return at once. A loop that stamps time once per iteration needs
+        this to keep its stamps fresh under a flood."""
+        if self._poller is None:
+            last = len(self.endpoints) - 1
+            return [e.poll(timeout_ms if i == last else 0) for i, e in enumerate(self.endpoints)]
+        me = threading.get_ident()
+        for e in self.endpoints:
+            e._outbox.owner = me
+            e._flush()
+        events = dict(self._poller.poll(timeout_ms))
+        out = []
+        for e in self.endpoints:
+            if e._outbox.read_fd in events:
+                e._outbox.drain_wakeups()
+                e._flush()
+            out.append(e._receive_all(e._receive_one, limit) if e.socket in events else [])
+        return out
 
 
 # --- in-process -------------------------------------------------------------------------------

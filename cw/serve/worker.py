@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from cw.serve.clock import ClockSync
-from cw.serve.executor import Executor
+from cw.serve.executor import SPIN_NS, Executor
 from cw.serve.protocol import (PROTOCOL_VERSION, DeviceDesc, Goodbye, Infer, Load, ModelInfo, Ping,
                                Pong, Register, Result, Status, TensorInfo, Timing, Unload,
                                Welcome)
@@ -87,10 +87,11 @@ class _Device:
         # its model's LOAD waits for it (inside its own window) instead of failing NOT_LOADED
         self.loading: dict[str, threading.Event] = {}
         w = worker
-        self.weights = Executor(f"dev{index}-weights", w._run_weights, w._too_late)
-        self.input = Executor(f"dev{index}-input", w._run_input, w._too_late)
-        self.exec = Executor(f"dev{index}-exec", w._run_exec, w._too_late)
-        self.output = Executor(f"dev{index}-output", w._run_output, w._too_late)
+        spin = 0 if runtime.simulated else SPIN_NS
+        self.weights = Executor(f"dev{index}-weights", w._run_weights, w._too_late, spin)
+        self.input = Executor(f"dev{index}-input", w._run_input, w._too_late, spin)
+        self.exec = Executor(f"dev{index}-exec", w._run_exec, w._too_late, spin)
+        self.output = Executor(f"dev{index}-output", w._run_output, w._too_late, spin)
 
     def executors(self):
         return (self.weights, self.input, self.exec, self.output)

@@ -190,3 +190,14 @@ def test_unsound_rebatch_keeps_batch_1_and_says_why(tmp_path, cli):
     assert any("batch fixed at 1" in n and "onnxruntime rejects" in n for n in manifest["notes"])
     result = run_bundle(tmp_path / "r18", [random_input((1, 3, 32, 32))], "cpu", src)
     assert result.relative_error <= TOLERANCE
+
+
+def test_demo_compiles_verifies_and_replays(cli, tmp_path):
+    """The README's first command, on the quick model: every stage ran and left its output."""
+    r = cli("demo", "--model", "mlp", "--dir", tmp_path / "demo")
+    assert r.code == 0, r.err
+    assert "max relative error vs onnxruntime" in r.out
+    summary = json.loads((tmp_path / "demo" / "replay" / "summary.json").read_text())
+    assert summary["simulated"] and summary["requests"] > 1000 and summary["late"] == 0
+    assert (tmp_path / "demo" / "replay" / "report.html").stat().st_size > 10_000
+    assert (tmp_path / "demo" / "mlp" / "manifest.json").is_file()

@@ -49,7 +49,26 @@ def test_same_seed_same_result_and_side_by_side_report(cli, tmp_path):
     assert "clockwork (a)" in page and "clockwork (c)" in page
 
 
+def test_synthetic_workloads_and_presets(cli, tmp_path):
+    r = cli("replay", "--simulate", "--workload", "poisson", "--rate", "300", "--models", "16",
+            "--duration", "20s", "--out", tmp_path / "p", "--json")
+    assert r.code == 0, r.err
+    s = json.loads(r.out)
+    assert s["workload"] == "poisson" and s["models"] == 16
+    assert 270 < s["offered_rps"] < 330 and s["late"] == 0
+    r = cli("replay", "--simulate", "--preset", "fig5", "--slo", "500ms", "--duration", "3s",
+            "--out", tmp_path / "f5", "--json")
+    assert r.code == 0, r.err
+    s = json.loads(r.out)
+    assert s["workload"] == "closed" and s["models"] == 15
+    assert "16 clients × 15 models" in s["trace"]
+    assert s["late"] == 0 and s["completed_in_slo"] > 0 and s["mean_batch_size"] > 4
+
+
 @pytest.mark.parametrize("args,text", [
+    (("--workload", "bursty"), "unknown --workload"),
+    (("--preset", "fig9"), "unknown --preset"),
+    (("--workload", "poisson", "--rate", "-5"), "--rate -5 must be positive"),
     (("--trace", "azure:/nonexistent.csv"), "no such trace file"),
     (("--trace", "gcp"), "unknown trace"),
     (("--duration", "25h"), "has 1440"),

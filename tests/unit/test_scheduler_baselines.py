@@ -10,7 +10,7 @@ def harness(name, clock):
     h = Harness(clock)
     h.s = make_scheduler(name, SchedulerConfig())
     from tests.unit.test_scheduler_clockwork import model, worker
-    h.apply(h.s.worker_joined(clock.now, worker(0, [model("m")])))
+    h.event(h.s.worker_joined(clock.now, worker(0, [model("m")])))
     return h
 
 
@@ -41,6 +41,7 @@ def test_batch_timeout_waits_for_a_full_batch_or_the_delay():
     t0 = clock.now
     for _ in range(3):
         h.apply(h.s.request_arrived(t0, Request(next(h.ids), "m", 1, t0, t0 + 100 * MS)))
+    h.apply(h.s.tick(t0))
     assert not of(h.sent, SendInfer)  # neither full nor old enough
     clock.now = t0 + 2 * MS
     h.apply(h.s.tick(clock.now))

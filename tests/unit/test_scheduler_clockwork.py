@@ -48,8 +48,13 @@ class Harness:
         self.finished: dict[int, Finish] = {}
         self.sent = []
         for w in range(workers):
-            self.apply(self.s.worker_joined(clock.now, worker(w, [model(m) for m in models],
+            self.event(self.s.worker_joined(clock.now, worker(w, [model(m) for m in models],
                                                               pages=pages)))
+
+    def event(self, decisions):
+        """Apply an event's immediate decisions, then tick, as the controller does."""
+        self.apply(decisions)
+        return self.apply(self.s.tick(self.clock.now))
 
     def apply(self, decisions):
         for d in decisions:
@@ -63,7 +68,7 @@ class Harness:
     def request(self, model="m", slo_ms=100):
         rid = next(self.ids)
         now = self.clock.now
-        self.apply(self.s.request_arrived(now, Request(rid, model, 1, now, now + slo_ms * MS)))
+        self.event(self.s.request_arrived(now, Request(rid, model, 1, now, now + slo_ms * MS)))
         return rid
 
     def complete(self, action, status=Status.OK, device_ns=None, late_ns=0):
@@ -71,7 +76,7 @@ class Harness:
         start = action.earliest_ns + late_ns
         dur = device_ns if device_ns is not None else action.expected_ns
         self.clock.now = max(self.clock.now, start + dur)
-        return self.apply(self.s.result_returned(
+        return self.event(self.s.result_returned(
             self.clock.now, ActionResult(action.action_id, status, start, start + dur, dur)))
 
     def step(self):
@@ -138,6 +143,7 @@ def test_batch_shrinks_to_meet_the_deadline(clock):
     for _ in range(8):
         h.apply(h.s.request_arrived(clock.now, Request(next(h.ids), "m", 1, clock.now,
                                                        clock.now + 8 * MS)))
+    h.apply(h.s.tick(clock.now))  # all eight arrived within one controller iteration
     sizes = [d.batch_size for d in of(h.sent, SendInfer)]
     assert sizes and max(sizes) <= 4
     for d in of(h.sent, SendInfer):
@@ -178,6 +184,7 @@ def test_planning_stays_within_schedule_ahead(clock):
     t0 = clock.now
     for _ in range(200):  # far more work than 5 ms: only the head is planned now
         h.apply(h.s.request_arrived(t0, Request(next(h.ids), "m", 1, t0, t0 + 1000 * MS)))
+    h.apply(h.s.tick(t0))
     planned = of(h.sent, SendInfer)
     assert planned and all(d.earliest_ns < t0 + 5 * MS for d in planned)
     assert sum(d.expected_ns for d in planned) < 5 * MS + 16 * MS
@@ -217,6 +224,7 @@ def test_higher_demand_model_loads_first(clock):
     # y: many urgent requests arrive in one tick; x: one relaxed request
     decisions = []
     decisions += h.s.request_arrived(t, Request(1, "x", 1, t, t + 500 * MS))
+    decisions += h.s.tick(t)
     first = of(decisions, SendLoad)
     assert [l.model for l in first] == ["x"]  # alone, it is loaded at once
     h2 = Harness(Clock(), config, models=("x", "y"), pages=10)
@@ -239,7 +247,7 @@ def test_worker_loss_replans_on_another_worker(clock):
     (infer,) = of(h.sent, SendInfer)
     lost = infer.worker_id
     h.sent.clear()
-    h.apply(h.s.worker_left(clock.now, lost))
+    h.event(h.s.worker_left(clock.now, lost))
     h.load_all()
     (again,) = of(h.sent, SendInfer)
     assert again.worker_id != lost and again.request_ids == [rid]
@@ -251,7 +259,7 @@ def test_worker_loss_without_alternative_rejects(clock):
     h = Harness(clock, workers=1)
     rid = h.request()
     h.load_all()
-    h.apply(h.s.worker_left(clock.now, 0))
+    h.event(h.s.worker_left(clock.now, 0))
     assert h.finished[rid].status == RequestStatus.REJECTED
     assert h.s.models() == {}
 

@@ -5,6 +5,11 @@ with the current time, and `tick(now_ns)`; every call returns `Decision`s for th
 controller's network layer, or the virtual-time simulator) to carry out. It never touches a
 socket, a thread or a clock, so a test drives it with a fake clock advanced by hand.
 
+Events only update state and answer what they can answer at once (a request that cannot meet its
+deadline, the requests of a finished INFER); all planning happens in `tick`, which the caller runs
+after a batch of events. The controller ticks once per loop iteration however many messages
+arrived, so planning costs per tick, not per request.
+
 Requests and actions are referred to by id; payloads (input and output bytes) stay with the
 caller, which knows from `SendInfer.request_ids` which requests an action carries, in order.
 """
@@ -14,6 +19,8 @@ from __future__ import annotations
 import collections
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+
+import msgspec
 
 from cw.serve.protocol import ModelInfo, RequestStatus, Status
 
@@ -45,15 +52,13 @@ class SchedulerConfig:
 
 # --- events ----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class GpuInfo:
+class GpuInfo(msgspec.Struct, frozen=True):
     index: int
     pages: int
     page_size: int
 
 
-@dataclass(frozen=True)
-class WorkerInfo:
+class WorkerInfo(msgspec.Struct, frozen=True):
     worker_id: int
     name: str
     gpus: list[GpuInfo]
@@ -61,8 +66,7 @@ class WorkerInfo:
     simulated: bool = False
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     request_id: int
     model: str
     n: int
@@ -70,8 +74,7 @@ class Request:
     deadline_ns: int
 
 
-@dataclass(frozen=True)
-class ActionResult:
+class ActionResult(msgspec.Struct, frozen=True):
     """What the scheduler needs of a worker's Result (times on the controller's clock)."""
     action_id: int
     status: Status
@@ -82,8 +85,7 @@ class ActionResult:
 
 # --- decisions -------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class _WeightsDecision:
+class _WeightsDecision(msgspec.Struct, frozen=True):
     action_id: int
     worker_id: int
     gpu: int
@@ -93,18 +95,15 @@ class _WeightsDecision:
     expected_ns: int
 
 
-@dataclass(frozen=True)
-class SendLoad(_WeightsDecision):
+class SendLoad(_WeightsDecision, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class SendUnload(_WeightsDecision):
+class SendUnload(_WeightsDecision, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class SendInfer:
+class SendInfer(msgspec.Struct, frozen=True):
     action_id: int
     worker_id: int
     gpu: int
@@ -116,8 +115,7 @@ class SendInfer:
     expected_ns: int
 
 
-@dataclass(frozen=True)
-class Finish:
+class Finish(msgspec.Struct, frozen=True):
     """Answer a request. OK means: take its output from the result of `action_id`."""
     request_id: int
     status: RequestStatus

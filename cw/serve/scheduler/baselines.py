@@ -40,7 +40,7 @@ class _Baseline(ClockworkScheduler):
         # FIFO per model: order by arrival, not deadline
         heapq.heappush(self.queues.setdefault(request.model, []),
                        (request.arrival_ns, request.request_id, request))
-        return self.tick(now_ns)
+        return []
 
     def _enqueue(self, r: Request) -> None:
         heapq.heappush(self.queues.setdefault(r.model, []), (r.arrival_ns, r.request_id, r))
@@ -60,8 +60,8 @@ class _Baseline(ClockworkScheduler):
         for gpu in self.gpus.values():
             if self.busy.get(gpu.key, 0):
                 continue
-            ready = [(self.queues[m][0][0], m) for m in gpu.loaded
-                     if self.queues.get(m) and self._batch_for(now_ns, m) > 0]
+            ready = [(q[0][0], m) for m, q in self.queues.items()
+                     if q and m in gpu.loaded and self._batch_for(now_ns, m) > 0]
             if not ready:
                 continue
             _, model = min(ready)
@@ -72,6 +72,8 @@ class _Baseline(ClockworkScheduler):
         info = self.catalog[model]
         queue = self.queues[model]
         requests = [heapq.heappop(queue)[2] for _ in range(min(k, len(queue)))]
+        if not queue:
+            del self.queues[model]  # only models with waiting requests stay
         b = next(s for s in info.batch_sizes if s >= len(requests))
         est = self._exec_est(gpu, model, b)
         start = self._earliest_start(now_ns, gpu, model)
@@ -103,7 +105,9 @@ class _Baseline(ClockworkScheduler):
         return super().worker_left(now_ns, worker_id)
 
     def next_wakeup_ns(self, now_ns: int) -> int | None:
-        return now_ns + 1_000_000 if any(self.queues.values()) else None
+        # GPUs free up and loads complete through results, which tick; this timer is a
+        # fallback only.
+        return now_ns + 10_000_000 if self.queues else None
 
 
 class FifoScheduler(_Baseline):
@@ -130,10 +134,11 @@ class BatchTimeoutScheduler(_Baseline):
         return 0
 
     def next_wakeup_ns(self, now_ns: int) -> int | None:
-        heads = [q[0][0] for q in self.queues.values() if q]
-        if not heads:
+        if not self.queues:
             return None
-        return max(now_ns + 100_000, min(heads) + self.max_queue_delay_ns)
+        # A batch whose delay has passed waits only for a busy GPU, whose result will tick.
+        due = [t for q in self.queues.values() if (t := q[0][0] + self.max_queue_delay_ns) > now_ns]
+        return min(due) if due else now_ns + 10_000_000
 
 
 class ClipperScheduler(_Baseline):

@@ -73,7 +73,7 @@ class ClockworkScheduler(Scheduler):
                 for b, ns in m.exec_ns.items():
                     self.estimates.seed(("exec", worker.worker_id, g.index, m.model_id, int(b)),
                                         ns)
-        return self.tick(now_ns)
+        return []
 
     def worker_left(self, now_ns: int, worker_id: int) -> list[Decision]:
         self.workers.pop(worker_id, None)
@@ -86,8 +86,8 @@ class ClockworkScheduler(Scheduler):
                 del self.inflight[action_id]
                 for r in f.requests or []:
                     self._enqueue(r)  # re-planned elsewhere, or rejected if it cannot be
-        self._last_sweep_ns = None  # check every queue now
-        return self.tick(now_ns)
+        self._last_sweep_ns = None  # check every queue at the next tick
+        return []
 
     def request_arrived(self, now_ns: int, request: Request) -> list[Decision]:
         if not self._could_finish(now_ns, request.model, request.deadline_ns):
@@ -95,11 +95,11 @@ class ClockworkScheduler(Scheduler):
                     not any(request.model in g.loaded for g in self.gpus.values()):
                 self.cold_demand[request.model] = now_ns
             return [Finish(request.request_id, RequestStatus.REJECTED,
-                           "cannot meet its deadline")] + self.tick(now_ns)
+                           "cannot meet its deadline")]
         if not any(request.model in g.loaded for g in self.gpus.values()):
             self.cold.add(request.request_id)
         self._enqueue(request)
-        return self.tick(now_ns)
+        return []
 
     def result_returned(self, now_ns: int, result: ActionResult) -> list[Decision]:
         f = self.inflight.pop(result.action_id, None)
@@ -117,7 +117,7 @@ class ClockworkScheduler(Scheduler):
             elif result.status != Status.ALREADY_LOADED:
                 gpu.loaded.pop(f.model, None)
                 gpu.free_pages += f.pages
-        return decisions + self.tick(now_ns)
+        return decisions
 
     def _infer_returned(self, result: ActionResult, f: _InFlight, gpu: Gpu | None):
         decisions: list[Decision] = []
@@ -170,22 +170,30 @@ class ClockworkScheduler(Scheduler):
         return max(now_ns + self.config.network_latency_ns, gpu.exec_free_ns, gpu.loaded[model])
 
     def _could_finish(self, now_ns: int, model: str, deadline_ns: int) -> bool:
+        """Whether some GPU could still run a batch-1 of `model` by the deadline. Called for
+        every arrival, so it stops at the first GPU that can, trying resident copies first."""
         info = self.catalog.get(model)
         if info is None:
             return False
         b = info.batch_sizes[0]
-        best = None
+        limit = deadline_ns - COMPLETION_MARGIN_NS
+        floor = now_ns + self.config.network_latency_ns
+        cold = []
         for gpu in self.gpus.values():
-            if model in gpu.loaded:
-                t = self._earliest_start(now_ns, gpu, model) + self._exec_est(gpu, model, b)
-            elif gpu.worker_id in self.holders.get(model, ()) and info.pages <= gpu.pages:
-                load = self.estimates.get(("load", gpu.worker_id, gpu.index, model))
-                ready = max(now_ns + self.config.network_latency_ns, gpu.weights_free_ns) + load
-                t = max(ready, gpu.exec_free_ns) + self._exec_est(gpu, model, b)
-            else:
+            ready = gpu.loaded.get(model)
+            if ready is None:
+                cold.append(gpu)
+            elif max(floor, gpu.exec_free_ns, ready) + self._exec_est(gpu, model, b) <= limit:
+                return True
+        holders = self.holders.get(model, ())
+        for gpu in cold:
+            if gpu.worker_id not in holders or info.pages > gpu.pages:
                 continue
-            best = t if best is None else min(best, t)
-        return best is not None and best <= deadline_ns - COMPLETION_MARGIN_NS
+            load = self.estimates.get(("load", gpu.worker_id, gpu.index, model))
+            ready = max(floor, gpu.weights_free_ns) + load
+            if max(ready, gpu.exec_free_ns) + self._exec_est(gpu, model, b) <= limit:
+                return True
+        return False
 
     def _reject_infeasible(self, now_ns: int, decisions: list[Decision]) -> None:
         for model in list(self.queues):
@@ -224,17 +232,23 @@ class ClockworkScheduler(Scheduler):
     def _plan_infers(self, now_ns: int, decisions: list[Decision]) -> None:
         horizon = now_ns + self.config.schedule_ahead_ns
         progress = True
-        while progress:
+        while progress and self.queues:
             progress = False
-            for gpu in sorted(self.gpus.values(), key=lambda g: g.exec_free_ns):
+            # Only GPUs inside the horizon and only models with waiting requests are looked at:
+            # with thousands of resident models, a tick must not cost a pass over all of them.
+            open_gpus = [g for g in self.gpus.values() if g.exec_free_ns < horizon]
+            for gpu in sorted(open_gpus, key=lambda g: g.exec_free_ns):
                 if gpu.exec_free_ns >= horizon:
                     continue
-                options = [(opt, m) for m in gpu.loaded
-                           if (opt := self._best_batch(now_ns, gpu, m)) is not None]
+                options = [(opt, m) for m in self.queues if m in gpu.loaded
+                           and (opt := self._best_batch(now_ns, gpu, m)) is not None]
                 if not options:
                     continue
                 (_, start, b, k, est, deadline), model = min(options, key=lambda o: o[0][0])
-                requests = [heapq.heappop(self.queues[model])[2] for _ in range(k)]
+                queue = self.queues[model]
+                requests = [heapq.heappop(queue)[2] for _ in range(k)]
+                if not queue:
+                    del self.queues[model]  # only models with waiting requests stay
                 action_id = next(self._ids)
                 latest = min(start + self.config.infer_slack_ns, deadline - est)
                 decisions.append(SendInfer(action_id, gpu.worker_id, gpu.index, model, b,
@@ -276,13 +290,16 @@ class ClockworkScheduler(Scheduler):
                    and g.worker_id in self.holders.get(model, ()) for g in self.gpus.values())
 
     def _plan_loads(self, now_ns: int, decisions: list[Decision], replicate: bool) -> None:
-        resident = set()
-        for g in self.gpus.values():
-            resident.update(g.loaded)
+        if not self.queues and not self.cold_demand:
+            return
+
+        def resident(m: str) -> bool:
+            return any(m in g.loaded for g in self.gpus.values())
+
         wanted = [m for m, q in self.queues.items() if q and (
-            m not in resident or (replicate and self._backlogged(now_ns, m)))]
+            not resident(m) or (replicate and self._backlogged(now_ns, m)))]
         for m, t in list(self.cold_demand.items()):
-            if m in resident or now_ns - t > COLD_DEMAND_TTL_NS:
+            if resident(m) or now_ns - t > COLD_DEMAND_TTL_NS:
                 del self.cold_demand[m]
             elif m not in self.queues:
                 wanted.append(m)
@@ -345,5 +362,10 @@ class ClockworkScheduler(Scheduler):
         if not self.queues:
             return None
         ahead = self.config.schedule_ahead_ns
-        times = [g.exec_free_ns - ahead for g in self.gpus.values()]
+        # A GPU matters only if it holds a model with waiting requests; a model still loading
+        # is woken by its LOAD's result. The earliest head deadline bounds how long an
+        # infeasible request waits for its rejection.
+        times = [g.exec_free_ns - ahead for g in self.gpus.values()
+                 if any(m in g.loaded for m in self.queues)]
+        times += [q[0][0] - COMPLETION_MARGIN_NS for q in self.queues.values() if q]
         return max(now_ns + 100_000, min(times)) if times else None
