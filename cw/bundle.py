@@ -74,6 +74,7 @@ class BatchKernel(msgspec.Struct, frozen=True):
     storage_blocks: list[int]
     unplanned: list[Allocation]  # allocations outside the static plan (usually the outputs)
     compile_seconds: float
+    data_bytes: int = 0  # CPU libraries: size of the data sections, which bound any constant
 
 
 class Target(msgspec.Struct, frozen=True):

@@ -30,6 +30,8 @@ def compile_cmd(
                                           help="NAME=DIMS, N for the batch (repeatable)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing bundle."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+    verbose: bool = typer.Option(False, "-v", "--verbose",
+                                 help="Report each step (graph normalization, stages)."),
 ):
     """Compile an ONNX model with TVM into a bundle: one kernel library per batch size, one
     paged weights blob, memory metadata and checksums.
@@ -55,6 +57,11 @@ def compile_cmd(
             nonlocal batches
             if event == "stage":
                 progress.update(stage, description=info["text"], visible=True)
+                if verbose and not as_json:
+                    out.print(f"[dim]{info['text']}[/]")
+            elif event == "note":
+                if verbose and not as_json:
+                    out.print(f"  {info['text']}")
             elif event == "batch_start":
                 progress.update(stage, visible=False)
                 if batches is None:

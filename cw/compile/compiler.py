@@ -12,7 +12,9 @@ from typing import Callable
 import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
-from cw.compile import frontend, paging, rebatch
+from cw.compile import frontend, normalize, paging, rebatch
+from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
+                                 check_device_binary)
 from cw.compile.memory import memory_plan
 from cw.errors import DeviceError, ModelError, UsageError
 from cw.tvm_env import cuda_codegen_problem, load_tvm
@@ -20,8 +22,6 @@ from cw.units import MAX_BATCH
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
 DEFAULT_PAGE_SIZE = 16 * paging.MIB
-# A constant this large inside a kernel library means weights escaped the weights blob.
-MAX_KERNEL_CONSTANT_BYTES = 1 * paging.MIB
 LARGE_KERNEL_LIBRARY_BYTES = 8 * paging.MIB  # ResNet-152's kernels are < 1 MiB
 
 
@@ -154,6 +154,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
     with writer:
         progress("stage", {"text": "reading ONNX"})
         onnx_model = frontend.load_onnx(onnx_path, config.input_shapes)
+        progress("stage", {"text": "normalizing the graph"})
+        normalize.convert_version(onnx_model, progress)
         batch_sizes = tuple(config.batch_sizes)
         why = ""
         if onnx_model.fixed_batch == 1 and max(batch_sizes) > 1:
@@ -174,6 +176,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
             onnx_model.notes.append(f"batch fixed at {fixed} in the graph: only batch size "
                                     f"{fixed} compiled" + (f"; {why}" if why else ""))
             batch_sizes = (fixed,)
+        progress("stage", {"text": "folding constants and shapes (onnxslim)"})
+        normalize.slim(onnx_model, progress)
         name = config.name or Path(onnx_path).stem
         progress("stage", {"text": "importing into TVM Relax"})
         imported = frontend.import_model(onnx_model)
@@ -234,6 +238,9 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
             executable.export_library(str(writer.path(kernel_file)))
             if config.target == "cuda":
                 check_device_binary(writer.path(kernel_file), name)
+                data_bytes = 0
+            else:
+                data_bytes = check_data_sections(writer.path(kernel_file), name, batch)
             kernel = BatchKernel(
                 batch_size=batch, kernel_file=kernel_file,
                 kernel_bytes=writer.path(kernel_file).stat().st_size,
@@ -241,8 +248,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                 input_bytes=sum(s.sample_bytes for s in ins) * batch,
                 output_bytes=sum(s.sample_bytes for s in outs) * batch,
                 storage_blocks=plan.storage_blocks, unplanned=plan.unplanned,
-                compile_seconds=round(time.perf_counter() - start, 3))
-            if kernel.kernel_bytes > LARGE_KERNEL_LIBRARY_BYTES:
+                compile_seconds=round(time.perf_counter() - start, 3), data_bytes=data_bytes)
+            if config.target == "cuda" and kernel.kernel_bytes > LARGE_KERNEL_LIBRARY_BYTES:
                 # Weights computed in the graph (ConstantOfShape, Constant nodes) get folded
                 # into the kernels, where the relax-level constant check does not see them.
                 onnx_model.notes.append(
@@ -266,21 +273,3 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
     return manifest
 
 
-FATBIN_MAGIC = b"\x50\xed\x55\xba"
-ELF_MAGIC = b"\x7fELF"
-
-
-def device_binary_count(path: str | os.PathLike) -> tuple[int, bool]:
-    """(number of embedded CUDA device binaries, whether CUDA C source is embedded instead)."""
-    data = Path(path).read_bytes()
-    # The library itself is one ELF file; cubins embedded in it are further ELF images.
-    return data.count(FATBIN_MAGIC) + max(0, data.count(ELF_MAGIC) - 1), b"__global__" in data
-
-
-def check_device_binary(path: Path, name: str) -> None:
-    """A CUDA library must hold device binaries: CUDA source would need the full compiler at load
-    time, which a GPU worker with a runtime-only TVM does not have."""
-    binaries, has_source = device_binary_count(path)
-    if has_source or binaries == 0:
-        raise DeviceError(f"compiling {name} for CUDA produced CUDA source, not device binaries",
-                          "TVM's CUDA backend did not load; check the CUDA 13 toolkit (CUDA_PATH)")

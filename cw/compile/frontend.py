@@ -95,6 +95,9 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
         dropped = len(model.graph.input) - len(graph_inputs)
         del model.graph.input[:]
         model.graph.input.extend(graph_inputs)
+        # IR 4 is the first in which initializers need not be inputs; tools that check (onnx's
+        # version converter, onnxruntime) would otherwise call the weights undefined
+        model.ir_version = max(model.ir_version, 4)
         normalization_notes = [f"removed {dropped} initializers listed as graph inputs"]
     else:
         normalization_notes = []

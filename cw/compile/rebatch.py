@@ -44,7 +44,7 @@ def try_rebatch(onnx_model: OnnxModel) -> tuple[bool, str]:
              for name, dtype, dims in onnx_model.inputs}
     try:
         options = ort.SessionOptions()
-        options.log_severity_level = 3
+        options.log_severity_level = 4  # its refusal is reported in our one line
         session = ort.InferenceSession(candidate.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
         batched = session.run(None, feeds)

@@ -3,7 +3,7 @@
 import pytest
 
 from cw.bundle import open_bundle
-from cw.compile.compiler import device_binary_count
+from cw.compile.libcheck import device_binary_count
 from cw.tvm_env import cuda_codegen_problem
 
 

@@ -1,0 +1,90 @@
+"""Actions per second through one simulated worker process over loopback ZeroMQ.
+
+    python bench/worker_throughput.py --models DIR [--actions 50000] [--in-flight 256]
+        [--batch 1]
+
+This process plays a minimal controller (a ROUTER: it answers registration and pings) and keeps
+`--in-flight` INFERs outstanding, each with an open window starting now; the worker
+(`cw serve worker --runtime simulated`, its own process) runs them through its input, EXEC and
+output executors. Prints actions/s and the result statuses. Use a bundle whose profile makes the
+simulated phases short (e.g. the demo mlp profiled on the CPU), so that the worker's own
+overhead is what is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cw.serve import protocol as p
+from cw.serve.launch import WorkerProcesses, local_address
+from cw.serve.runtime.base import now_ns
+from cw.serve.transport import ZmqRouter
+
+MS = 1_000_000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--actions", type=int, default=50_000)
+    ap.add_argument("--in-flight", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=1)
+    args = ap.parse_args()
+    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker))
+    procs = WorkerProcesses(local_address(router.address), Path(args.models), 1, "simulated",
+                            ["cpu"])
+    try:
+        peer = registration = None
+        deadline = time.monotonic() + 120
+        while registration is None:
+            if time.monotonic() > deadline:
+                raise SystemExit("the worker did not register within 120 s")
+            for who, msg in router.poll(50):
+                if isinstance(msg, p.Register):
+                    peer, registration = who, msg
+        router.send(peer, p.Welcome(1, registration.worker_ns, now_ns()))
+        model = registration.models[0]
+        spec = model.inputs[0]
+        data = np.zeros(args.batch * spec.sample_bytes, np.uint8).tobytes()
+        t = now_ns()
+        router.send(peer, p.Load(id=0, model=model.model_id, gpu=0, earliest_ns=t,
+                                 latest_ns=t + 1000 * MS, expected_ns=0))
+        loaded = None
+        while loaded is None:
+            for who, msg in router.poll(50):
+                if isinstance(msg, p.Result):
+                    loaded = msg.status
+        if loaded != p.Status.OK:
+            raise SystemExit(f"LOAD of {model.model_id} failed: {loaded.name}")
+        statuses: collections.Counter = collections.Counter()
+        sent = done = 0
+        start = time.perf_counter()
+        while done < args.actions:
+            while sent < args.actions and sent - done < args.in_flight:
+                sent += 1
+                t = now_ns()
+                router.send(peer, p.Infer(id=sent, model=model.model_id, gpu=0, earliest_ns=t,
+                                          latest_ns=t + 1000 * MS, expected_ns=0,
+                                          batch_size=args.batch, n=args.batch, inputs=[data]))
+            for who, msg in router.poll(10):
+                if isinstance(msg, p.Result):
+                    done += 1
+                    statuses[msg.status.name] += 1
+                elif isinstance(msg, p.Ping):
+                    router.send(who, p.Pong(msg.worker_sent_ns, now_ns()))
+        elapsed = time.perf_counter() - start
+        print(f"{args.actions} INFERs (batch {args.batch}, {args.in_flight} in flight) through "
+              f"one simulated worker in {elapsed:.2f} s: {args.actions / elapsed:,.0f} actions/s; "
+              f"statuses {dict(statuses)}")
+    finally:
+        procs.stop()
+        router.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Graph normalization before TVM: what a compiler front end can remove from real-world ONNX.
+
+TVM 0.27's importer rejects many exported models for reasons that are not about the network:
+opset-9 idioms (Slice with attributes, Upsample), weights stored as Constant / ConstantOfShape
+nodes, shape arithmetic (Shape → Gather → Concat → Reshape) that is constant once the input
+shapes are fixed. Two well-kept tools do the work, each step recorded in the manifest's notes:
+
+1. onnx's own version converter lifts models below opset 13 to opset 17 (TVM's importer is
+   written against current operator versions).
+2. onnxslim (pure Python, on PyPI) infers shapes, folds constant subgraphs — shape arithmetic,
+   ConstantOfShape weights — into initializers, removes no-op and dead nodes, and keeps the graph
+   in topological order. onnxsim would do similar folding but ships native code per platform;
+   onnxoptimizer does no constant folding.
+
+Constant folding is what keeps weights out of kernel libraries: a weight computed by a node
+becomes an initializer, which cw packs into the paged weights blob.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import io
+import logging
+
+import onnx
+
+from cw.compile.frontend import OnnxModel
+
+TARGET_OPSET = 17
+MIN_OPSET = 13  # below this, convert
+
+
+def _op_counts(model: onnx.ModelProto) -> collections.Counter:
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+def _convert_version(onnx_model: OnnxModel, say) -> None:
+    if onnx_model.opset >= MIN_OPSET:
+        return
+    from onnx import version_converter
+
+    try:
+        converted = version_converter.convert_version(onnx_model.model, TARGET_OPSET)
+    except Exception as e:  # the converter raises bare RuntimeErrors for unsupported adapters
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        say(f"opset {onnx_model.opset} kept: onnx's version converter failed ({first})")
+        return
+    say(f"converted from opset {onnx_model.opset} to {TARGET_OPSET} (onnx version converter)")
+    onnx_model.model = converted
+    onnx_model.opset = TARGET_OPSET
+
+
+def _slim(onnx_model: OnnxModel, say) -> None:
+    import onnxslim
+
+    before = _op_counts(onnx_model.model)
+    initializers = len(onnx_model.model.graph.initializer)
+    # onnxslim logs and prints tables; a compiler's output is its own progress
+    logging.getLogger("onnxslim").setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            slimmed = onnxslim.slim(onnx_model.model)
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        say(f"graph left as exported: onnxslim failed ({first})")
+        return
+    if slimmed is None or not slimmed.graph.node:
+        say("graph left as exported: onnxslim returned no graph")
+        return
+    after = _op_counts(slimmed)
+    removed = before - after
+    folded = [op for op in ("Constant", "ConstantOfShape", "Shape", "Gather", "Unsqueeze",
+                            "Concat", "Identity", "Dropout") if removed.get(op)]
+    detail = ", ".join(f"{removed[op]} {op}" for op in folded)
+    say(f"onnxslim: {sum(before.values())} → {sum(after.values())} nodes"
+        + (f" (folded or removed {detail})" if detail else "")
+        + f", {initializers} → {len(slimmed.graph.initializer)} initializers")
+    onnx_model.model = slimmed
+
+
+def _reporter(onnx_model: OnnxModel, progress):
+    def say(text: str) -> None:
+        onnx_model.notes.append(f"normalize: {text}")
+        progress("note", {"text": text})
+    return say
+
+
+def convert_version(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
+    """Step 1, in place: lift an old opset to a current one."""
+    _convert_version(onnx_model, _reporter(onnx_model, progress))
+
+
+def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
+    """Step 2, in place, once the batch dimension is settled (folding shapes of a graph still
+    fixed at batch 1 would bake that 1 into constants and defeat rebatching)."""
+    _slim(onnx_model, _reporter(onnx_model, progress))
