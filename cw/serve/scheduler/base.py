@@ -35,6 +35,10 @@ class SchedulerConfig:
     max_loads_in_flight: int = 2        # per GPU
     estimate_window: int = 10           # rolling window of measurements per estimate
     network_latency_ns: int = 200_000   # one-way controller→worker allowance
+    # Between an INFER's planned end and its deadline: the output copy, the result's way back
+    # and the controller's answer. 1 ms proved too thin on a loaded 2-core machine (an answer
+    # now and then left a few hundred µs after its deadline).
+    completion_margin_ns: int = 2_000_000
     # Sweeps over every queue cost time per tick; a tick runs them at most this often. A new
     # request is checked on arrival, so these only bound how soon a waiting request that became
     # infeasible is answered, and how soon a hot model gets another copy.
@@ -44,7 +48,8 @@ class SchedulerConfig:
     def __post_init__(self):
         from cw.errors import UsageError
 
-        if self.schedule_ahead_ns < 0 or self.infer_slack_ns < 0 or self.load_slack_ns < 0:
+        if min(self.schedule_ahead_ns, self.infer_slack_ns, self.load_slack_ns,
+               self.completion_margin_ns) < 0:
             raise UsageError("scheduler durations must be non-negative")
         if self.max_loads_in_flight < 1 or self.estimate_window < 1:
             raise UsageError("max loads in flight and estimate window must be ≥ 1")

@@ -24,7 +24,6 @@ from cw.serve.scheduler.base import (ActionResult, Decision, Estimator, Finish, 
                                      Scheduler, SchedulerConfig, SendInfer, SendLoad, SendUnload,
                                      WorkerInfo)
 
-COMPLETION_MARGIN_NS = 1_000_000  # output copy and the way back to the client
 COLD_DEMAND_TTL_NS = 1_000_000_000  # a turned-away request asks for a LOAD this long
 
 
@@ -176,7 +175,7 @@ class ClockworkScheduler(Scheduler):
         if info is None:
             return False
         b = info.batch_sizes[0]
-        limit = deadline_ns - COMPLETION_MARGIN_NS
+        limit = deadline_ns - self.config.completion_margin_ns
         floor = now_ns + self.config.network_latency_ns
         cold = []
         for gpu in self.gpus.values():
@@ -215,7 +214,7 @@ class ClockworkScheduler(Scheduler):
         info = self.catalog[model]
         largest = info.batch_sizes[-1]
         start = self._earliest_start(now_ns, gpu, model)
-        deadline = queue[0][0] - COMPLETION_MARGIN_NS  # EDF: the head is the most urgent
+        deadline = queue[0][0] - self.config.completion_margin_ns  # EDF: the head is the most urgent
         samples, prefix = 0, []
         for _, _, r in heapq.nsmallest(largest, queue):
             if samples + r.n > largest:
@@ -367,5 +366,5 @@ class ClockworkScheduler(Scheduler):
         # infeasible request waits for its rejection.
         times = [g.exec_free_ns - ahead for g in self.gpus.values()
                  if any(m in g.loaded for m in self.queues)]
-        times += [q[0][0] - COMPLETION_MARGIN_NS for q in self.queues.values() if q]
+        times += [q[0][0] - self.config.completion_margin_ns for q in self.queues.values() if q]
         return max(now_ns + 100_000, min(times)) if times else None
