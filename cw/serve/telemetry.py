@@ -1,6 +1,9 @@
 """Telemetry rows: one per request and one per action. Columns are defined here, once, and
 documented in docs/telemetry.md; the live controller, the simulator and the reports share them.
-All times are integer nanoseconds on the controller's clock (virtual time in a simulation)."""
+All times are integer nanoseconds on the controller's clock (virtual time in a simulation).
+
+Rows hold only numbers and strings, so they are not tracked by Python's cycle collector
+(`gc=False`): a long run keeps millions of them, and scanning them would pause the controller."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 
-class RequestRow(msgspec.Struct, frozen=True):
+class RequestRow(msgspec.Struct, frozen=True, gc=False):
     request_id: int        # the controller's id for the request
     model: str             # model instance id
     n: int                 # samples in the request
@@ -30,7 +33,7 @@ class RequestRow(msgspec.Struct, frozen=True):
     simulated: bool        # served by a simulated worker
 
 
-class ActionRow(msgspec.Struct, frozen=True):
+class ActionRow(msgspec.Struct, frozen=True, gc=False):
     action_id: int         # unique per controller run
     kind: str              # load | unload | infer
     status: str            # Status name, or LOST when its worker left before answering

@@ -71,7 +71,7 @@ class WorkerInfo(msgspec.Struct, frozen=True):
     simulated: bool = False
 
 
-class Request(msgspec.Struct, frozen=True):
+class Request(msgspec.Struct, frozen=True, gc=False):
     request_id: int
     model: str
     n: int
@@ -79,7 +79,7 @@ class Request(msgspec.Struct, frozen=True):
     deadline_ns: int
 
 
-class ActionResult(msgspec.Struct, frozen=True):
+class ActionResult(msgspec.Struct, frozen=True, gc=False):
     """What the scheduler needs of a worker's Result (times on the controller's clock)."""
     action_id: int
     status: Status
@@ -90,7 +90,7 @@ class ActionResult(msgspec.Struct, frozen=True):
 
 # --- decisions -------------------------------------------------------------------------------
 
-class _WeightsDecision(msgspec.Struct, frozen=True):
+class _WeightsDecision(msgspec.Struct, frozen=True, gc=False):
     action_id: int
     worker_id: int
     gpu: int
@@ -100,15 +100,15 @@ class _WeightsDecision(msgspec.Struct, frozen=True):
     expected_ns: int
 
 
-class SendLoad(_WeightsDecision, frozen=True):
+class SendLoad(_WeightsDecision, frozen=True, gc=False):
     pass
 
 
-class SendUnload(_WeightsDecision, frozen=True):
+class SendUnload(_WeightsDecision, frozen=True, gc=False):
     pass
 
 
-class SendInfer(msgspec.Struct, frozen=True):
+class SendInfer(msgspec.Struct, frozen=True, gc=False):
     action_id: int
     worker_id: int
     gpu: int
@@ -120,7 +120,7 @@ class SendInfer(msgspec.Struct, frozen=True):
     expected_ns: int
 
 
-class Finish(msgspec.Struct, frozen=True):
+class Finish(msgspec.Struct, frozen=True, gc=False):
     """Answer a request. OK means: take its output from the result of `action_id`."""
     request_id: int
     status: RequestStatus
