@@ -75,12 +75,15 @@ class BatchKernel(msgspec.Struct, frozen=True):
     unplanned: list[Allocation]  # allocations outside the static plan (usually the outputs)
     compile_seconds: float
     data_bytes: int = 0  # CPU libraries: size of the data sections, which bound any constant
+    kernels_tuned: int = 0  # kernels scheduled from a tuning database (the rest: TVM defaults)
+    kernels_total: int = 0
 
 
 class Target(msgspec.Struct, frozen=True):
     kind: str  # "cpu" | "cuda"
     arch: str | None
     tvm_target: str
+    tuning: str = ""  # tuning databases applied, most important first ("" when none)
 
 
 class Source(msgspec.Struct, frozen=True):

@@ -42,6 +42,9 @@ def check_target(manifest: Manifest, kind: str, where: str) -> None:
         raise DeviceError(f"bundle {where} was compiled for {manifest.target.kind}, not {kind}",
                           f"use --device {manifest.target.kind}, or recompile with "
                           f"--target {kind}")
+    if kind == "cpu":
+        from cw.compile.targets import check_host_runs
+        check_host_runs(manifest.target.arch, where)
 
 
 def weights_host(bundle: Bundle) -> list[np.ndarray]:

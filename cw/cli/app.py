@@ -100,7 +100,7 @@ def _register_commands() -> None:
     if _registered:
         return
     from cw.cli import (bundle_cmds, compile_cmd, demo, profile_cmd, replay_cmds,  # noqa: F401
-                        serve_cmds, zoo)
+                        serve_cmds, tune_cmd, zoo)
 
     _registered = True
 

@@ -28,6 +28,11 @@ def compile_cmd(
     name: str = typer.Option(None, "--name", help="Model name (default: the file's stem)."),
     input_shape: list[str] = typer.Option(None, "--input-shape",
                                           help="NAME=DIMS, N for the batch (repeatable)."),
+    tune_db: list[Path] = typer.Option(None, "--tune-db",
+                                       help="Tuning database from `cw tune` (repeatable); cw's "
+                                            "committed records for the target apply after it."),
+    untuned: bool = typer.Option(False, "--untuned",
+                                 help="Ignore cw's committed tuning records (TVM defaults)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing bundle."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
     verbose: bool = typer.Option(False, "-v", "--verbose",
@@ -39,12 +44,15 @@ def compile_cmd(
     Examples:
       [bold]cw compile r50.onnx -o r50[/]
       [bold]cw compile r50.onnx -o r50-gpu --target cuda --arch sm_90 --batch-sizes 1,4,16[/]
+      [bold]cw compile r50.onnx -o r50 --tune-db r50-tuning[/]
     """
     from cw.compile.frontend import parse_input_shapes
 
     config = CompileConfig(target=target, arch=arch, batch_sizes=parse_batch_sizes(batch_sizes),
                            page_size=parse_size(page_size, "page size"), name=name, force=force,
-                           input_shapes=parse_input_shapes(input_shape or []))
+                           input_shapes=parse_input_shapes(input_shape or []),
+                           tune_dbs=tuple(str(p) for p in tune_db or ()),
+                           use_committed_records=not untuned)
     out = console()
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -72,7 +80,8 @@ def compile_cmd(
                 k = info["kernel"]
                 if not as_json:
                     out.print(f"  batch {k.batch_size:>2}: {k.compile_seconds:.1f} s, kernels "
-                              f"{format_bytes(k.kernel_bytes)}, workspace "
+                              f"{format_bytes(k.kernel_bytes)} ({k.kernels_tuned}/"
+                              f"{k.kernels_total} tuned), workspace "
                               f"{format_bytes(k.workspace_bytes)}")
 
         manifest = compile_model(model, output, config, progress=on_event)
@@ -90,13 +99,16 @@ def render_summary(manifest, path) -> None:
               f"{' ' + manifest.target.arch if manifest.target.arch else ''} → {path}")
     out.print(f"weights {format_bytes(w.total_bytes)} in {len(w.pages)} page(s) of "
               f"{format_bytes(w.page_size)}, {len(w.tensors)} tensors")
+    if manifest.target.tuning:
+        out.print(f"tuning records from {manifest.target.tuning}")
     for note in manifest.notes:
         out.print(f"[yellow]note:[/] {note}")
     table = Table()
-    for col in ("batch", "kernels", "workspace", "input", "output", "compile s"):
+    for col in ("batch", "kernels", "tuned", "workspace", "input", "output", "compile s"):
         table.add_column(col, justify="right")
     for k in manifest.kernels:
         table.add_row(str(k.batch_size), format_bytes(k.kernel_bytes),
+                      f"{k.kernels_tuned}/{k.kernels_total}",
                       format_bytes(k.workspace_bytes), format_bytes(k.input_bytes),
                       format_bytes(k.output_bytes), f"{k.compile_seconds:.1f}")
     out.print(table)

@@ -12,7 +12,7 @@ from typing import Callable
 import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
-from cw.compile import frontend, normalize, paging, rebatch
+from cw.compile import frontend, normalize, paging, rebatch, targets, tuning
 from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
                                  check_device_binary)
 from cw.compile.memory import memory_plan
@@ -28,12 +28,15 @@ LARGE_KERNEL_LIBRARY_BYTES = 8 * paging.MIB  # ResNet-152's kernels are < 1 MiB
 @dataclass(frozen=True)
 class CompileConfig:
     target: str = "cpu"              # "cpu" | "cuda"
-    arch: str | None = None          # CUDA: "sm_90" (default); CPU: an LLVM -mcpu, e.g. "native"
+    arch: str | None = None          # CUDA: "sm_90" (default); CPU: an LLVM -mcpu (default: the
+                                     # host's x86-64 level, e.g. "x86-64-v3")
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     page_size: int = DEFAULT_PAGE_SIZE
     name: str | None = None
     force: bool = False
     input_shapes: dict[str, list] = field(default_factory=dict)
+    tune_dbs: tuple[str, ...] = ()   # MetaSchedule databases from `cw tune`, before cw's own
+    use_committed_records: bool = True
 
     def __post_init__(self):
         if self.target not in ("cpu", "cuda"):
@@ -46,9 +49,8 @@ class CompileConfig:
 
     @property
     def resolved_arch(self) -> str | None:
-        if self.target == "cuda":
-            return self.arch or "sm_90"
-        return self.arch
+        return targets.resolve_arch(self.target, self.arch)
+
 
 
 Progress = Callable[[str, dict], None]
@@ -59,13 +61,44 @@ def _no_progress(event: str, info: dict) -> None:
 
 
 def tvm_target(config: CompileConfig):
-    tvm = load_tvm()
-    if config.target == "cuda":
-        return tvm.target.Target({"kind": "cuda", "arch": config.resolved_arch}, host="llvm")
-    spec = {"kind": "llvm"}
-    if config.arch:
-        spec["mcpu"] = config.arch
-    return tvm.target.Target(spec)
+    return targets.tvm_target(config.target, config.resolved_arch)
+
+
+def bind_batch(mod, onnx_model, batch: int):
+    from tvm import relax
+
+    if onnx_model.fixed_batch is None:
+        return relax.transform.BindSymbolicVars({frontend.BATCH_VAR: batch})(mod)
+    return mod
+
+
+def choose_target(config: CompileConfig, onnx_model, imported, batch_sizes):
+    """(arch, tuning sources, database). TVM's untuned CPU loops run about 1.6x slower when LLVM
+    may use AVX2 (measured on resnet18 and small_cnn, docs/benchmarks.md), while tuned schedules
+    need it; so without an explicit --arch a CPU bundle gets the host's x86-64 level only where
+    tuning records cover most of its kernels, and plain x86-64 code otherwise."""
+    arch = config.resolved_arch
+    sources = tuning.sources_for(targets.target_key(config.target, arch), config.tune_dbs,
+                                 config.use_committed_records)
+    database = tuning.load_database(sources)
+    if config.target != "cpu" or config.arch is not None or arch in (None, targets.GENERIC_CPU):
+        return arch, sources, database
+    tuned = total = 0
+    if database is not None:
+        target = targets.tvm_target(config.target, arch)
+        for batch in batch_sizes:
+            fused, _ = legalized(bind_batch(imported.mod, onnx_model, batch), target)
+            with target:
+                _, t, n = tuning.apply_database(fused, database)
+            tuned, total = tuned + t, total + n
+    if total and tuned * 2 >= total:
+        return arch, sources, database
+    generic = tuning.sources_for(targets.target_key("cpu", targets.GENERIC_CPU), config.tune_dbs,
+                                 config.use_committed_records)
+    onnx_model.notes.append(f"CPU code for {targets.GENERIC_CPU}: tuning records cover "
+                            f"{tuned} of {total} kernels for {arch}, and TVM's untuned kernels "
+                            f"run faster without AVX2 (tune with `cw tune`, or force --arch {arch})")
+    return targets.GENERIC_CPU, generic, tuning.load_database(generic)
 
 
 def _tensor_specs(struct_info, batch_size: int, names: list[str]) -> list[TensorSpec]:
@@ -99,33 +132,56 @@ def _itemsize(dtype: str) -> int:
     return np.dtype(dtype).itemsize
 
 
-def _lower(mod, target, fuse: bool = True):
-    """The target's default pipeline, stopped after static memory planning so that the plan can
-    be read, then finished. Returns (lowered module, memory plan). `fuse=False` drops operator
-    fusion (CPU), the fallback where TVM's FuseTIR fails on a graph."""
-    from tvm import relax, transform
-
+def _pipeline(target):
     if target.kind.name == "cuda":
         from tvm.relax.backend.cuda import pipeline
     else:
         from tvm.relax.backend.cpu_generic import pipeline
+    return pipeline
+
+
+def _pass_name(p) -> str:
+    return getattr(getattr(p, "info", None), "name", "") or type(p).__name__
+
+
+def legalized(mod, target, fuse: bool = True):
+    """The graph lowered to fused TIR kernels, before any default schedule: exactly the kernels
+    `cw tune` extracts and a tuning database is matched against. Returns (module, the remaining
+    legalization passes)."""
+    from tvm import transform
+
+    pipeline = _pipeline(target)
+    passes = pipeline.library_dispatch_passes(target) + pipeline.legalize_passes(target)
+    names = [_pass_name(p) for p in passes]
+    split = names.index("ApplyDefaultSchedule") if "ApplyDefaultSchedule" in names else len(passes)
+    head, rest = passes[:split], passes[split:]
+    if not fuse:
+        head = [p for p in head if _pass_name(p) not in ("FuseOps", "FuseTIR")]
+    with target:
+        return transform.Sequential(head)(mod), rest
+
+
+def _lower(mod, target, fuse: bool = True, database=None):
+    """The target's default pipeline with the tuning database applied before the default
+    schedules, stopped after static memory planning so that the plan can be read, then finished.
+    Returns (lowered module, memory plan, kernels tuned, kernels). `fuse=False` drops operator
+    fusion, the fallback where TVM's FuseTIR fails on a graph."""
+    from tvm import relax, transform
+
+    pipeline = _pipeline(target)
     finalize = pipeline.finalize_passes(target)
-    if type(finalize[0]).__name__ != "StaticPlanBlockMemory" and \
-            getattr(getattr(finalize[0], "info", None), "name", "") != "StaticPlanBlockMemory":
+    if _pass_name(finalize[0]) != "StaticPlanBlockMemory":
         raise RuntimeError("unexpected TVM pipeline: memory planning is not the first "
                            "finalization pass")
-    legalize = pipeline.legalize_passes(target)
-    if not fuse:
-        legalize = [p for p in legalize
-                    if getattr(getattr(p, "info", None), "name", "") not in ("FuseOps", "FuseTIR")]
     with target:
+        mod, rest = legalized(mod, target, fuse)
+        mod, tuned, total = tuning.apply_database(mod, database)
         planned = transform.Sequential(
-            pipeline.library_dispatch_passes(target) + legalize
-            + pipeline.dataflow_lower_passes(target) + [relax.transform.StaticPlanBlockMemory()]
+            rest + pipeline.dataflow_lower_passes(target) + [relax.transform.StaticPlanBlockMemory()]
         )(mod)
         plan = memory_plan(planned["main"])
         lowered = transform.Sequential(finalize[1:])(planned)
-    return lowered, plan
+    return lowered, plan, tuned, total
 
 
 def _check_kernel_constants(mod, name: str) -> None:
@@ -136,6 +192,41 @@ def _check_kernel_constants(mod, name: str) -> None:
             raise ModelError(f"a constant of {nbytes} bytes ('{key}') would be compiled into the "
                              f"kernel library of {name}",
                              "weights must be initializers so they go to the weights blob")
+
+
+def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_progress):
+    """ONNX file -> normalized graph imported into Relax, and the batch sizes it can be compiled
+    for. Shared by `cw compile` and `cw tune` so that both see the very same kernels."""
+    load_tvm()
+    progress("stage", {"text": "reading ONNX"})
+    onnx_model = frontend.load_onnx(onnx_path, config.input_shapes)
+    progress("stage", {"text": "normalizing the graph"})
+    normalize.convert_version(onnx_model, progress)
+    batch_sizes = tuple(config.batch_sizes)
+    why = ""
+    if onnx_model.fixed_batch == 1 and max(batch_sizes) > 1:
+        progress("stage", {"text": "checking whether the batch can be made symbolic"})
+        rebatched, why = rebatch.try_rebatch(onnx_model)
+        if rebatched:
+            onnx_model.notes.append(why)
+    if onnx_model.fixed_batch is not None:
+        fixed = onnx_model.fixed_batch
+        if set(batch_sizes) - {fixed}:
+            reason = f" ({why})" if why else ""
+            if config.batch_sizes != DEFAULT_BATCH_SIZES:
+                raise UsageError(f"{Path(onnx_path).name} has its batch fixed at {fixed} and "
+                                 f"cannot be rebatched{reason}; cannot compile batch sizes "
+                                 f"{','.join(map(str, batch_sizes))}",
+                                 f"use --batch-sizes {fixed} or export the model with a "
+                                 "symbolic batch dimension")
+        onnx_model.notes.append(f"batch fixed at {fixed} in the graph: only batch size "
+                                f"{fixed} compiled" + (f"; {why}" if why else ""))
+        batch_sizes = (fixed,)
+    progress("stage", {"text": "folding constants and shapes (onnxslim)"})
+    normalize.slim(onnx_model, progress)
+    progress("stage", {"text": "importing into TVM Relax"})
+    imported = frontend.import_model(onnx_model)
+    return onnx_model, imported, batch_sizes
 
 
 def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
@@ -152,35 +243,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
 
     writer = BundleWriter(out, force=config.force)  # fails early if out exists
     with writer:
-        progress("stage", {"text": "reading ONNX"})
-        onnx_model = frontend.load_onnx(onnx_path, config.input_shapes)
-        progress("stage", {"text": "normalizing the graph"})
-        normalize.convert_version(onnx_model, progress)
-        batch_sizes = tuple(config.batch_sizes)
-        why = ""
-        if onnx_model.fixed_batch == 1 and max(batch_sizes) > 1:
-            progress("stage", {"text": "checking whether the batch can be made symbolic"})
-            rebatched, why = rebatch.try_rebatch(onnx_model)
-            if rebatched:
-                onnx_model.notes.append(why)
-        if onnx_model.fixed_batch is not None:
-            fixed = onnx_model.fixed_batch
-            if set(batch_sizes) - {fixed}:
-                reason = f" ({why})" if why else ""
-                if config.batch_sizes != DEFAULT_BATCH_SIZES:
-                    raise UsageError(f"{Path(onnx_path).name} has its batch fixed at {fixed} and "
-                                     f"cannot be rebatched{reason}; cannot compile batch sizes "
-                                     f"{','.join(map(str, batch_sizes))}",
-                                     f"use --batch-sizes {fixed} or export the model with a "
-                                     "symbolic batch dimension")
-            onnx_model.notes.append(f"batch fixed at {fixed} in the graph: only batch size "
-                                    f"{fixed} compiled" + (f"; {why}" if why else ""))
-            batch_sizes = (fixed,)
-        progress("stage", {"text": "folding constants and shapes (onnxslim)"})
-        normalize.slim(onnx_model, progress)
+        onnx_model, imported, batch_sizes = import_graph(onnx_path, config, progress)
         name = config.name or Path(onnx_path).stem
-        progress("stage", {"text": "importing into TVM Relax"})
-        imported = frontend.import_model(onnx_model)
 
         progress("stage", {"text": "packing weights into pages"})
         sizes = [w.nbytes for w in imported.weights]
@@ -200,27 +264,28 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                                            imported.weights, layout.placements)]
         weights = Weights(WEIGHTS_FILE, sum(sizes), config.page_size, pages, tensors)
 
-        target = tvm_target(config)
+        progress("stage", {"text": "looking up tuning records"})
+        arch, sources, database = choose_target(config, onnx_model, imported, batch_sizes)
+        target = targets.tvm_target(config.target, arch)
         input_names = [n for n, _, _ in onnx_model.inputs]
         output_names = [o.name for o in onnx_model.model.graph.output]
         kernels, inputs_spec, outputs_spec = [], None, None
         for batch in batch_sizes:
             progress("batch_start", {"batch_size": batch, "total": len(batch_sizes)})
             start = time.perf_counter()
-            mod = imported.mod
-            if onnx_model.fixed_batch is None:
-                mod = relax.transform.BindSymbolicVars({frontend.BATCH_VAR: batch})(mod)
+            mod = bind_batch(imported.mod, onnx_model, batch)
             func = mod["main"]
             ins = _tensor_specs(relax.TupleType([p.ty for p in func.params[:imported.num_inputs]]),
                                 batch, input_names)
             outs = _tensor_specs(func.ret_ty, batch, output_names)
             try:
                 try:
-                    lowered, plan = _lower(mod, target)
+                    lowered, plan, tuned, total = _lower(mod, target, database=database)
                 except Exception as e:
                     # TVM 0.27's FuseTIR rejects some graphs (MobileNetV2: "Inconsistent
                     # buffers ... mapped to the same relax var"); unfused kernels are correct.
-                    lowered, plan = _lower(mod, target, fuse=False)
+                    lowered, plan, tuned, total = _lower(mod, target, fuse=False,
+                                                         database=database)
                     note = (f"batch {batch}: operator fusion failed in TVM ("
                             f"{(str(e).strip().splitlines() or ['?'])[-1][:120]}); "
                             "compiled without fusion")
@@ -248,7 +313,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                 input_bytes=sum(s.sample_bytes for s in ins) * batch,
                 output_bytes=sum(s.sample_bytes for s in outs) * batch,
                 storage_blocks=plan.storage_blocks, unplanned=plan.unplanned,
-                compile_seconds=round(time.perf_counter() - start, 3), data_bytes=data_bytes)
+                compile_seconds=round(time.perf_counter() - start, 3), data_bytes=data_bytes,
+                kernels_tuned=tuned, kernels_total=total)
             if config.target == "cuda" and kernel.kernel_bytes > LARGE_KERNEL_LIBRARY_BYTES:
                 # Weights computed in the graph (ConstantOfShape, Constant nodes) get folded
                 # into the kernels, where the relax-level constant check does not see them.
@@ -265,7 +331,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
             source=Source(Path(onnx_path).name, onnx_model.sha256, onnx_model.opset,
                           onnx_model.model.producer_name),
             cw_version=cw.__version__, tvm_version=plain(tvm.__version__),
-            target=Target(config.target, config.resolved_arch, plain(target)),
+            target=Target(config.target, arch, plain(target),
+                          tuning=sources.describe() if database is not None else ""),
             inputs=inputs_spec, outputs=outputs_spec, batch_sizes=list(batch_sizes),
             kernels=kernels, weights=weights, files=writer.checksums(),
             notes=onnx_model.notes)

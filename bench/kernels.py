@@ -1,0 +1,191 @@
+"""Kernel speed side by side: cw-compiled models against onnxruntime (CPU) or PyTorch with cuDNN
+(GPU), in one process, one model and batch size at a time, rounds interleaved so that both see
+the same machine. Prints a markdown table with ratios (cw / baseline; < 1 means cw is faster)
+and the accuracy of each cw bundle against onnxruntime.
+
+CPU, on the build machine (compiles the bundles, then measures):
+    python bench/kernels.py --device cpu --models resnet18 --batch-sizes 1 \\
+        [--variants generic,default] [--tune-db DIR]
+
+GPU, on the GPU machine, with bundles compiled on the build machine for sm_90:
+    python bench/kernels.py --device cuda --bundles DIR --models resnet18,resnet50,densenet121 \\
+        --batch-sizes 1,4,16
+
+Variants (CPU): `generic` = plain llvm, no tuning records (what cw did before), `default` =
+what `cw compile` does today (host x86-64 level, committed records), plus `--tune-db` records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import model_zoo  # noqa: E402
+from cw.compile.compiler import CompileConfig, compile_model  # noqa: E402
+from cw.engine import LocalModel  # noqa: E402
+from cw.verify import max_relative_error, onnx_reference  # noqa: E402
+
+VARIANTS = {
+    "generic": dict(arch="x86-64", use_committed_records=False),
+    "untuned": dict(use_committed_records=False),
+    "default": dict(),
+}
+
+
+def median_ms(samples_s) -> float:
+    return statistics.median(samples_s) * 1e3
+
+
+def time_cw(model: LocalModel, x: np.ndarray, runs: int) -> list[float]:
+    """Seconds per EXEC as TVM's time evaluator measures it on the device (CUDA events on a
+    GPU), inputs and weights already resident."""
+    batch = x.shape[0]
+    vm = model._vm(batch)
+    arg = model.tvm.runtime.tensor(np.ascontiguousarray(x), device=model.device)
+    timer = vm.time_evaluator("main", model.device, number=1, repeat=runs, min_repeat_ms=0)
+    return list(timer(arg, *model.weights).results)
+
+
+def time_ort(session, name: str, x: np.ndarray, runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        session.run(None, {name: x})
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def ort_session(path: Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = os.cpu_count() or 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def cpu_main(args) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    variants = args.variants.split(",") + (["tuned"] if args.tune_db else [])
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                if ln.startswith("model name")), "cpu")
+    print(f"device: {cpu}, {os.cpu_count()} cores; {args.rounds} rounds × {args.runs} runs, "
+          "median; ratio = cw / onnxruntime")
+    header = ["model", "batch", "onnxruntime ms"] + [f"cw {v} ms (ratio, tuned)"
+                                                     for v in variants]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for name in args.models.split(","):
+        onnx_path = out / f"{name}.onnx"
+        model_zoo.export(name, onnx_path)
+        session = ort_session(onnx_path)
+        input_name = session.get_inputs()[0].name
+        models = {}
+        for v in variants:
+            bundle = out / f"{name}-{v}"
+            shutil.rmtree(bundle, ignore_errors=True)
+            kw = dict(VARIANTS.get(v, {}))
+            if v == "tuned":
+                kw = dict(tune_dbs=(args.tune_db,))
+            manifest = compile_model(onnx_path, bundle,
+                                     CompileConfig(batch_sizes=tuple(args.batch_sizes), **kw))
+            models[v] = (LocalModel(bundle), {k.batch_size: k for k in manifest.kernels})
+        for batch in args.batch_sizes:
+            x = np.random.default_rng(batch).standard_normal(
+                (batch, *model_zoo.get(name).input_shape)).astype(np.float32)
+            ref = onnx_reference(onnx_path, [x])
+            times = {v: [] for v in ["ort"] + variants}
+            errors = {v: max(max_relative_error(y, r) for y, r in zip(m.run([x]), ref))
+                      for v, (m, _) in models.items()}
+            for _ in range(args.rounds):
+                times["ort"] += time_ort(session, input_name, x, args.runs)
+                for v, (m, _) in models.items():
+                    times[v] += time_cw(m, x, args.runs)
+            ort_ms = median_ms(times["ort"])
+            cells = [name, str(batch), f"{ort_ms:.3g}"]
+            for v in variants:
+                k = models[v][1][batch]
+                ms = median_ms(times[v])
+                cells.append(f"{ms:.3g} (×{ms / ort_ms:.2f}, {k.kernels_tuned}/{k.kernels_total}"
+                             f", err {errors[v]:.0e})")
+            print("| " + " | ".join(cells) + " |", flush=True)
+
+
+def gpu_main(args) -> None:
+    import torch
+
+    from torch_onnx import TorchOnnx, capture_cuda_graph
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    print(f"device: {torch.cuda.get_device_name(0)}; {args.rounds} rounds × {args.runs} runs, "
+          "median GPU time; ratio = cw / PyTorch CUDA graph; fp32, TF32 off")
+    header = ["model", "batch", "PyTorch eager ms", "PyTorch CUDA graph ms", "cw ms",
+              "cw / graph", "cw max rel. err"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for name in args.models.split(","):
+        bundle = Path(args.bundles) / name
+        onnx_path = Path(args.bundles) / f"{name}.onnx"
+        if not onnx_path.exists():
+            model_zoo.export(name, onnx_path)
+        cw_model = LocalModel(bundle, device="cuda:0")
+        ref_model = TorchOnnx(onnx_path, device="cuda")
+        for batch in args.batch_sizes:
+            x = np.random.default_rng(batch).standard_normal(
+                (batch, *model_zoo.get(name).input_shape)).astype(np.float32)
+            xt = torch.from_numpy(x).cuda()
+            ref = [ref_model(xt).float().cpu().numpy()]
+            err = max(max_relative_error(y, r) for y, r in zip(cw_model.run([x]), ref))
+            replay, _ = capture_cuda_graph(ref_model, xt)
+            times = {"eager": [], "graph": [], "cw": []}
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            for _ in range(args.rounds):
+                for kind, fn in (("eager", lambda: ref_model(xt)), ("graph", replay)):
+                    with torch.no_grad():
+                        for _ in range(args.runs):
+                            start.record()
+                            fn()
+                            end.record()
+                            end.synchronize()
+                            times[kind].append(start.elapsed_time(end) / 1e3)
+                times["cw"] += time_cw(cw_model, x, args.runs)
+            eager, graph, cw = (median_ms(times[k]) for k in ("eager", "graph", "cw"))
+            print(f"| {name} | {batch} | {eager:.2f} | {graph:.2f} | {cw:.2f} | "
+                  f"×{cw / graph:.2f} | {err:.0e} |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--models", default="resnet18")
+    ap.add_argument("--batch-sizes", default="1", type=lambda s: [int(b) for b in s.split(",")])
+    ap.add_argument("--variants", default="generic,default", help="CPU: " + ",".join(VARIANTS))
+    ap.add_argument("--tune-db", help="CPU: also a variant compiled with this tuning database")
+    ap.add_argument("--bundles", help="GPU: directory with one CUDA bundle per model")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--out", default="/tmp/cw-kernels")
+    args = ap.parse_args()
+    if args.device == "cpu":
+        cpu_main(args)
+    else:
+        if not args.bundles:
+            ap.error("--device cuda needs --bundles (compile with --target cuda on the build "
+                     "machine)")
+        gpu_main(args)
+
+
+if __name__ == "__main__":
+    main()

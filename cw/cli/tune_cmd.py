@@ -1,0 +1,108 @@
+"""`cw tune`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cw.cli.app import app, console, print_json
+from cw.compile.compiler import DEFAULT_BATCH_SIZES
+from cw.compile.tuner import TuneConfig, compact, tune_model
+from cw.units import parse_batch_sizes, parse_duration_ns
+
+_DEFAULTS = TuneConfig(db="-")
+
+
+@app.command("tune")
+def tune_cmd(
+    model: Path = typer.Argument(..., help="ONNX model file."),
+    db: Path = typer.Option(..., "--db", help="Tuning database directory (created or resumed)."),
+    target: str = typer.Option(_DEFAULTS.target, "--target", help="cpu or cuda."),
+    arch: str = typer.Option(None, "--arch", help="As for cw compile."),
+    batch_sizes: str = typer.Option(",".join(map(str, DEFAULT_BATCH_SIZES)), "--batch-sizes",
+                                    help="Batch sizes whose kernels to tune."),
+    trials: int = typer.Option(_DEFAULTS.trials, "--trials",
+                               help="Measured candidates per kernel."),
+    time_budget: str = typer.Option(None, "--time-budget",
+                                    help="Start no kernel after this long, e.g. 25m; run the "
+                                         "same command again to continue."),
+    num_cores: int = typer.Option(None, "--num-cores", help="CPU threads (default: all)."),
+    input_shape: list[str] = typer.Option(None, "--input-shape",
+                                          help="NAME=DIMS, N for the batch (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+):
+    """Search schedules for a model's kernels with TVM MetaSchedule, measuring each candidate on
+    this machine's CPU or GPU. Resumable: kernels with their trials done are skipped, and every
+    measurement is kept as it is made. `cw compile --tune-db DIR` applies the result.
+
+    Examples:
+      [bold]cw tune r18.onnx --db r18-tuning --batch-sizes 1 --trials 64[/]
+      [bold]cw tune r50.onnx --db r50-h100 --target cuda --time-budget 25m[/]
+    """
+    from cw.compile.frontend import parse_input_shapes
+
+    budget_s = parse_duration_ns(time_budget, "time budget") / 1e9 if time_budget else None
+    config = TuneConfig(db=str(db), target=target, arch=arch,
+                        batch_sizes=parse_batch_sizes(batch_sizes), trials=trials,
+                        time_budget_s=budget_s, num_cores=num_cores,
+                        input_shapes=parse_input_shapes(input_shape or []))
+    out = console()
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                        console=out, transient=True, disable=as_json)
+    with progress:
+        bar = progress.add_task("starting", total=None)
+
+        def on_event(event: str, info: dict) -> None:
+            if event == "stage":
+                progress.update(bar, description=info["text"])
+            elif event == "tasks":
+                progress.update(bar, total=info["total"], completed=0,
+                                description="tuning kernels")
+            elif event == "kernel_start":
+                progress.update(bar, description=f"{info['name']} (batch {info['batch_size']}"
+                                                 f", {info['trials']} trials)")
+            elif event == "kernel_done":
+                progress.advance(bar)
+                r = info["result"]
+                if not as_json and not info["skipped"]:
+                    best = f"{r.best_us:,.1f} µs" if r.best_us is not None else "no valid run"
+                    out.print(f"  {r.name} (batch {r.batch_size}): {r.trials_now} trials, "
+                              f"best {best}")
+
+        report = tune_model(model, config, progress=on_event)
+    if as_json:
+        import dataclasses
+        print_json({**dataclasses.asdict(report), "remaining": report.remaining})
+        return
+    table = Table(title=f"tuning database {report.db} ({report.target_key})")
+    for col in ("kernel", "batch", "calls", "trials", "best µs"):
+        table.add_column(col, justify="right" if col != "kernel" else "left")
+    for k in report.kernels:
+        table.add_row(k.name, str(k.batch_size), str(k.weight),
+                      f"{k.trials_now}" + (f" (+{k.trials_now - k.trials_before})"
+                                           if k.trials_now > k.trials_before else ""),
+                      f"{k.best_us:,.1f}" if k.best_us is not None else "-")
+    out.print(table)
+    if report.remaining:
+        out.print(f"[yellow]{report.remaining} kernel(s) short of {report.trials_goal} trials "
+                  f"(time budget):[/] run the same command again to continue")
+    else:
+        out.print(f"[green]done[/] in {report.seconds:.0f} s; apply with "
+                  f"[bold]cw compile {model} -o BUNDLE --tune-db {report.db}[/]")
+
+
+@app.command("tune-compact")
+def tune_compact_cmd(
+    db: Path = typer.Argument(..., help="Tuning database from cw tune."),
+    output: Path = typer.Option(..., "-o", "--output", help="Directory for the pruned copy."),
+):
+    """Keep only the best record of every kernel (what cw commits under cw/tuning/<target>/).
+
+    Example: [bold]cw tune-compact r18-tuning -o cw/tuning/cpu-x86-64-v3[/]
+    """
+    n = compact(db, output)
+    console().print(f"[green]wrote[/] {n} records to {output}")

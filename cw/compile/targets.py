@@ -1,0 +1,90 @@
+"""What a bundle is compiled for: the TVM target, the key its tuning records are filed under, and
+whether this host can run CPU kernels built for a given -mcpu.
+
+Plain "llvm" (no -mcpu) generates SSE2 code and leaves AVX2/FMA unused, so CPU bundles default to
+the x86-64-v3 level (AVX2, FMA, BMI2) wherever the compiling host has it. A library built for
+x86-64-v3 dies with SIGILL on an older CPU, so the loader checks the host before loading one.
+"""
+
+from __future__ import annotations
+
+import platform
+from functools import lru_cache
+
+from cw.errors import DeviceError
+from cw.tvm_env import load_tvm
+
+DEFAULT_CUDA_ARCH = "sm_90"
+GENERIC_CPU = "x86-64"
+
+# x86-64 micro-architecture levels -> the /proc/cpuinfo flags each needs (psABI names differ
+# from cpuinfo's in places: LZCNT is 'abm', SSE3 is 'pni').
+X86_LEVEL_FLAGS = {
+    "x86-64": set(),
+    "x86-64-v2": {"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"},
+    "x86-64-v3": {"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3",
+                  "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"},
+    "x86-64-v4": {"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3",
+                  "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave",
+                  "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
+}
+
+
+@lru_cache(maxsize=1)
+def host_cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def default_cpu_arch() -> str | None:
+    """The best x86-64 level up to v3 this host runs (v4's AVX-512 often lowers clocks); None
+    (plain llvm) off x86-64, where LLVM's default for the host architecture is used."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    flags = host_cpu_flags()
+    for level in ("x86-64-v3", "x86-64-v2"):
+        if X86_LEVEL_FLAGS[level] <= flags:
+            return level
+    return GENERIC_CPU
+
+
+def check_host_runs(arch: str | None, where: str) -> None:
+    """Refuse CPU kernels this host cannot execute (they would die with SIGILL, not an error)."""
+    if arch not in X86_LEVEL_FLAGS or platform.machine() not in ("x86_64", "AMD64"):
+        return  # "native", a named CPU or another architecture: the loader cannot tell; trust it
+    missing = X86_LEVEL_FLAGS[arch] - host_cpu_flags()
+    if missing and host_cpu_flags():
+        raise DeviceError(f"bundle {where} was compiled for {arch}, which this CPU lacks "
+                          f"({', '.join(sorted(missing))})",
+                          f"recompile it here with --arch {default_cpu_arch()}")
+
+
+def resolve_arch(kind: str, arch: str | None) -> str | None:
+    if kind == "cuda":
+        return arch or DEFAULT_CUDA_ARCH
+    return arch or default_cpu_arch()
+
+
+def tvm_target(kind: str, arch: str | None, num_cores: int | None = None):
+    """`num_cores` only matters to MetaSchedule (parallel extents); compiled code ignores it."""
+    tvm = load_tvm()
+    if kind == "cuda":
+        return tvm.target.Target({"kind": "cuda", "arch": arch}, host="llvm")
+    spec: dict = {"kind": "llvm"}
+    if arch:
+        spec["mcpu"] = arch
+    if num_cores:
+        spec["num-cores"] = num_cores
+    return tvm.target.Target(spec)
+
+
+def target_key(kind: str, arch: str | None) -> str:
+    """Directory name tuning records are filed under: records only transfer between identical
+    code generation targets (MetaSchedule's database matches workloads, not targets)."""
+    return f"{kind}-{arch or 'generic'}"

@@ -1,0 +1,194 @@
+"""`cw tune`: MetaSchedule search for the kernels `cw compile` would build, into a database that
+`cw compile --tune-db` applies.
+
+Tuning is resumable and incremental: kernels are tuned one at a time and every measured candidate
+is appended to the database as it comes, so an interrupted run (Ctrl-C, a time budget, the end of
+a GPU session) loses at most one round of candidates, and running the same command again skips
+the kernels that already have their trials and tops up the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from cw.compile import targets, tuning
+from cw.compile.compiler import (DEFAULT_BATCH_SIZES, CompileConfig, bind_batch, import_graph,
+                                 legalized)
+from cw.errors import DeviceError, UsageError
+from cw.tvm_env import cuda_codegen_problem, load_tvm
+
+Progress = Callable[[str, dict], None]
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    db: str                                    # database directory (created, or resumed)
+    target: str = "cpu"
+    arch: str | None = None
+    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
+    trials: int = 64                           # measured candidates per kernel
+    trials_per_round: int = 16
+    time_budget_s: float | None = None         # start no kernel after this much time
+    num_cores: int | None = None               # CPU: threads the kernels may use (default: all)
+    seed: int = 0
+    input_shapes: dict[str, list] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.trials < 1:
+            raise UsageError("--trials must be at least 1", "e.g. --trials 64")
+        if self.trials_per_round < 1:
+            raise UsageError("trials per round must be at least 1", "e.g. 16")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise UsageError("--time-budget must be positive", "e.g. --time-budget 25m")
+        CompileConfig(target=self.target, arch=self.arch, batch_sizes=self.batch_sizes)
+
+    def compile_config(self) -> CompileConfig:
+        return CompileConfig(target=self.target, arch=self.arch, batch_sizes=self.batch_sizes,
+                             input_shapes=self.input_shapes)
+
+
+@dataclass
+class KernelResult:
+    name: str
+    batch_size: int
+    weight: int             # how many times the graph calls it
+    trials_before: int
+    trials_now: int
+    best_us: float | None   # best measured mean latency, microseconds
+
+
+@dataclass
+class TuneReport:
+    db: str
+    target_key: str
+    kernels: list[KernelResult]
+    seconds: float
+    trials_goal: int
+
+    @property
+    def remaining(self) -> int:
+        """Kernels short of their trials: the time budget stopped the run; run it again."""
+        return sum(1 for k in self.kernels if k.trials_now < self.trials_goal)
+
+
+def _check_device(config: TuneConfig) -> None:
+    if config.target != "cuda":
+        return
+    problem = cuda_codegen_problem()
+    if problem:
+        raise DeviceError(f"cannot compile CUDA kernels on this machine: {problem}",
+                          "tune where the CUDA toolkit and the GPU are both present")
+    tvm = load_tvm()
+    if not tvm.cuda(0).exist:
+        raise DeviceError("tuning for cuda measures kernels on a GPU, and this machine has none",
+                          "run `cw tune --target cuda` on the GPU machine; `cw compile` "
+                          "then applies its database anywhere")
+
+
+def _best_us(records) -> float | None:
+    means = [sum(float(s) for s in r.run_secs) / len(r.run_secs) for r in records if r.run_secs]
+    return min(means) * 1e6 if means else None
+
+
+def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
+               progress: Progress = lambda event, info: None) -> TuneReport:
+    _check_device(config)
+    load_tvm()
+    from cw.compile import fast_tvmscript
+
+    with fast_tvmscript.fast_inspect_stack():
+        from tvm.s_tir import meta_schedule as ms
+        import tvm.s_tir.tensor_intrin  # noqa: F401  (what makes MetaSchedule slow to start)
+
+    compile_config = config.compile_config()
+    arch = compile_config.resolved_arch
+    num_cores = config.num_cores or os.cpu_count() or 1
+    target = targets.tvm_target(config.target, arch,
+                                num_cores=num_cores if config.target == "cpu" else None)
+    onnx_model, imported, batch_sizes = import_graph(onnx_path, compile_config, progress)
+    db_dir = Path(config.db)
+    if db_dir.exists() and not tuning.is_database(db_dir) and any(db_dir.iterdir()):
+        raise UsageError(f"--db {db_dir}: exists and is not a tuning database",
+                         "give a new directory, or one written by `cw tune`")
+    db_dir.mkdir(parents=True, exist_ok=True)
+    database = ms.database.JSONDatabase(str(db_dir / tuning.WORKLOAD_FILE),
+                                        str(db_dir / tuning.RECORD_FILE), allow_missing=True)
+    progress("stage", {"text": "extracting kernels"})
+    work: list[tuple[int, object]] = []
+    seen = set()
+    for batch in batch_sizes:
+        fused, _ = legalized(bind_batch(imported.mod, onnx_model, batch),
+                             targets.tvm_target(config.target, arch))
+        for task in ms.relax_integration.extract_tasks(fused, target):
+            workload = database.commit_workload(task.dispatched[0])
+            key = str(workload.as_json()[0])  # the structural hash
+            if key in seen:
+                continue
+            seen.add(key)
+            work.append((batch, task, workload))
+
+    # one pool of builder and runner processes for every kernel: each worker pays for importing
+    # TVM once
+    builder = ms.builder.LocalBuilder(initializer=fast_tvmscript.install)
+    runner = ms.runner.LocalRunner(initializer=fast_tvmscript.install)
+    start = time.monotonic()
+    results: list[KernelResult] = []
+    progress("tasks", {"total": len(work)})
+    for i, (batch, task, workload) in enumerate(work):
+        before = len(database.get_top_k(workload, config.trials))
+        result = KernelResult(task.task_name, batch, int(task.weight), before, before,
+                              _best_us(database.get_top_k(workload, 1)))
+        results.append(result)
+        missing = config.trials - before
+        if missing <= 0:
+            progress("kernel_done", {"index": i, "result": result, "skipped": True})
+            continue
+        if config.time_budget_s is not None and time.monotonic() - start > config.time_budget_s:
+            progress("kernel_done", {"index": i, "result": result, "skipped": True})
+            continue
+        progress("kernel_start", {"index": i, "name": task.task_name, "batch_size": batch,
+                                  "trials": missing})
+        context = ms.TuneContext(mod=task.dispatched[0], target=task.target,
+                                 space_generator="post-order-apply",
+                                 search_strategy="evolutionary", task_name=task.task_name,
+                                 num_threads=num_cores, rand_state=config.seed + i)
+        with fast_tvmscript.fast_inspect_stack():
+            ms.tune_tasks(
+                tasks=[context], task_weights=[1.0], work_dir=str(db_dir),
+                max_trials_global=missing, max_trials_per_task=missing,
+                num_trials_per_iter=min(config.trials_per_round, missing), database=database,
+                builder=builder, runner=runner)
+        result.trials_now = len(database.get_top_k(workload, config.trials))
+        result.best_us = _best_us(database.get_top_k(workload, 1))
+        progress("kernel_done", {"index": i, "result": result, "skipped": False})
+    return TuneReport(str(db_dir), targets.target_key(config.target, arch), results,
+                      time.monotonic() - start, config.trials)
+
+
+def compact(source: str | os.PathLike, out: str | os.PathLike) -> int:
+    """Merge the best record of every workload in `source` into the database at `out` (created
+    if absent; what cw commits under cw/tuning/), keeping one record per workload: the best of
+    both. Returns the number of workloads written."""
+    load_tvm()
+    from tvm.s_tir import meta_schedule as ms
+
+    src, dst = Path(source), Path(out)
+    if not tuning.is_database(src):
+        raise UsageError(f"{src} is not a tuning database", "give a directory from `cw tune`")
+    dst.mkdir(parents=True, exist_ok=True)
+    tmp_w, tmp_r = dst / (tuning.WORKLOAD_FILE + ".tmp"), dst / (tuning.RECORD_FILE + ".tmp")
+    for p in (tmp_w, tmp_r):
+        p.unlink(missing_ok=True)
+    merged = ms.database.MemoryDatabase()
+    for path in ([dst] if tuning.is_database(dst) else []) + [src]:
+        ms.database.JSONDatabase(str(path / tuning.WORKLOAD_FILE),
+                                 str(path / tuning.RECORD_FILE),
+                                 allow_missing=False).dump_pruned(merged)
+    merged.dump_pruned(ms.database.JSONDatabase(str(tmp_w), str(tmp_r), allow_missing=True))
+    os.replace(tmp_w, dst / tuning.WORKLOAD_FILE)
+    os.replace(tmp_r, dst / tuning.RECORD_FILE)
+    return sum(1 for line in open(dst / tuning.RECORD_FILE) if line.strip())

@@ -1,0 +1,95 @@
+"""Tuning records: where they live, how `cw compile` finds them, and how they are applied.
+
+A tuning database is a MetaSchedule JSON database directory (database_workload.json +
+database_tuning_record.json). `cw compile` applies, in order of precedence, the directories given
+with --tune-db and the records committed with cw under cw/tuning/<target key>/ (see
+targets.target_key): MetaSchedule matches a kernel by the structural hash of its TIR only, so
+records are filed per code generation target and never mixed across targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cw.errors import UsageError
+
+COMMITTED_DIR = Path(__file__).resolve().parent.parent / "tuning"
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+
+
+@dataclass(frozen=True)
+class TuningSources:
+    """The databases one compilation reads, most important first."""
+    dirs: tuple[Path, ...]
+
+    def describe(self) -> str:
+        return ", ".join(_display(d) for d in self.dirs) or "none"
+
+
+def _display(path: Path) -> str:
+    try:
+        return "cw/" + str(path.relative_to(COMMITTED_DIR.parent))
+    except ValueError:
+        return str(path)
+
+
+def committed_dir(key: str) -> Path:
+    return COMMITTED_DIR / key
+
+
+def is_database(path: Path) -> bool:
+    return (path / WORKLOAD_FILE).is_file() and (path / RECORD_FILE).is_file()
+
+
+def sources_for(key: str, user_dirs: tuple[str | Path, ...] = (),
+                use_committed: bool = True) -> TuningSources:
+    dirs = []
+    for d in user_dirs:
+        path = Path(d)
+        if not is_database(path):
+            raise UsageError(f"--tune-db {path}: not a tuning database (no {WORKLOAD_FILE} and "
+                             f"{RECORD_FILE} there)",
+                             "give a directory written by `cw tune --db DIR`")
+        dirs.append(path.resolve())
+    committed = committed_dir(key)
+    if use_committed and is_database(committed):
+        dirs.append(committed)
+    return TuningSources(tuple(dirs))
+
+
+def load_database(sources: TuningSources):
+    """One in-memory database with the best record of every workload from every source. Files
+    are only read: MetaSchedule's JSON database appends to its files on lookups, which must never
+    touch the records that ship with cw."""
+    if not sources.dirs:
+        return None
+    from tvm.s_tir import meta_schedule as ms
+
+    merged = ms.database.MemoryDatabase()
+    # later sources first so that a user's record replaces a committed one for the same workload
+    for path in reversed(sources.dirs):
+        source = ms.database.JSONDatabase(str(path / WORKLOAD_FILE), str(path / RECORD_FILE),
+                                          allow_missing=False)
+        source.dump_pruned(merged)
+    return merged
+
+
+def apply_database(mod, database):
+    """Replace every kernel the database knows with its tuned schedule. Returns (module, number
+    of kernels tuned, number of kernels)."""
+    from tvm import relax, tirx
+
+    def scheduled(m) -> int:
+        # "tirx.is_scheduled" since TVM 0.27 renamed tir to tirx
+        return sum(1 for f in m.functions.values() if isinstance(f, tirx.PrimFunc) and f.attrs
+                   and ("tirx.is_scheduled" in f.attrs or "tir.is_scheduled" in f.attrs))
+
+    total = sum(1 for f in mod.functions.values() if isinstance(f, tirx.PrimFunc))
+    if database is None:
+        return mod, 0, total
+    before = scheduled(mod)
+    with database:
+        mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+    return mod, scheduled(mod) - before, total

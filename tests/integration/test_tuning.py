@@ -1,0 +1,166 @@
+"""`cw tune` and tuning databases: a real MetaSchedule search (a few measured candidates per
+kernel of the tiny MLP on this CPU), resumption, and `cw compile` applying both a user's
+database and the records committed with cw."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cw.compile import targets, tuning
+from cw.compile.compiler import CompileConfig, compile_model
+from cw.compile.tuner import TuneConfig, compact, tune_model
+from cw.engine import LocalModel
+from cw.errors import DeviceError, UsageError
+from cw.verify import max_relative_error, onnx_reference
+
+TRIALS = 2
+
+
+def _lines(path: Path) -> int:
+    return sum(1 for line in open(path) if line.strip())
+
+
+@pytest.fixture(scope="module")
+def mlp_db(zoo_onnx, tmp_path_factory):
+    db = tmp_path_factory.mktemp("tune") / "mlp-db"
+    report = tune_model(zoo_onnx("mlp"), TuneConfig(db=str(db), batch_sizes=(1,), trials=TRIALS))
+    return db, report
+
+
+def test_tune_measures_every_kernel(mlp_db):
+    db, report = mlp_db
+    assert tuning.is_database(db)
+    assert len(report.kernels) == 3  # three fused matmul(+add, +relu) kernels
+    for k in report.kernels:
+        assert k.trials_before == 0
+        assert k.trials_now >= 1 and k.best_us is not None and k.best_us > 0
+    assert report.target_key == targets.target_key("cpu", targets.default_cpu_arch())
+
+
+def test_tune_resumes_without_redoing_work(mlp_db, zoo_onnx):
+    db, first = mlp_db
+    records = _lines(db / tuning.RECORD_FILE)
+    again = tune_model(zoo_onnx("mlp"), TuneConfig(db=str(db), batch_sizes=(1,), trials=TRIALS))
+    done = [k for k in first.kernels if k.trials_now >= TRIALS]
+    assert done, "no kernel reached its trials in the first run"
+    for k in again.kernels:
+        if any(d.name == k.name for d in done):
+            assert k.trials_before == k.trials_now  # skipped
+    if len(done) == len(first.kernels):
+        assert _lines(db / tuning.RECORD_FILE) == records
+
+
+def test_time_budget_stops_before_the_next_kernel(zoo_onnx, tmp_path):
+    report = tune_model(zoo_onnx("mlp"), TuneConfig(db=str(tmp_path / "db"), batch_sizes=(4,),
+                                                    trials=TRIALS, time_budget_s=1e-9))
+    assert report.remaining == len(report.kernels) == 3
+    assert all(k.trials_now == 0 for k in report.kernels)
+
+
+def test_compile_applies_a_tuning_database(mlp_db, zoo_onnx, tmp_path, cli):
+    db, _ = mlp_db
+    onnx_path = zoo_onnx("mlp")
+    r = cli("compile", onnx_path, "-o", tmp_path / "b", "--batch-sizes", "1,4", "--tune-db", db)
+    assert r.code == 0, r.err
+    assert "3/3" in r.out and "0/3" in r.out  # batch 1 tuned, batch 4 never was
+    model = LocalModel(tmp_path / "b")
+    kernels = {k.batch_size: k for k in model.manifest.kernels}
+    assert (kernels[1].kernels_tuned, kernels[1].kernels_total) == (3, 3)
+    assert kernels[4].kernels_tuned == 0
+    assert str(db.resolve()) in model.manifest.target.tuning
+    # half the kernels have records: AVX2 code (the host's level), not plain x86-64
+    assert model.manifest.target.arch == targets.default_cpu_arch()
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    assert max_relative_error(model.run([x])[0], onnx_reference(onnx_path, [x])[0]) < 1e-5
+
+
+def test_untuned_and_generic_targets_ignore_records(mlp_db, zoo_onnx, tmp_path):
+    db, _ = mlp_db
+    m = compile_model(zoo_onnx("mlp"), tmp_path / "g",
+                      CompileConfig(batch_sizes=(1,), arch="x86-64", tune_dbs=(str(db),)))
+    # the database is applied by workload, whatever the target: the user asked for it
+    assert m.kernels[0].kernels_tuned == 3
+    m = compile_model(zoo_onnx("mlp"), tmp_path / "u",
+                      CompileConfig(batch_sizes=(1,), use_committed_records=False))
+    assert m.kernels[0].kernels_tuned == 0 and m.target.tuning == ""
+    if targets.default_cpu_arch() not in (None, targets.GENERIC_CPU):
+        # untuned loops run faster as plain x86-64 code, and the manifest says why
+        assert m.target.arch == targets.GENERIC_CPU
+        assert any("tuning records cover 0 of 3" in n for n in m.notes)
+
+
+def test_compact_keeps_the_best_record_per_kernel(mlp_db, tmp_path):
+    db, _ = mlp_db
+    assert compact(db, tmp_path / "c") == 3
+    assert _lines(tmp_path / "c" / tuning.RECORD_FILE) == 3
+    assert compact(db, tmp_path / "c") == 3  # merging the same records again adds nothing
+
+
+def test_bad_tune_db_is_one_clear_error(zoo_onnx, tmp_path, cli):
+    r = cli("compile", zoo_onnx("mlp"), "-o", tmp_path / "b", "--tune-db", tmp_path)
+    assert r.code != 0
+    assert "not a tuning database" in r.err and "cw tune" in r.err
+    assert not (tmp_path / "b").exists()
+    with pytest.raises(UsageError):
+        TuneConfig(db=str(tmp_path), trials=0)
+
+
+def test_tuning_for_cuda_needs_a_gpu_here(zoo_onnx, tmp_path):
+    from cw.tvm_env import cuda_codegen_problem, load_tvm
+
+    if not cuda_codegen_problem() and load_tvm().cuda(0).exist:
+        pytest.skip("this machine has a GPU: cw tune --target cuda would really tune")
+    with pytest.raises(DeviceError):
+        tune_model(zoo_onnx("mlp"), TuneConfig(db=str(tmp_path / "db"), target="cuda"))
+
+
+def _committed():
+    for index in sorted(tuning.COMMITTED_DIR.glob("*/index.json")):
+        yield pytest.param(index, id=index.parent.name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", list(_committed()))
+def test_compile_picks_up_committed_records(index, zoo_onnx, tmp_path):
+    """Every model the committed records were tuned for compiles with all its kernels tuned,
+    without any flag, whenever this machine can compile for that target."""
+    from cw.tvm_env import cuda_codegen_problem
+
+    meta = json.loads(index.read_text())
+    kind, arch = meta["target"], meta["arch"]
+    if kind == "cuda" and cuda_codegen_problem():
+        pytest.skip(f"cannot compile CUDA here: {cuda_codegen_problem()}")
+    if kind == "cpu" and arch != targets.default_cpu_arch():
+        pytest.skip(f"records for {arch}; this host compiles for {targets.default_cpu_arch()}")
+    for name, batch_sizes in meta["models"].items():
+        m = compile_model(zoo_onnx(name), tmp_path / name,
+                          CompileConfig(target=kind, arch=arch, batch_sizes=tuple(batch_sizes)))
+        assert m.target.tuning == f"cw/tuning/{index.parent.name}"
+        for k in m.kernels:
+            assert k.kernels_tuned == k.kernels_total > 0, (name, k.batch_size)
+
+
+def test_cpu_level_check_refuses_what_the_host_cannot_run(monkeypatch):
+    monkeypatch.setattr(targets, "host_cpu_flags", lambda: frozenset({"sse2", "cx16"}))
+    with pytest.raises(DeviceError, match="x86-64-v3"):
+        targets.check_host_runs("x86-64-v3", "b")
+    targets.check_host_runs("x86-64", "b")
+    targets.check_host_runs("znver1", "b")  # named CPUs are the user's call
+    assert targets.default_cpu_arch() in (None, "x86-64")
+
+
+def test_tune_cli_reports_and_refuses_foreign_directories(zoo_onnx, tmp_path, cli):
+    r = cli("tune", zoo_onnx("mlp"), "--db", tmp_path / "db", "--batch-sizes", "2",
+            "--time-budget", "1ns", "--json")
+    assert r.code == 0, r.err
+    report = json.loads(r.out)
+    assert report["remaining"] == len(report["kernels"]) == 3
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    r = cli("tune", zoo_onnx("mlp"), "--db", tmp_path / "other")
+    assert r.code != 0 and "not a tuning database" in r.err
+    assert sorted(p.name for p in (tmp_path / "other").iterdir()) == ["notes.txt"]
