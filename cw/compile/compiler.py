@@ -95,8 +95,9 @@ def choose_target(config: CompileConfig, onnx_model, imported, batch_sizes):
         return arch, sources, database
     generic = tuning.sources_for(targets.target_key("cpu", targets.GENERIC_CPU), config.tune_dbs,
                                  config.use_committed_records)
-    onnx_model.notes.append(f"CPU code for {targets.GENERIC_CPU}: tuning records cover "
-                            f"{tuned} of {total} kernels for {arch}, and TVM's untuned kernels "
+    found = (f"tuning records for {arch} cover {tuned} of {total} kernels"
+             if database is not None else f"no tuning records for {arch}")
+    onnx_model.notes.append(f"CPU code for {targets.GENERIC_CPU}: {found}; TVM's untuned kernels "
                             f"run faster without AVX2 (tune with `cw tune`, or force --arch {arch})")
     return targets.GENERIC_CPU, generic, tuning.load_database(generic)
 
