@@ -11,8 +11,9 @@ GPU, on the GPU machine, with bundles compiled on the build machine for sm_90:
     python bench/kernels.py --device cuda --bundles DIR --models resnet18,resnet50,densenet121 \\
         --batch-sizes 1,4,16
 
-Variants (CPU): `generic` = plain llvm, no tuning records (what cw did before), `default` =
-what `cw compile` does today (host x86-64 level, committed records), plus `--tune-db` records.
+Variants (CPU): `generic` = x86-64 code, no tuning records (what cw did before), `avx2-untuned`
+= x86-64-v3 code, no records, `default` = what `cw compile` does (committed records when they
+cover the model, at the host's x86-64 level), plus a variant with the `--tune-db` records.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from cw.verify import max_relative_error, onnx_reference  # noqa: E402
 
 VARIANTS = {
     "generic": dict(arch="x86-64", use_committed_records=False),
-    "untuned": dict(use_committed_records=False),
+    "avx2-untuned": dict(arch="x86-64-v3", use_committed_records=False),
     "default": dict(),
 }
 

@@ -76,7 +76,7 @@ def tune_cmd(
         report = tune_model(model, config, progress=on_event)
     if as_json:
         import dataclasses
-        print_json({**dataclasses.asdict(report), "remaining": report.remaining})
+        print_json({**dataclasses.asdict(report), "short": report.short})
         return
     table = Table(title=f"tuning database {report.db} ({report.target_key})")
     for col in ("kernel", "batch", "calls", "trials", "best µs"):
@@ -87,9 +87,20 @@ def tune_cmd(
                                            if k.trials_now > k.trials_before else ""),
                       f"{k.best_us:,.1f}" if k.best_us is not None else "-")
     out.print(table)
-    if report.remaining:
-        out.print(f"[yellow]{report.remaining} kernel(s) short of {report.trials_goal} trials "
-                  f"(time budget):[/] run the same command again to continue")
+    for batch in sorted({k.batch_size for k in report.kernels}):
+        ks = [k for k in report.kernels if k.batch_size == batch]
+        known = [k for k in ks if k.best_us is not None]
+        total_ms = sum(k.weight * k.best_us for k in known) / 1e3
+        out.print(f"batch {batch}: kernels add up to {total_ms:,.2f} ms per inference"
+                  + (f" ({len(ks) - len(known)} kernel(s) without a measurement)"
+                     if len(known) < len(ks) else ""))
+    if report.short:
+        out.print(f"{report.short} kernel(s) have fewer than {report.trials_goal} valid "
+                  "candidates: their design space is exhausted or candidates failed (see "
+                  f"{report.db}/logs)")
+    if report.not_started:
+        out.print(f"[yellow]the time budget left {report.not_started} kernel(s) untuned:[/] run "
+                  "the same command again to continue")
     else:
         out.print(f"[green]done[/] in {report.seconds:.0f} s; apply with "
                   f"[bold]cw compile {model} -o BUNDLE --tune-db {report.db}[/]")
@@ -98,9 +109,11 @@ def tune_cmd(
 @app.command("tune-compact")
 def tune_compact_cmd(
     db: Path = typer.Argument(..., help="Tuning database from cw tune."),
-    output: Path = typer.Option(..., "-o", "--output", help="Directory for the pruned copy."),
+    output: Path = typer.Option(..., "-o", "--output",
+                                help="Database to merge into (created if absent)."),
 ):
-    """Keep only the best record of every kernel (what cw commits under cw/tuning/<target>/).
+    """Merge the best record of every kernel into another database, one record per kernel (how
+    cw's committed records under cw/tuning/<target>/ are made).
 
     Example: [bold]cw tune-compact r18-tuning -o cw/tuning/cpu-x86-64-v3[/]
     """

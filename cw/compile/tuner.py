@@ -68,11 +68,13 @@ class TuneReport:
     kernels: list[KernelResult]
     seconds: float
     trials_goal: int
+    not_started: int        # kernels the time budget left untouched: run again to continue
 
     @property
-    def remaining(self) -> int:
-        """Kernels short of their trials: the time budget stopped the run; run it again."""
-        return sum(1 for k in self.kernels if k.trials_now < self.trials_goal)
+    def short(self) -> int:
+        """Kernels that were tuned but have fewer valid candidates than asked: their design
+        space is exhausted (a reshape has two schedules) or candidates failed to build or run."""
+        return sum(1 for k in self.kernels if k.trials_now < self.trials_goal) - self.not_started
 
 
 def _check_device(config: TuneConfig) -> None:
@@ -137,6 +139,7 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
     runner = ms.runner.LocalRunner(initializer=fast_tvmscript.install)
     start = time.monotonic()
     results: list[KernelResult] = []
+    not_started = 0
     progress("tasks", {"total": len(work)})
     for i, (batch, task, workload) in enumerate(work):
         before = len(database.get_top_k(workload, config.trials))
@@ -148,6 +151,7 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
             progress("kernel_done", {"index": i, "result": result, "skipped": True})
             continue
         if config.time_budget_s is not None and time.monotonic() - start > config.time_budget_s:
+            not_started += 1
             progress("kernel_done", {"index": i, "result": result, "skipped": True})
             continue
         progress("kernel_start", {"index": i, "name": task.task_name, "batch_size": batch,
@@ -166,7 +170,7 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
         result.best_us = _best_us(database.get_top_k(workload, 1))
         progress("kernel_done", {"index": i, "result": result, "skipped": False})
     return TuneReport(str(db_dir), targets.target_key(config.target, arch), results,
-                      time.monotonic() - start, config.trials)
+                      time.monotonic() - start, config.trials, not_started)
 
 
 def compact(source: str | os.PathLike, out: str | os.PathLike) -> int:
