@@ -166,3 +166,16 @@ def test_tune_cli_reports_and_refuses_foreign_directories(zoo_onnx, tmp_path, cl
     r = cli("tune", zoo_onnx("mlp"), "--db", tmp_path / "other")
     assert r.code != 0 and "not a tuning database" in r.err
     assert sorted(p.name for p in (tmp_path / "other").iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.slow
+def test_record_lookup_survives_graphs_tvm_cannot_fuse(zoo_onnx, tmp_path, mlp_db):
+    """MobileNetV2 makes TVM's FuseTIR fail; looking up records must fall back to unfused
+    kernels as the compile itself does, not crash."""
+    db, _ = mlp_db
+    m = compile_model(zoo_onnx("mobilenet_v2"), tmp_path / "m",
+                      CompileConfig(batch_sizes=(1,), tune_dbs=(str(db),)))
+    assert any("operator fusion failed" in n for n in m.notes)
+    assert m.kernels[0].kernels_tuned == 0 and m.kernels[0].kernels_total > 0
+    if targets.default_cpu_arch() not in (None, targets.GENERIC_CPU):
+        assert m.target.arch == targets.GENERIC_CPU
