@@ -37,7 +37,8 @@ def tvm_device(kind: str, index: int = 0):
     return dev
 
 
-def check_target(manifest: Manifest, kind: str, where: str) -> None:
+def check_target(manifest: Manifest, kind: str, where: str, index: int = 0) -> None:
+    """Refuse a bundle that this device cannot run, with what to do instead."""
     if manifest.target.kind != kind:
         raise DeviceError(f"bundle {where} was compiled for {manifest.target.kind}, not {kind}",
                           f"use --device {manifest.target.kind}, or recompile with "
@@ -45,6 +46,10 @@ def check_target(manifest: Manifest, kind: str, where: str) -> None:
     if kind == "cpu":
         from cw.compile.targets import check_host_runs
         check_host_runs(manifest.target.arch, where)
+    else:
+        from cw.compile.targets import check_gpu_runs
+        version = tvm_device(kind, index).compute_version  # e.g. "9.0"
+        check_gpu_runs(manifest.target.arch, "sm_" + version.replace(".", ""), where)
 
 
 def weights_host(bundle: Bundle) -> list[np.ndarray]:
@@ -105,7 +110,7 @@ class LocalModel:
         self.bundle = open_bundle(path, verify=verify)
         self.manifest = self.bundle.manifest
         kind, index = parse_device(device)
-        check_target(self.manifest, kind, str(path))
+        check_target(self.manifest, kind, str(path), index)
         self.tvm = load_tvm()
         self.device = tvm_device(kind, index)
         rt = self.tvm.runtime
@@ -120,7 +125,7 @@ class LocalModel:
 
     def _vm(self, batch_size: int):
         if batch_size not in self._vms:
-            from tvm import relax
+            from tvm.runtime.vm import VirtualMachine
 
             kernel = next(k for k in self.manifest.kernels if k.batch_size == batch_size)
             try:
@@ -129,7 +134,7 @@ class LocalModel:
                 raise BundleError(f"cannot load {kernel.kernel_file} of {self.bundle.path}: "
                                   f"{str(e).strip().splitlines()[-1]}",
                                   "recompile the bundle for this machine") from None
-            self._vms[batch_size] = relax.VirtualMachine(lib, self.device)
+            self._vms[batch_size] = VirtualMachine(lib, self.device)
         return self._vms[batch_size]
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:

@@ -4,6 +4,8 @@ in-process `cw` runner that records what the CLI prints."""
 from __future__ import annotations
 
 import io
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +75,55 @@ def cpu_bundle(zoo_onnx, tmp_path_factory):
             compile_model(zoo_onnx(name), out, CompileConfig(batch_sizes=tuple(batch_sizes)))
             built[key] = out
         return built[key]
+
+    return get
+
+
+def has_cuda() -> bool:
+    from cw.tvm_env import load_tvm
+
+    try:
+        return bool(load_tvm().cuda(0).exist)
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items and not has_cuda():
+        skip = pytest.mark.skip(reason="no CUDA GPU here (run on the GPU machine)")
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cuda_bundle(zoo_onnx, tmp_path_factory):
+    """`cuda_bundle(name, batch_sizes)`: a CUDA bundle of a zoo model, compiled here when this
+    TVM can compile, else copied from $CW_TEST_CUDA_BUNDLES (a GPU machine with a runtime-only
+    TVM; `python bench/gpu_stage.py` builds that directory on a build machine)."""
+    from cw.compile.compiler import CompileConfig, compile_model
+    from cw.tvm_env import cuda_codegen_problem
+
+    built: dict = {}
+    root = tmp_path_factory.mktemp("cuda-bundles")
+
+    def get(name: str, batch_sizes=(1, 4)) -> Path:
+        key = (name, tuple(batch_sizes))
+        if key in built:
+            return built[key]
+        dirname = f"{name}-{'_'.join(map(str, batch_sizes))}"
+        out = root / dirname
+        staged = os.environ.get("CW_TEST_CUDA_BUNDLES")
+        if staged and (Path(staged) / dirname).is_dir():
+            shutil.copytree(Path(staged) / dirname, out)  # tests write profile.json into it
+        elif cuda_codegen_problem() is None:
+            compile_model(zoo_onnx(name), out, CompileConfig(target="cuda",
+                                                             batch_sizes=tuple(batch_sizes)))
+        else:
+            pytest.fail(f"no CUDA bundle {dirname}: this TVM cannot compile CUDA "
+                        f"({cuda_codegen_problem()}) and $CW_TEST_CUDA_BUNDLES does not hold it")
+        built[key] = out
+        return out
 
     return get
 

@@ -65,6 +65,20 @@ def check_host_runs(arch: str | None, where: str) -> None:
                           f"recompile it here with --arch {default_cpu_arch()}")
 
 
+def check_gpu_runs(bundle_arch: str | None, device_arch: str, where: str) -> None:
+    """A cubin runs on GPUs of its own major architecture at an equal or newer minor version."""
+    def parse(arch: str) -> tuple[int, int]:
+        digits = arch.removeprefix("sm_").rstrip("af")
+        return int(digits[:-1]), int(digits[-1])
+
+    if not bundle_arch:
+        return
+    (bmaj, bmin), (dmaj, dmin) = parse(bundle_arch), parse(device_arch)
+    if bmaj != dmaj or bmin > dmin:
+        raise DeviceError(f"bundle {where} was compiled for {bundle_arch}; this GPU is "
+                          f"{device_arch}", f"recompile it with --target cuda --arch {device_arch}")
+
+
 def resolve_arch(kind: str, arch: str | None) -> str | None:
     if kind == "cuda":
         return arch or DEFAULT_CUDA_ARCH

@@ -19,7 +19,7 @@ import msgspec
 import cw
 from cw.bundle import PROFILE_FILE, Bundle, encode_json, open_bundle, replace_file_in_bundle
 from cw.engine import check_target, parse_device, tvm_device
-from cw.errors import DeviceError, UsageError
+from cw.errors import UsageError
 from cw.profile.schema import (PROFILE_SCHEMA_VERSION, BatchProfile, DeviceInfo, LoadProfile,
                                Profile)
 from cw.profile.stats import Stats, summarize
@@ -62,11 +62,11 @@ def make_runtime(device: str, page_size: int, num_pages: int) -> Runtime:
     if kind == "cpu":
         from cw.serve.runtime.tvm_cpu import TvmCpuRuntime
         return TvmCpuRuntime(page_size, num_pages)
-    raise DeviceError("the CUDA runtime is not available in this version of cw",
-                      "profile a CPU bundle with --device cpu")
+    from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
+    return TvmCudaRuntime(index, page_size, num_pages)
 
 
-def _device_info(kind: str) -> DeviceInfo:
+def _device_info(kind: str, runtime: Runtime, clock_before: int | None) -> DeviceInfo:
     import platform
 
     if kind == "cpu":
@@ -79,7 +79,11 @@ def _device_info(kind: str) -> DeviceInfo:
         except OSError:
             pass
         return DeviceInfo("cpu", name)
-    return DeviceInfo(kind, "unknown")
+    from cw.serve.runtime import cuda_api
+
+    props = runtime.props
+    return DeviceInfo(kind, props["name"], props["driver_version"], props["cuda_version"],
+                      clock_before, cuda_api.sm_clock_mhz(runtime.index))
 
 
 def _none(event: str, info: dict) -> None:
@@ -90,16 +94,55 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
                    progress: Progress = _none) -> tuple[Profile, list[ConcurrencyResult]]:
     bundle = open_bundle(path)
     m = bundle.manifest
-    kind, _ = parse_device(config.device)
-    check_target(m, kind, str(path))
+    kind, index = parse_device(config.device)
+    check_target(m, kind, str(path), index)
     batch_sizes = list(config.batch_sizes or m.batch_sizes)
     missing = sorted(set(batch_sizes) - set(m.batch_sizes))
     if missing:
         raise UsageError(f"batch size(s) {missing} are not compiled in {path}",
                          f"compiled: {m.batch_sizes}")
     model = HostModel(m.name, bundle, HostWeights(bundle))
-    runtime = make_runtime(config.device, m.weights.page_size, model.weights.num_pages)
+    free_before = clock_before = None
+    if kind == "cuda":
+        from cw.serve.runtime import cuda_api
 
+        tvm_device(kind, index)
+        cuda_api.use_device(index)
+        free_before, clock_before = cuda_api.free_bytes(), cuda_api.sm_clock_mhz(index)
+    runtime = make_runtime(config.device, m.weights.page_size, model.weights.num_pages)
+    try:
+        load = _measure_load(runtime, model, config, progress)
+        batches, concurrency = _measure_batches(runtime, model, batch_sizes, config, progress)
+        max_workspace = max(k.workspace_bytes for k in m.kernels if k.batch_size in batch_sizes)
+        io = max(k.input_bytes + k.output_bytes for k in m.kernels
+                 if k.batch_size in batch_sizes)
+        device_memory = runtime.cache.num_pages * runtime.cache.page_size + max_workspace + io
+        notes = ["CPU timings use the host monotonic clock"]
+        if free_before is not None:
+            from cw.serve.runtime import cuda_api
+
+            device_memory = free_before - cuda_api.free_bytes()
+            notes = ["device memory = what cudaMemGetInfo lost from start to end (page cache, "
+                     "IO buffers, TVM's kernels and workspace pool)"]
+        device = _device_info(kind, runtime, clock_before)
+    finally:
+        runtime.close()
+    tvm = load_tvm()
+    profile = Profile(
+        schema_version=PROFILE_SCHEMA_VERSION, bundle=m.name, runtime=runtime.name,
+        device=device,
+        date_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        cw_version=cw.__version__, tvm_version="".join([str(tvm.__version__)]),
+        iterations=config.iterations, warmup=config.warmup,
+        device_memory_bytes=device_memory, load=load, batches=batches, notes=notes)
+    if config.write:
+        replace_file_in_bundle(bundle, PROFILE_FILE, encode_json(profile))
+    return profile, concurrency
+
+
+def _measure_load(runtime: Runtime, model: HostModel, config: ProfileConfig,
+                  progress: Progress) -> LoadProfile:
+    m = model.manifest
     progress("phase", {"text": "LOAD (weights → page cache)", "total": config.load_iterations})
     slots = runtime.cache.allocate(model.weights.num_pages)
     load_samples = []
@@ -109,11 +152,20 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
         load_samples.append(runtime.load(model, slots).device_ns)
         progress("advance", {})
     load_stats = summarize(load_samples)
+    bandwidth = m.weights.total_bytes / max(load_stats.p50_ns, 1)
+    reference = runtime.copy_bandwidth_gbps(m.weights.total_bytes)
     load = LoadProfile(m.weights.total_bytes, len(m.weights.pages), load_stats,
-                       round(m.weights.total_bytes / max(load_stats.p50_ns, 1), 3))
+                       round(bandwidth, 3), None if reference is None else round(reference, 3),
+                       None if not reference else round(bandwidth / reference, 3))
+    return load
 
+
+def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
+                     config: ProfileConfig, progress: Progress
+                     ) -> tuple[list[BatchProfile], list[ConcurrencyResult]]:
     import numpy as np
 
+    m = model.manifest
     batches, concurrency = [], []
     for b in batch_sizes:
         runtime.prepare(model, b)
@@ -140,22 +192,7 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
             progress("phase", {"text": f"batch {b}: {config.concurrency} EXECs at once",
                                "total": config.iterations})
             concurrency.append(_concurrent(runtime, model, b, inputs, config, progress))
-
-    tvm = load_tvm()
-    max_workspace = max(k.workspace_bytes for k in m.kernels if k.batch_size in batch_sizes)
-    io = max(k.input_bytes + k.output_bytes for k in m.kernels if k.batch_size in batch_sizes)
-    profile = Profile(
-        schema_version=PROFILE_SCHEMA_VERSION, bundle=m.name, runtime=runtime.name,
-        device=_device_info(kind),
-        date_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        cw_version=cw.__version__, tvm_version="".join([str(tvm.__version__)]),
-        iterations=config.iterations, warmup=config.warmup,
-        device_memory_bytes=runtime.cache.num_pages * runtime.cache.page_size + max_workspace + io,
-        load=load, batches=batches,
-        notes=[] if kind != "cpu" else ["CPU timings use the host monotonic clock"])
-    if config.write:
-        replace_file_in_bundle(bundle, PROFILE_FILE, encode_json(profile))
-    return profile, concurrency
+    return batches, concurrency
 
 
 def _concurrent(runtime: Runtime, model: HostModel, batch: int, inputs, config: ProfileConfig,

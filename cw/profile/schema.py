@@ -23,6 +23,9 @@ class LoadProfile(msgspec.Struct, frozen=True):
     pages: int
     stats: Stats
     bandwidth_gbps: float  # bytes / p50
+    # one plain pinned copy of the same bytes in the same run, and LOAD's share of it
+    reference_gbps: float | None = None
+    efficiency: float | None = None
 
 
 class BatchProfile(msgspec.Struct, frozen=True):

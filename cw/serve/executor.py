@@ -42,6 +42,10 @@ class Executor:
     def __len__(self) -> int:
         return len(self._heap)
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def stop(self) -> list:
         """Stop the thread; returns the items never started, so each can still get a result."""
         with self._cond:

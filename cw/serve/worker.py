@@ -166,6 +166,9 @@ class Worker:
                 for item in executor.stop():
                     self._reply_status(item, Status.SHUTTING_DOWN, "worker is shutting down")
         self.transport.poll(0)  # flush the outbox
+        if all(not e.alive for d in self.devices for e in d.executors()):
+            for device in self.devices:
+                device.runtime.close()
 
     # --- control messages ----------------------------------------------------------------
     def _on_pong(self, msg: Pong) -> None:
@@ -382,7 +385,26 @@ def make_runtimes(config: WorkerConfig, models: list[HostModel]) -> list[Runtime
             cache = config.page_cache_bytes or 2 * 2**30
             runtimes.append(TvmCpuRuntime(page_size, cache // page_size))
         else:
-            from cw.errors import DeviceError
-            raise DeviceError("the TVM-CUDA runtime is not available in this version of cw",
-                              "use --device cpu or --runtime simulated")
+            from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
+            cache = config.page_cache_bytes or default_gpu_cache_bytes(index, models)
+            runtimes.append(TvmCudaRuntime(index, page_size, cache // page_size))
     return runtimes
+
+
+def default_gpu_cache_bytes(index: int, models: list[HostModel]) -> int:
+    """What the GPU has free, less what the kernels will take besides weights: every distinct
+    bundle's workspace and IO at every batch size (TVM's pool keeps a block per size), plus
+    1 GiB for TVM's modules and CUDA's own needs."""
+    from cw.errors import DeviceError
+    from cw.serve.runtime import cuda_api
+
+    cuda_api.use_device(index)
+    bundles = {id(m.bundle): m.manifest for m in models}.values()
+    reserve = 2**30 + sum(k.workspace_bytes + k.input_bytes + k.output_bytes
+                          for m in bundles for k in m.kernels)
+    cache = cuda_api.free_bytes() - reserve
+    if cache <= 0:
+        raise DeviceError(f"GPU {index} has too little free memory for the models' kernels "
+                          f"({reserve / 2**20:.0f} MiB needed besides weights)",
+                          "free the GPU or serve fewer models")
+    return cache

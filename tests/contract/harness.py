@@ -17,10 +17,11 @@ MS = 1_000_000
 
 
 class FakeController:
-    def __init__(self, bundles, runtime="tvm", page_cache_bytes=None, copies=1):
+    def __init__(self, bundles, runtime="tvm", page_cache_bytes=None, copies=1,
+                 devices=("cpu",)):
         self.router = ZmqRouter("tcp://127.0.0.1:*", Codec(FromWorker), Codec(ToWorker))
         config = WorkerConfig(controller=self.router.address, runtime=runtime,
-                              page_cache_bytes=page_cache_bytes, copies=copies)
+                              page_cache_bytes=page_cache_bytes, copies=copies, devices=devices)
         models = load_models(bundles, copies, read_weights=runtime != "simulated")
         self.worker = Worker(config, ZmqDealer(self.router.address, Codec(ToWorker),
                                                Codec(FromWorker)), models,

@@ -10,12 +10,19 @@ from cw.serve.protocol import Infer, Status
 from tests.conftest import random_input
 from tests.contract.harness import MS, FakeController
 
-RUNTIMES = ["tvm", "simulated"]
+# "tvm-cuda": the same worker on GPU 0 with a CUDA bundle (marked gpu: skipped without one)
+RUNTIMES = ["tvm", "simulated", pytest.param("tvm-cuda", marks=pytest.mark.gpu)]
+
+
+def _controller(runtime, cpu_bundle, cuda_bundle, **kw):
+    if runtime == "tvm-cuda":
+        return FakeController([cuda_bundle("small_cnn")], runtime="tvm", devices=("cuda:0",), **kw)
+    return FakeController([cpu_bundle("small_cnn")], runtime=runtime, **kw)
 
 
 @pytest.fixture(params=RUNTIMES)
-def ctl(request, cpu_bundle):
-    c = FakeController([cpu_bundle("small_cnn")], runtime=request.param)
+def ctl(request, cpu_bundle, cuda_bundle):
+    c = _controller(request.param, cpu_bundle, cuda_bundle)
     yield c
     c.close()
 
@@ -29,7 +36,8 @@ def _loaded(ctl, model="small_cnn"):
 def test_registration_describes_models_and_devices(ctl):
     reg = ctl.registration
     assert reg.protocol_version == 1
-    assert reg.runtime == ("simulated" if ctl.worker.devices[0].runtime.simulated else "tvm-cpu")
+    assert reg.runtime == ctl.worker.devices[0].runtime.name
+    assert reg.runtime in ("simulated", "tvm-cpu", "tvm-cuda")
     (model,) = reg.models
     assert model.model_id == "small_cnn" and model.batch_sizes == [1, 4]
     assert model.inputs[0].sample_shape == [3, 32, 32]
@@ -37,7 +45,7 @@ def test_registration_describes_models_and_devices(ctl):
     assert reg.devices[0].pages > 0 and reg.devices[0].page_size == 16 * 2**20
 
 
-def test_load_infer_outputs_equal_cw_run(ctl, cpu_bundle):
+def test_load_infer_outputs_equal_cw_run(ctl, cpu_bundle, zoo_onnx):
     load = _loaded(ctl)
     assert load.kind == "load" and len(load.timings) == 1
     x = random_input((3, 3, 32, 32))
@@ -47,6 +55,10 @@ def test_load_infer_outputs_equal_cw_run(ctl, cpu_bundle):
     y = np.frombuffer(r.outputs[0], dtype=np.float32).reshape(3, 10)
     if r.simulated:
         assert not y.any()
+    elif ctl.worker.devices[0].runtime.name == "tvm-cuda":
+        from cw.verify import max_relative_error, onnx_reference
+
+        assert max_relative_error(y, onnx_reference(zoo_onnx("small_cnn"), [x])[0]) < 1e-4
     else:
         assert np.array_equal(y, LocalModel(cpu_bundle("small_cnn")).run([x])[0])
 
@@ -73,10 +85,9 @@ def test_load_twice(ctl):
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_load_without_pages_fails_and_never_evicts(cpu_bundle, runtime):
+def test_load_without_pages_fails_and_never_evicts(cpu_bundle, cuda_bundle, runtime):
     # room for one model's pages only: the second copy cannot load until the first is unloaded
-    ctl = FakeController([cpu_bundle("small_cnn")], runtime=runtime,
-                         page_cache_bytes=16 * 2**20, copies=2)
+    ctl = _controller(runtime, cpu_bundle, cuda_bundle, page_cache_bytes=16 * 2**20, copies=2)
     try:
         (a,) = ctl.wait(ctl.load("small_cnn"))
         (b,) = ctl.wait(ctl.load("small_cnn#1"))

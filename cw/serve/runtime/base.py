@@ -101,6 +101,14 @@ class Runtime(ABC):
     def copy_output(self, model: HostModel, slot: IOSlot) -> tuple[list[np.ndarray], PhaseTiming]:
         """The first `n` samples of every output."""
 
+    def copy_bandwidth_gbps(self, nbytes: int) -> float | None:
+        """Bandwidth of one plain copy of `nbytes` into device memory (what LOAD's page-by-page
+        copies are compared with), or None where there is nothing to compare."""
+        return None
+
+    def close(self) -> None:
+        """Give the device memory back (after every executor has stopped)."""
+
     def describe(self) -> dict:
         return {"runtime": self.name, "simulated": self.simulated,
                 "page_size": self.cache.page_size, "pages": self.cache.num_pages}

@@ -64,7 +64,7 @@ class TvmCpuRuntime(Runtime):
 
     def prepare(self, model: HostModel, batch_size: int, lanes: int = 1) -> None:
         check_target(model.manifest, "cpu", model.model_id)
-        from tvm import relax
+        from tvm.runtime.vm import VirtualMachine
 
         lib = None
         for lane in range(lanes):
@@ -73,7 +73,7 @@ class TvmCpuRuntime(Runtime):
                 if lib is None:
                     kernel = next(k for k in model.manifest.kernels if k.batch_size == batch_size)
                     lib = self.tvm.runtime.load_module(str(model.bundle.file(kernel.kernel_file)))
-                self._vms[key] = relax.VirtualMachine(lib, self.device)
+                self._vms[key] = VirtualMachine(lib, self.device)
 
     def acquire_slot(self, model: HostModel, batch_size: int) -> IOSlot:
         free = self._free_slots.get((model.model_id, batch_size))
@@ -109,6 +109,18 @@ class TvmCpuRuntime(Runtime):
         end = now_ns()
         slot.outputs = [result] if hasattr(result, "numpy") else list(result)
         return PhaseTiming(start, end, end - start)
+
+    def copy_bandwidth_gbps(self, nbytes: int, repeats: int = 5) -> float | None:
+        nbytes = min(nbytes, self.memory.nbytes)
+        if nbytes <= 0:
+            return None
+        src, samples = aligned_empty(nbytes), []
+        src[:] = 1
+        for _ in range(repeats):
+            start = now_ns()
+            self.memory[:nbytes] = src
+            samples.append(now_ns() - start)
+        return nbytes / max(sorted(samples)[len(samples) // 2], 1)
 
     def copy_output(self, model: HostModel, slot: IOSlot) -> tuple[list[np.ndarray], PhaseTiming]:
         start = now_ns()

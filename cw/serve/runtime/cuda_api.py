@@ -1,0 +1,151 @@
+"""The few CUDA runtime calls cw makes itself (memory, streams, events, copies), through
+cuda-bindings (`pip install 'cw[gpu]'`), with every error turned into one DeviceError.
+
+TVM launches the kernels; cw owns the memory around them and the timing. Both use the device's
+primary context, so pointers and streams made here are valid in TVM's launches.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from cw.errors import DeviceError
+
+_local = threading.local()
+
+
+def _rt():
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        raise DeviceError("the CUDA runtime needs cuda-bindings, which is not installed",
+                          "pip install 'cw[gpu]'") from None
+    return runtime
+
+
+def check(result, what: str):
+    """cuda-bindings calls return (error, values...); raise on error, return the values."""
+    rt = _rt()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != rt.cudaError_t.cudaSuccess:
+        name = rt.cudaGetErrorName(err)[1].decode()
+        hint = ("free GPU memory or ask for a smaller --page-cache"
+                if err == rt.cudaError_t.cudaErrorMemoryAllocation else
+                "check the GPU with nvidia-smi")
+        raise DeviceError(f"CUDA {what} failed: {name}", hint)
+    return values[0] if len(values) == 1 else (tuple(values) or None)
+
+
+def use_device(index: int) -> None:
+    """The current device is per host thread in CUDA; cw's executors are threads."""
+    if getattr(_local, "device", None) != index:
+        check(_rt().cudaSetDevice(index), f"cudaSetDevice({index})")
+        _local.device = index
+
+
+def device_count() -> int:
+    try:
+        return check(_rt().cudaGetDeviceCount(), "cudaGetDeviceCount")
+    except DeviceError:
+        return 0
+
+
+def device_properties(index: int) -> dict:
+    rt = _rt()
+    props = check(rt.cudaGetDeviceProperties(index), "cudaGetDeviceProperties")
+    driver = check(rt.cudaDriverGetVersion(), "cudaDriverGetVersion")
+    runtime = check(rt.cudaRuntimeGetVersion(), "cudaRuntimeGetVersion")
+    name = props.name
+    name = name.split(b"\0", 1)[0].decode() if isinstance(name, bytes) else str(name)
+    return {"name": name, "arch": f"sm_{props.major}{props.minor}",
+            "total_bytes": int(props.totalGlobalMem),
+            "driver_version": f"{driver // 1000}.{driver % 1000 // 10}",
+            "cuda_version": f"{runtime // 1000}.{runtime % 1000 // 10}"}
+
+
+def sm_clock_mhz(index: int) -> int | None:
+    """The SM clock if NVML is readable here (nvidia-ml-py), else None."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:
+        return None
+
+
+def free_bytes() -> int:
+    free, _total = check(_rt().cudaMemGetInfo(), "cudaMemGetInfo")
+    return int(free)
+
+
+def malloc(nbytes: int, what: str) -> int:
+    try:
+        return int(check(_rt().cudaMalloc(nbytes), "cudaMalloc"))
+    except DeviceError as e:
+        raise DeviceError(f"cannot allocate {nbytes / 2**20:.0f} MiB of GPU memory for {what} "
+                          f"({e.message.rsplit(': ', 1)[-1]}; {free_bytes() / 2**20:.0f} MiB free)",
+                          "ask for a smaller --page-cache or free the GPU") from None
+
+
+def free(ptr: int) -> None:
+    check(_rt().cudaFree(ptr), "cudaFree")
+
+
+def malloc_host(nbytes: int) -> int:
+    return int(check(_rt().cudaMallocHost(nbytes), "cudaMallocHost"))
+
+
+def host_register(ptr: int, nbytes: int) -> None:
+    rt = _rt()
+    check(rt.cudaHostRegister(ptr, nbytes, rt.cudaHostRegisterPortable), "cudaHostRegister")
+
+
+def new_stream() -> int:
+    rt = _rt()
+    # Non-blocking: no implicit sync with the legacy default stream that other code may use
+    return int(check(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking),
+                     "cudaStreamCreate"))
+
+
+def memset(ptr: int, value: int, nbytes: int) -> None:
+    check(_rt().cudaMemset(ptr, value, nbytes), "cudaMemset")
+
+
+def sync_device() -> None:
+    check(_rt().cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+
+
+class EventPair:
+    """Two events around work on one stream; `elapsed_ns` is the device time between them."""
+
+    def __init__(self):
+        rt = _rt()
+        self._rt = rt
+        self.start = check(rt.cudaEventCreate(), "cudaEventCreate")
+        self.end = check(rt.cudaEventCreate(), "cudaEventCreate")
+
+    def record_start(self, stream: int) -> None:
+        check(self._rt.cudaEventRecord(self.start, stream), "cudaEventRecord")
+
+    def record_end(self, stream: int) -> None:
+        check(self._rt.cudaEventRecord(self.end, stream), "cudaEventRecord")
+
+    def wait(self) -> None:
+        check(self._rt.cudaEventSynchronize(self.end), "cudaEventSynchronize")
+
+    def elapsed_ns(self) -> int:
+        ms = check(self._rt.cudaEventElapsedTime(self.start, self.end), "cudaEventElapsedTime")
+        return int(round(ms * 1e6))
+
+
+def copy_async(dst: int, src: int, nbytes: int, to_device: bool, stream: int) -> None:
+    rt = _rt()
+    kind = (rt.cudaMemcpyKind.cudaMemcpyHostToDevice if to_device
+            else rt.cudaMemcpyKind.cudaMemcpyDeviceToHost)
+    check(rt.cudaMemcpyAsync(dst, src, nbytes, kind, stream), "cudaMemcpyAsync")
+
+
+def free_host(ptr: int) -> None:
+    check(_rt().cudaFreeHost(ptr), "cudaFreeHost")

@@ -1,0 +1,310 @@
+"""TVM on a CUDA GPU: the runtime of a real GPU worker and of `cw profile --device cuda`.
+
+Device memory is taken once, at start: the weights page cache is one cudaMalloc'd region, and
+each (bundle, batch size) gets its IO buffers on first use, before serving (`prepare` runs every
+kernel once so that TVM's pooled allocator holds its workspace blocks too). Weights are copied
+page by page from pinned host memory on a copy stream of their own; INPUT and OUTPUT copies have
+their own streams and EXEC runs on an exec stream, so copies overlap execution. Each phase is
+bracketed by CUDA events and waited for before the call returns: the worker's executors, not
+the runtime, decide when work starts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cw.engine import check_target
+from cw.errors import DeviceError
+from cw.serve.runtime import cuda_api as cuda
+from cw.serve.runtime.base import IOSlot, PhaseTiming, Runtime, RuntimeFault, now_ns
+from cw.serve.runtime.dlpack import KDL_CUDA, RawTensor, tensor_at
+from cw.serve.runtime.host import HostModel, HostWeights
+from cw.tvm_env import load_tvm
+
+_ALIGN = 256
+_pinned: dict[int, object] = {}  # id(HostWeights) -> the registered buffer (process-wide)
+
+
+def pin_host_weights(weights: HostWeights) -> None:
+    """Page-lock a model's host weights once (copies share them): pageable copies run at a
+    fraction of the pinned bandwidth and are not truly asynchronous."""
+    if id(weights) in _pinned or weights.buffer is None or not weights.buffer.nbytes:
+        return
+    buf = weights.buffer
+    try:
+        cuda.host_register(buf.ctypes.data, buf.nbytes)
+    except DeviceError as e:
+        raise DeviceError(f"cannot pin {buf.nbytes / 2**20:.0f} MiB of host weights: {e.message}",
+                          "raise the locked-memory limit (ulimit -l unlimited)") from None
+    _pinned[id(weights)] = buf
+
+
+def _host_array(ptr: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    count = int(np.prod(shape)) if shape else 1
+    raw = (ctypes.c_uint8 * (count * dt.itemsize)).from_address(ptr)
+    return np.frombuffer(raw, dtype=dt, count=count).reshape(shape)
+
+
+@dataclass
+class _CudaIO(IOSlot):
+    key: tuple = ()
+    dev_inputs: list[RawTensor] = field(default_factory=list)
+    dev_input_ptrs: list[int] = field(default_factory=list)
+    input_tensors: list = field(default_factory=list)
+    pinned_inputs: list[np.ndarray] = field(default_factory=list)
+    pinned_outputs: list[np.ndarray] = field(default_factory=list)
+    in_events: object = None
+    out_events: object = None
+
+
+class TvmCudaRuntime(Runtime):
+    name = "tvm-cuda"
+
+    def __init__(self, index: int, page_size: int, num_pages: int):
+        super().__init__(page_size, num_pages)
+        self.index = index
+        self.tvm = load_tvm()
+        self.device = self.tvm.cuda(index)
+        if not self.device.exist:
+            raise DeviceError(f"no CUDA GPU {index} on this machine",
+                              "use --device cpu with a bundle compiled for --target cpu")
+        cuda.use_device(index)
+        self.props = cuda.device_properties(index)
+        nbytes = page_size * num_pages
+        self.base = cuda.malloc(nbytes, "the weights page cache") if nbytes else 0
+        if nbytes:
+            cuda.memset(self.base, 0, nbytes)  # warm-up runs read it: zeros, not NaN garbage
+        self.copy_stream = cuda.new_stream()
+        self.input_stream = cuda.new_stream()
+        self.output_stream = cuda.new_stream()
+        self._exec_lanes: list[tuple[int, object, object]] = []  # (stream, events, ffi context)
+        self._add_lanes(1)
+        self._load_events = cuda.EventPair()
+        self._weights: dict[str, list] = {}  # model id -> TVM tensors in its cache pages
+        self._page_tensors: dict[tuple[int, int, int], list[tuple[int, RawTensor]]] = {}
+        self._vms: dict[tuple[int, int, int], object] = {}  # (id(bundle), batch, lane) -> main
+        self._checked: set[int] = set()
+        self._warm: set[tuple[int, int, int]] = set()
+        self._free_slots: dict[tuple[int, int], list[_CudaIO]] = {}
+        self.io_bytes = 0  # device bytes held by IO buffers
+        self._device_buffers: list[int] = []
+        self._host_buffers: list[int] = []
+
+    def _add_lanes(self, lanes: int) -> None:
+        import tvm_ffi
+
+        while len(self._exec_lanes) < lanes:
+            stream = cuda.new_stream()
+            self._exec_lanes.append((stream, cuda.EventPair(),
+                                     tvm_ffi.use_raw_stream(self.device, stream)))
+
+    # Weights ------------------------------------------------------------------------------
+    def _copy_weights(self, model: HostModel, slots: list[int]) -> PhaseTiming:
+        pin_host_weights(model.weights)
+        cuda.use_device(self.index)
+        ps, ev, stream = self.cache.page_size, self._load_events, self.copy_stream
+        start = now_ns()
+        ev.record_start(stream)
+        for page, slot in zip(model.weights.pages, slots):
+            cuda.copy_async(self.base + slot * ps, page.ctypes.data, page.nbytes, True, stream)
+        ev.record_end(stream)
+        tensors = self._weight_tensors(model, slots)  # host work while the copy engine runs
+        ev.wait()
+        end = now_ns()
+        self._weights[model.model_id] = tensors
+        return PhaseTiming(start, end, ev.elapsed_ns())
+
+    def _weight_tensors(self, model: HostModel, slots: list[int]) -> list:
+        """TVM tensors at each weight's address for this placement; cached per (bundle, page,
+        slot) so that reloading a model costs no DLPack work."""
+        m = model.manifest
+        out: list = [None] * len(m.weights.tensors)
+        for page_index, slot in enumerate(slots):
+            key = (id(model.bundle), page_index, slot)
+            entries = self._page_tensors.get(key)
+            if entries is None:
+                base = self.base + slot * self.cache.page_size
+                entries = [(i, tensor_at(base + t.offset, t.shape, t.dtype, KDL_CUDA, self.index))
+                           for i, t in enumerate(m.weights.tensors) if t.page == page_index]
+                self._page_tensors[key] = entries
+            for i, holder in entries:
+                out[i] = holder.tensor
+        return out
+
+    def _forget(self, model: HostModel) -> None:
+        self._weights.pop(model.model_id, None)
+
+    # Inference ----------------------------------------------------------------------------
+    def prepare(self, model: HostModel, batch_size: int, lanes: int = 1) -> None:
+        from tvm.runtime.vm import VirtualMachine
+
+        bundle = model.bundle
+        if id(bundle) not in self._checked:
+            check_target(model.manifest, "cuda", model.model_id, self.index)
+            self._checked.add(id(bundle))
+        cuda.use_device(self.index)
+        self._add_lanes(lanes)
+        lib = None
+        for lane in range(lanes):
+            key = (id(bundle), batch_size, lane)
+            if key not in self._vms:
+                if lib is None:
+                    kernel = next(k for k in model.manifest.kernels if k.batch_size == batch_size)
+                    lib = self.tvm.runtime.load_module(str(bundle.file(kernel.kernel_file)))
+                self._vms[key] = VirtualMachine(lib, self.device, memory_cfg="pooled")["main"]
+            if key not in self._warm:
+                self._warm_up(model, batch_size, lane)
+
+    def _warm_up(self, model: HostModel, batch_size: int, lane: int) -> None:
+        """Run the kernels twice before serving: CUDA modules load on first launch and TVM's
+        pooled allocator takes its workspace and output blocks then, not on the measured path.
+        Weights are whatever the first cache pages hold (zeros at start); outputs are dropped."""
+        pages = model.weights.num_pages
+        if pages > self.cache.num_pages:
+            return  # a model that can never load needs no warm kernels
+        weights = self._weights.get(model.model_id) or \
+            self._weight_tensors(model, list(range(pages)))
+        slot = self.acquire_slot(model, batch_size)
+        stream, events, context = self._exec_lanes[lane]
+        fn = self._vms[(id(model.bundle), batch_size, lane)]
+        for _ in range(2):
+            with context:
+                fn(*slot.input_tensors, *weights)
+            events.record_end(stream)
+            events.wait()
+        self.release_slot(slot)
+        self._warm.add((id(model.bundle), batch_size, lane))
+
+    def acquire_slot(self, model: HostModel, batch_size: int) -> IOSlot:
+        key = (id(model.bundle), batch_size)
+        free = self._free_slots.get(key)
+        if free:
+            slot = free.pop()
+            slot.model_id = model.model_id
+            return slot
+        cuda.use_device(self.index)
+        slot = _CudaIO(model.model_id, batch_size, key=key)
+        for spec in model.manifest.inputs:
+            shape = (batch_size, *spec.sample_shape)
+            nbytes = batch_size * spec.sample_bytes
+            padded = -(-nbytes // _ALIGN) * _ALIGN
+            ptr = cuda.malloc(padded, f"the inputs of {model.manifest.name}")
+            self._device_buffers.append(ptr)
+            cuda.memset(ptr, 0, padded)
+            self.io_bytes += padded
+            holder = tensor_at(ptr, shape, spec.dtype, KDL_CUDA, self.index)
+            slot.dev_inputs.append(holder)
+            slot.dev_input_ptrs.append(ptr)
+            slot.input_tensors.append(holder.tensor)
+            host = _host_array(self._pinned_buffer(padded), shape, spec.dtype)
+            host[...] = 0
+            slot.pinned_inputs.append(host)
+        for spec in model.manifest.outputs:
+            nbytes = -(-batch_size * spec.sample_bytes // _ALIGN) * _ALIGN
+            slot.pinned_outputs.append(_host_array(self._pinned_buffer(nbytes),
+                                                   (batch_size, *spec.sample_shape), spec.dtype))
+        slot.in_events, slot.out_events = cuda.EventPair(), cuda.EventPair()
+        return slot
+
+    def _pinned_buffer(self, nbytes: int) -> int:
+        ptr = cuda.malloc_host(nbytes)
+        self._host_buffers.append(ptr)
+        return ptr
+
+    def release_slot(self, slot: IOSlot) -> None:
+        slot.outputs = []  # hands the output blocks back to TVM's pool
+        self._free_slots.setdefault(slot.key, []).append(slot)
+
+    def copy_input(self, model: HostModel, slot: IOSlot, inputs: list[np.ndarray]) -> PhaseTiming:
+        cuda.use_device(self.index)
+        n = inputs[0].shape[0]
+        start = now_ns()
+        for host, x in zip(slot.pinned_inputs, inputs):
+            host[:n] = x
+            if n < slot.batch_size:
+                host[n:] = 0
+        slot.n = n
+        ev, stream = slot.in_events, self.input_stream
+        ev.record_start(stream)
+        for host, ptr in zip(slot.pinned_inputs, slot.dev_input_ptrs):
+            cuda.copy_async(ptr, host.ctypes.data, host.nbytes, True, stream)
+        ev.record_end(stream)
+        ev.wait()
+        end = now_ns()
+        return PhaseTiming(start, end, ev.elapsed_ns())
+
+    def execute(self, model: HostModel, slot: IOSlot, lane: int = 0) -> PhaseTiming:
+        fn = self._vms.get((id(model.bundle), slot.batch_size, lane))
+        weights = self._weights.get(model.model_id)
+        if fn is None or weights is None:
+            raise RuntimeFault(f"model {model.model_id} batch {slot.batch_size} is not ready")
+        cuda.use_device(self.index)
+        stream, ev, context = self._exec_lanes[lane]
+        start = now_ns()
+        ev.record_start(stream)
+        with context:
+            result = fn(*slot.input_tensors, *weights)
+        ev.record_end(stream)
+        ev.wait()
+        end = now_ns()
+        slot.outputs = [result] if hasattr(result, "data_ptr") else list(result)
+        return PhaseTiming(start, end, ev.elapsed_ns())
+
+    def copy_output(self, model: HostModel, slot: IOSlot) -> tuple[list[np.ndarray], PhaseTiming]:
+        cuda.use_device(self.index)
+        ev, stream = slot.out_events, self.output_stream
+        start = now_ns()
+        ev.record_start(stream)
+        for host, out, spec in zip(slot.pinned_outputs, slot.outputs, model.manifest.outputs):
+            cuda.copy_async(host.ctypes.data, out.data_ptr(), slot.n * spec.sample_bytes, False,
+                            stream)
+        ev.record_end(stream)
+        ev.wait()
+        outs = [host[:slot.n].copy() for host in slot.pinned_outputs]
+        end = now_ns()
+        return outs, PhaseTiming(start, end, ev.elapsed_ns())
+
+    # Measurements for `cw profile` -------------------------------------------------------
+    def copy_bandwidth_gbps(self, nbytes: int, repeats: int = 5) -> float | None:
+        """Plain pinned host→device bandwidth of one `nbytes` copy into the cache: what LOAD's
+        page-by-page copies are compared with."""
+        nbytes = min(nbytes, self.cache.page_size * self.cache.num_pages)
+        if nbytes <= 0:
+            return None
+        cuda.use_device(self.index)
+        host = cuda.malloc_host(nbytes)
+        try:
+            ev, stream, samples = cuda.EventPair(), self.copy_stream, []
+            for _ in range(repeats):
+                ev.record_start(stream)
+                cuda.copy_async(self.base, host, nbytes, True, stream)
+                ev.record_end(stream)
+                ev.wait()
+                samples.append(ev.elapsed_ns())
+        finally:
+            cuda.free_host(host)
+        return nbytes / max(sorted(samples)[len(samples) // 2], 1)
+
+    def close(self) -> None:
+        """Free what this runtime allocated. TVM's pooled allocator keeps its workspace blocks
+        for the process's lifetime (it has no per-VM release)."""
+        if self.base is None:
+            return
+        cuda.use_device(self.index)
+        cuda.sync_device()
+        self._vms.clear()
+        self._weights.clear()
+        self._page_tensors.clear()
+        self._free_slots.clear()
+        for ptr in self._device_buffers + ([self.base] if self.base else []):
+            cuda.free(ptr)
+        for ptr in self._host_buffers:
+            cuda.free_host(ptr)
+        self._device_buffers, self._host_buffers, self.base = [], [], None
+
+    def describe(self) -> dict:
+        return {**super().describe(), "device": self.props["name"], "arch": self.props["arch"]}

@@ -1,0 +1,147 @@
+"""The TVM-CUDA runtime on a real GPU: profile fields, page placement, padding, accuracy against
+onnxruntime, no device allocations after warm-up, refusals. Skipped without a CUDA GPU; on the
+GPU machine (runtime-only TVM) the bundles come from $CW_TEST_CUDA_BUNDLES."""
+
+import json
+
+import numpy as np
+import pytest
+
+from cw.bundle import open_bundle
+from cw.serve.runtime.host import HostModel, HostWeights
+from cw.verify import max_relative_error, onnx_reference
+from tests.conftest import random_input
+
+pytestmark = pytest.mark.gpu
+
+
+def _ordered(s):
+    assert 0 < s["p50_ns"] <= s["p99_ns"] <= s["p9999_ns"] <= s["max_ns"]
+
+
+def test_profile_on_gpu_writes_every_field(cli, cuda_bundle):
+    bundle = cuda_bundle("small_cnn")
+    r = cli("profile", bundle, "--device", "cuda:0", "--iterations", "300", "--warmup", "20",
+            "--load-iterations", "20")
+    assert r.code == 0, r.err
+    p = json.loads((bundle / "profile.json").read_text())
+    assert p["runtime"] == "tvm-cuda" and p["device"]["kind"] == "cuda"
+    dev = p["device"]
+    assert dev["name"] and dev["driver_version"] and dev["cuda_version"]
+    load = p["load"]
+    _ordered(load["stats"])
+    assert load["reference_gbps"] > 0 and 0 < load["efficiency"]
+    m = open_bundle(bundle).manifest
+    assert p["device_memory_bytes"] >= len(m.weights.pages) * m.weights.page_size
+    for b in p["batches"]:
+        for phase in ("input", "exec", "exec_host", "output"):
+            _ordered(b[phase])
+            assert b[phase]["n"] == 300
+        # the host sees an EXEC only after the device finished it
+        assert b["exec_host"]["p50_ns"] >= b["exec"]["p50_ns"]
+    assert "profile.json" in open_bundle(bundle).manifest.files
+
+
+def test_concurrency_on_gpu_is_reported_not_stored(cli, cuda_bundle):
+    bundle = cuda_bundle("small_cnn")
+    r = cli("profile", bundle, "--device", "cuda:0", "--iterations", "100", "--warmup", "5",
+            "--load-iterations", "2", "--batch-sizes", "1", "--concurrency", "2", "--json")
+    assert r.code == 0, r.err
+    (conc,) = json.loads(r.out)["concurrency"]
+    assert conc["concurrency"] == 2 and conc["throughput_per_s"] > 0
+    assert "concurrency" not in json.loads((bundle / "profile.json").read_text())
+
+
+def test_pages_anywhere_padding_and_no_allocation_after_warm_up(cuda_bundle, zoo_onnx):
+    from cw.serve.runtime import cuda_api
+    from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
+
+    bundle = open_bundle(cuda_bundle("small_cnn"))
+    weights = HostWeights(bundle)
+    a, b = HostModel("a", bundle, weights), HostModel("b", bundle, weights)
+    pages = weights.num_pages
+    rt = TvmCudaRuntime(0, weights.page_size, 3 * pages)
+    for size in (1, 4):
+        rt.prepare(a, size)
+    x = random_input((3, 3, 32, 32), seed=7)
+    ref = onnx_reference(zoo_onnx("small_cnn"), [x])[0]
+
+    def infer(model):
+        slot = rt.acquire_slot(model, 4)  # 3 samples padded to the compiled 4
+        rt.copy_input(model, slot, [x])
+        rt.execute(model, slot)
+        (y,), timing = rt.copy_output(model, slot)
+        rt.release_slot(slot)
+        assert timing.device_ns > 0
+        return y
+
+    rt.load(a, rt.cache.allocate(pages))
+    rt.load(b, rt.cache.allocate(pages))
+    assert rt.slots_of(a.model_id) != rt.slots_of(b.model_id)
+    for model in (a, b):
+        assert max_relative_error(infer(model), ref) < 1e-4
+    rt.cache.release(rt.unload(a))
+    rt.cache.allocate(pages)  # occupy a's old pages so that a comes back elsewhere
+    rt.load(a, rt.cache.allocate(pages))
+    y = infer(a)
+    assert max_relative_error(y, ref) < 1e-4 and y.shape == (3, 10)
+
+    cuda_api.use_device(0)
+    free = cuda_api.free_bytes()
+    for _ in range(50):
+        infer(a)
+        infer(b)
+    assert cuda_api.free_bytes() == free  # nothing allocated on the inference path
+    rt.close()
+    assert cuda_api.free_bytes() > free  # the page cache and IO buffers went back
+
+
+def test_run_on_gpu_matches_onnxruntime(cuda_bundle, zoo_onnx):
+    from cw.engine import run_bundle
+
+    x = random_input((2, 3, 32, 32), seed=3)
+    result = run_bundle(cuda_bundle("small_cnn"), [x], device="cuda:0",
+                        verify_onnx=zoo_onnx("small_cnn"))
+    assert result.relative_error < 1e-4 and result.outputs[0].shape == (2, 10)
+
+
+def test_bundle_for_another_gpu_architecture_is_refused(cli, cuda_bundle, tmp_path):
+    import shutil
+
+    path = tmp_path / "other-arch"
+    shutil.copytree(cuda_bundle("small_cnn"), path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["target"]["arch"] = "sm_70"
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    def files():
+        return {f: f.read_bytes() for f in path.rglob("*") if f.is_file()}
+
+    before = files()
+    r = cli("profile", path, "--device", "cuda:0", "--iterations", "5")
+    assert r.code != 0
+    assert "compiled for sm_70" in r.err and "--arch" in r.err
+    assert files() == before  # nothing written
+
+
+def test_random_weights_do_not_leak_between_models(cuda_bundle, zoo_onnx):
+    """Two different bundles resident at once each compute their own outputs."""
+    from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
+
+    cnn = open_bundle(cuda_bundle("small_cnn"))
+    mlp = open_bundle(cuda_bundle("mlp", (1, 2)))
+    models = [HostModel(b.manifest.name, b, HostWeights(b)) for b in (cnn, mlp)]
+    rt = TvmCudaRuntime(0, cnn.manifest.weights.page_size, 4)
+    for model in models:
+        rt.prepare(model, 1)
+        rt.load(model, rt.cache.allocate(model.weights.num_pages))
+    for model, name in zip(models, ("small_cnn", "mlp")):
+        spec = model.manifest.inputs[0]
+        x = random_input((1, *spec.sample_shape), seed=11)
+        slot = rt.acquire_slot(model, 1)
+        rt.copy_input(model, slot, [x])
+        rt.execute(model, slot)
+        (y,), _ = rt.copy_output(model, slot)
+        rt.release_slot(slot)
+        assert max_relative_error(y, onnx_reference(zoo_onnx(name), [x])[0]) < 1e-4
+        assert np.isfinite(y).all()
+    rt.close()
