@@ -31,6 +31,9 @@ def profile_cmd(
     concurrency: int = typer.Option(1, "--concurrency",
                                     help="Also run K EXECs at once (reported, not stored)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ungated: bool = typer.Option(False, "--ungated", hidden=True,
+                                 help="Experiment: let the GPU start EXEC while the host is "
+                                      "still launching its kernels (GPU; not stored)."),
 ):
     """Measure LOAD, INPUT, EXEC and OUTPUT times of a bundle and store them in profile.json.
 
@@ -41,7 +44,7 @@ def profile_cmd(
     config = ProfileConfig(device=device, iterations=iterations, warmup=warmup,
                            load_iterations=load_iterations,
                            batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None,
-                           concurrency=concurrency)
+                           concurrency=concurrency, gate_exec=not ungated)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=console(), transient=True, disable=as_json)
     task = None

@@ -39,6 +39,8 @@ class ProfileConfig:
     batch_sizes: tuple[int, ...] | None = None  # None: every compiled batch size
     concurrency: int = 1
     write: bool = True
+    # False: the experiment without TvmCudaRuntime's EXEC gate (reported, never stored)
+    gate_exec: bool = True
 
     def __post_init__(self):
         if self.iterations < 1 or self.warmup < 0 or self.load_iterations < 1:
@@ -56,14 +58,14 @@ class ConcurrencyResult:
     latency: Stats
 
 
-def make_runtime(device: str, page_size: int, num_pages: int) -> Runtime:
+def make_runtime(device: str, page_size: int, num_pages: int, gate_exec: bool = True) -> Runtime:
     kind, index = parse_device(device)
     tvm_device(kind, index)  # raises when there is no such device
     if kind == "cpu":
         from cw.serve.runtime.tvm_cpu import TvmCpuRuntime
         return TvmCpuRuntime(page_size, num_pages)
     from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
-    return TvmCudaRuntime(index, page_size, num_pages)
+    return TvmCudaRuntime(index, page_size, num_pages, gate_exec)
 
 
 def _device_info(kind: str, runtime: Runtime, clock_before: int | None) -> DeviceInfo:
@@ -109,7 +111,8 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
         tvm_device(kind, index)
         cuda_api.use_device(index)
         free_before, clock_before = cuda_api.free_bytes(), cuda_api.sm_clock_mhz(index)
-    runtime = make_runtime(config.device, m.weights.page_size, model.weights.num_pages)
+    runtime = make_runtime(config.device, m.weights.page_size, model.weights.num_pages,
+                           config.gate_exec)
     try:
         load = _measure_load(runtime, model, config, progress)
         batches, concurrency = _measure_batches(runtime, model, batch_sizes, config, progress)
@@ -135,7 +138,7 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
         cw_version=cw.__version__, tvm_version="".join([str(tvm.__version__)]),
         iterations=config.iterations, warmup=config.warmup,
         device_memory_bytes=device_memory, load=load, batches=batches, notes=notes)
-    if config.write:
+    if config.write and config.gate_exec:
         replace_file_in_bundle(bundle, PROFILE_FILE, encode_json(profile))
     return profile, concurrency
 

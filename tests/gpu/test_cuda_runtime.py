@@ -52,7 +52,8 @@ def test_concurrency_on_gpu_is_reported_not_stored(cli, cuda_bundle):
     assert "concurrency" not in json.loads((bundle / "profile.json").read_text())
 
 
-def test_pages_anywhere_padding_and_no_allocation_after_warm_up(cuda_bundle, zoo_onnx):
+@pytest.mark.parametrize("gate_exec", [True, False])
+def test_pages_anywhere_padding_and_no_allocation_after_warm_up(cuda_bundle, zoo_onnx, gate_exec):
     from cw.serve.runtime import cuda_api
     from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
 
@@ -60,7 +61,7 @@ def test_pages_anywhere_padding_and_no_allocation_after_warm_up(cuda_bundle, zoo
     weights = HostWeights(bundle)
     a, b = HostModel("a", bundle, weights), HostModel("b", bundle, weights)
     pages = weights.num_pages
-    rt = TvmCudaRuntime(0, weights.page_size, 3 * pages)
+    rt = TvmCudaRuntime(0, weights.page_size, 3 * pages, gate_exec=gate_exec)
     for size in (1, 4):
         rt.prepare(a, size)
     x = random_input((3, 3, 32, 32), seed=7)

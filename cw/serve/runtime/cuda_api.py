@@ -149,3 +149,35 @@ def copy_async(dst: int, src: int, nbytes: int, to_device: bool, stream: int) ->
 
 def free_host(ptr: int) -> None:
     check(_rt().cudaFreeHost(ptr), "cudaFreeHost")
+
+
+class StreamGate:
+    """Holds a stream's work until `open()`: the stream waits on a 32-bit device flag that a
+    second stream raises. Work queued behind a closed gate starts all at once, so its device
+    time has no gaps left by the host still launching kernels."""
+
+    def __init__(self, release_stream: int):
+        from cuda.bindings import driver
+
+        self._driver = driver
+        self._flag = malloc(256, "an execution gate")
+        memset(self._flag, 0, 4)
+        self._release_stream = release_stream
+        self._sequence = 0
+
+    def close_on(self, stream: int) -> None:
+        d = self._driver
+        self._sequence += 1
+        err, = d.cuStreamWaitValue32(d.CUstream(stream), d.CUdeviceptr(self._flag),
+                                     self._sequence,
+                                     d.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        if err != d.CUresult.CUDA_SUCCESS:
+            raise DeviceError(f"CUDA cuStreamWaitValue32 failed: {err}", "check the GPU")
+
+    def open(self) -> None:
+        d = self._driver
+        err, = d.cuStreamWriteValue32(d.CUstream(self._release_stream),
+                                      d.CUdeviceptr(self._flag), self._sequence,
+                                      d.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT)
+        if err != d.CUresult.CUDA_SUCCESS:
+            raise DeviceError(f"CUDA cuStreamWriteValue32 failed: {err}", "check the GPU")
