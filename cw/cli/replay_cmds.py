@@ -109,7 +109,8 @@ def render_summaries(summaries: list[dict]) -> None:
     for s in summaries:
         table.add_column(f"{s.get('scheduler')} ({s.get('name', '')})", justify="right")
     for label, key in SUMMARY_KEYS:
-        table.add_row(label, *[str(summary_value(s, key)) for s in summaries])
+        table.add_row(label, *["n/a" if summary_value(s, key) is None else
+                               str(summary_value(s, key)) for s in summaries])
     console().print(table)
 
 

@@ -228,11 +228,15 @@ def summary_value(summary: dict, key):
     return summary.get(key)
 
 
+def _cell(value) -> str:
+    return "n/a" if value is None else str(value)
+
+
 def render(runs: list[Run]) -> str:
     head = "".join(f"<th>{html.escape(r.label)}</th>" for r in runs)
     rows = ""
     for label, key in SUMMARY_KEYS:
-        cells = "".join(f"<td>{html.escape(str(summary_value(r.summary, key)))}</td>"
+        cells = "".join(f"<td>{html.escape(_cell(summary_value(r.summary, key)))}</td>"
                         for r in runs)
         rows += f"<tr><th>{label}</th>{cells}</tr>"
     sim = any(r.summary.get("simulated") for r in runs)

@@ -22,7 +22,9 @@ def percentiles_ms(latencies_ns) -> dict:
 
 def summarize(requests: list[RequestRow], actions: list[ActionRow], *, duration_ns: int,
               runtime: str, scheduler: str, trace: str, seed: int, slo_ns: int,
-              extra: dict | None = None) -> dict:
+              extra: dict | None = None, actions_seen: bool = True) -> dict:
+    """`actions_seen=False` (a replay against a remote controller, whose action telemetry stays
+    there): the figures that come from actions are None, not zero."""
     n = len(requests)
     ok = [r for r in requests if r.status == "OK"]
     good = [r for r in ok if r.deadline_met]
@@ -55,5 +57,7 @@ def summarize(requests: list[RequestRow], actions: list[ActionRow], *, duration_
         "trace": trace,
         "seed": seed,
     }
+    if not actions_seen:
+        summary.update(mean_batch_size=None, cold_starts=None, loads=None, actions_too_late=None)
     summary.update(extra or {})
     return summary
