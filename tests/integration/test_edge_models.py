@@ -14,14 +14,13 @@ TOLERANCE = 1e-4
 
 # name, --input-shape, batchable (whether the rewritten graph takes a symbolic batch: the
 # rebatching check of docs/bundle.md decides; the reason for each "no" is in the comment), and
-# the accuracy reached. Two models miss issue 8's 1e-4 target (open): their bound is what they
-# reach today, so that a regression still fails.
+# the accuracy required: issue 8's 1e-4 for every model.
 CASES = [
     ("mnist-8", [], True, TOLERANCE),
     ("ultraface_version-RFB-320", [], True, TOLERANCE),
     ("resnet18_cifar10", [], False, TOLERANCE),       # Reshape to [1, 512] before its Gemm
-    ("yolox_nano_416", [], False, 3e-4),              # decoding reshapes to a fixed batch of 1
-    ("ppocrv3_det_dbnet", ["x=N,3,640,640"], True, 1e-3),
+    ("yolox_nano_416", [], False, TOLERANCE),        # decoding reshapes to a fixed batch of 1
+    ("ppocrv3_det_dbnet", ["x=N,3,640,640"], True, TOLERANCE),
     ("zoo-graphs/light_squeezenet", [], True, TOLERANCE),
     ("zoo-graphs/light_shufflenet", [], False, TOLERANCE),  # channel shuffle: [1, g, c, h, w]
     ("zoo-graphs/light_resnet50", [], False, TOLERANCE),    # flattens to a fixed [1, 2048]
