@@ -24,10 +24,12 @@ from cw.serve.protocol import (PROTOCOL_VERSION, DeviceDesc, Goodbye, Infer, Loa
                                Welcome)
 from cw.serve.runtime.base import IOSlot, PhaseTiming, Runtime, now_ns
 from cw.serve.runtime.host import HostModel
+from cw.serve.simdevice import SimulatedDevice
 from cw.serve.transport import Malformed
 
 log = logging.getLogger("cw.worker")
 NEVER = 2**62
+_KIND = {Load: "load", Unload: "unload", Infer: "infer"}
 
 
 @dataclass(frozen=True)
@@ -69,13 +71,14 @@ def model_info(model: HostModel) -> ModelInfo:
                      est.exec_ns, est.source)
 
 
-@dataclass
+@dataclass(slots=True)
 class _InferJob:
     action: Infer
     model: HostModel
     received_ns: int
     slot: IOSlot | None = None
     timings: list = field(default_factory=list)
+    padded: int = 0  # the compiled batch size it runs at (simulated device)
 
 
 class _Device:
@@ -87,13 +90,17 @@ class _Device:
         # its model's LOAD waits for it (inside its own window) instead of failing NOT_LOADED
         self.loading: dict[str, threading.Event] = {}
         w = worker
-        spin = 0 if runtime.simulated else SPIN_NS
-        self.weights = Executor(f"dev{index}-weights", w._run_weights, w._too_late, spin)
-        self.input = Executor(f"dev{index}-input", w._run_input, w._too_late, spin)
-        self.exec = Executor(f"dev{index}-exec", w._run_exec, w._too_late, spin)
-        self.output = Executor(f"dev{index}-output", w._run_output, w._too_late, spin)
+        # A simulated device keeps time on the worker's loop, without threads (simdevice.py)
+        self.sim = SimulatedDevice(index, runtime, worker) if runtime.simulated else None
+        if self.sim is None:
+            self.weights = Executor(f"dev{index}-weights", w._run_weights, w._too_late, SPIN_NS)
+            self.input = Executor(f"dev{index}-input", w._run_input, w._too_late, SPIN_NS)
+            self.exec = Executor(f"dev{index}-exec", w._run_exec, w._too_late, SPIN_NS)
+            self.output = Executor(f"dev{index}-output", w._run_output, w._too_late, SPIN_NS)
 
     def executors(self):
+        if self.sim is not None:
+            return ()
         return (self.weights, self.input, self.exec, self.output)
 
 
@@ -135,13 +142,21 @@ class Worker:
             [model_info(m) for m in self.models.values()], self._last_register_ns))
 
     def step(self, timeout_ms: int = 50) -> None:
-        """One tick: receive and handle messages, ping / re-register when due."""
+        """One tick: receive and handle messages, advance simulated devices, ping /
+        re-register when due."""
+        sims = [d.sim for d in self.devices if d.sim is not None]
+        due = [t for t in (sim.next_ns() for sim in sims) if t is not None]
+        if due:
+            # wake for the next simulated event; within a millisecond of it, do not sleep
+            timeout_ms = min(timeout_ms, max(0, (min(due) - now_ns()) // 1_000_000 - 1))
         for msg in self.transport.poll(timeout_ms):
             handler = self._handlers.get(type(msg))
             if handler is None:
                 log.warning("unexpected message type %s from the controller", type(msg).__name__)
                 continue
             handler(msg)
+        for sim in sims:
+            sim.advance(now_ns())
         now = now_ns()
         if self.worker_id is None and now - self._last_register_ns > 1_000_000_000:
             self.register()  # the controller is not there yet, or restarted
@@ -162,6 +177,9 @@ class Worker:
         """Stop the executors; every action not started gets a SHUTTING_DOWN result."""
         self.stopped = True
         for device in self.devices:
+            if device.sim is not None:
+                for item in device.sim.stop():
+                    self._reply_status(item, Status.SHUTTING_DOWN, "worker is shutting down")
             for executor in device.executors():
                 for item in executor.stop():
                     self._reply_status(item, Status.SHUTTING_DOWN, "worker is shutting down")
@@ -206,6 +224,8 @@ class Worker:
         if problem:
             return self._send(action, problem[0], received, message=problem[1])
         device = self.devices[action.gpu]
+        if device.sim is not None:
+            return device.sim.submit_weights(now_ns(), action, received)
         if isinstance(action, Load):
             device.loading.setdefault(action.model, threading.Event())
         device.weights.submit(self.clock.to_local(action.earliest_ns),
@@ -257,6 +277,8 @@ class Worker:
         if problem:
             return self._send(action, problem[0], received, message=problem[1])
         job = _InferJob(action, self.models[action.model], received)
+        if self.devices[action.gpu].sim is not None:
+            return self.devices[action.gpu].sim.submit_infer(now_ns(), job)
         earliest = self.clock.to_local(action.earliest_ns)
         self.devices[action.gpu].input.submit(earliest - self.config.input_lead_ns,
                                               self.clock.to_local(action.latest_ns), job)
@@ -354,12 +376,11 @@ class Worker:
     # --- results -------------------------------------------------------------------------
     def _send(self, action, status: Status, received_ns: int, timings=(), message: str = "",
               outputs=()) -> None:
-        kind = {Load: "load", Unload: "unload", Infer: "infer"}[type(action)]
-        c = self.clock.to_controller
+        offset = self.clock.offset_ns  # worker clock → controller clock
         self.transport.send(Result(
-            action.id, kind, status, c(received_ns), message,
-            [Timing(c(t.start_ns), c(t.end_ns), t.device_ns) for t in timings], list(outputs),
-            simulated=self.devices[0].runtime.simulated))
+            action.id, _KIND[type(action)], status, received_ns + offset, message,
+            [Timing(start + offset, end + offset, device) for start, end, device in timings],
+            list(outputs), simulated=self.devices[0].runtime.simulated))
 
 
 def make_runtimes(config: WorkerConfig, models: list[HostModel]) -> list[Runtime]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,8 +25,7 @@ def now_ns() -> int:
     return time.monotonic_ns()
 
 
-@dataclass(frozen=True)
-class PhaseTiming:
+class PhaseTiming(NamedTuple):  # a tuple: made for every phase of every action, cheaply
     start_ns: int   # host clock when the phase started
     end_ns: int     # host clock when its completion was seen
     device_ns: int  # duration measured on the device (CUDA events); host duration elsewhere
@@ -65,6 +65,10 @@ class Runtime(ABC):
         timing = self._copy_weights(model, slots)
         self._resident[model.model_id] = slots
         return timing
+
+    def mark_loaded(self, model: HostModel, slots: list[int]) -> None:
+        """Record weights placed without `load` (a simulated device that only keeps time)."""
+        self._resident[model.model_id] = slots
 
     def unload(self, model: HostModel) -> list[int]:
         slots = self._resident.pop(model.model_id, [])

@@ -39,9 +39,13 @@ class SimulatedRuntime(Runtime):
             self._estimates[key] = bundle_estimates(model.bundle, percentile="p50_ns")
         return self._estimates[key]
 
-    def _take(self, duration_ns: int) -> PhaseTiming:
+    def noisy(self, duration_ns: int) -> int:
         if self.noise:
-            duration_ns = max(1, int(duration_ns * (1 + self._rng.gauss(0, self.noise))))
+            return max(1, int(duration_ns * (1 + self._rng.gauss(0, self.noise))))
+        return duration_ns
+
+    def _take(self, duration_ns: int) -> PhaseTiming:
+        duration_ns = self.noisy(duration_ns)
         start = now_ns()
         sleep_until(start + duration_ns)
         return PhaseTiming(start, now_ns(), duration_ns)
