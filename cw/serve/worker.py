@@ -147,8 +147,10 @@ class Worker:
         sims = [d.sim for d in self.devices if d.sim is not None]
         due = [t for t in (sim.next_ns() for sim in sims) if t is not None]
         if due:
-            # wake for the next simulated event; within a millisecond of it, do not sleep
-            timeout_ms = min(timeout_ms, max(0, (min(due) - now_ns()) // 1_000_000 - 1))
+            # wake for the next simulated event, rounding up to whole milliseconds: never spin
+            # (simulated workers share cores with the controller), so a result may leave up to
+            # ~1 ms after its planned end; its timings still carry the planned times
+            timeout_ms = min(timeout_ms, max(0, -(-(min(due) - now_ns()) // 1_000_000)))
         for msg in self.transport.poll(timeout_ms):
             handler = self._handlers.get(type(msg))
             if handler is None:
