@@ -1,10 +1,11 @@
 """Clockwork vs the baselines on the same trace and the same simulated workers, at several SLOs.
 
     python bench/compare_schedulers.py [--duration 5m] [--target-rate 400] [--workers 2]
-        [--slos 25ms,100ms] [--out /tmp/cw-compare]
+        [--slos 25ms,100ms] [--models DIR] [--out /tmp/cw-compare]
 
 Prints a markdown table for docs/benchmarks.md. Simulated workers take their durations from the
-models' profiles, here Clockwork's Table 1 (V100) figures for the zoo models.
+models' profiles: by default Clockwork's Table 1 (V100) figures for the zoo models; with
+`--models DIR`, the profile.json of each bundle in DIR (e.g. measured by `cw profile` on a GPU).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--slos", default="25ms,100ms")
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
+    ap.add_argument("--models", default=None, help="a directory of profiled bundles")
     ap.add_argument("--out", default="/tmp/cw-compare")
     args = ap.parse_args()
     print("| SLO | scheduler | offered r/s | goodput r/s | SLO attainment | rejected | late | "
@@ -36,7 +38,8 @@ def main() -> None:
             s = replay(ReplayConfig(
                 duration_s=parse_duration_ns(args.duration) / 1e9, target_rate=args.target_rate,
                 workers=args.workers, copies=args.copies, slo_ns=parse_duration_ns(slo),
-                scheduler=name, out=Path(args.out) / f"{name}-{slo}", force=True))
+                scheduler=name, out=Path(args.out) / f"{name}-{slo}", force=True,
+                **({"models": args.models} if args.models else {})))
             lat = s["latency_ms"]
             print(f"| {slo} | {name} | {s['offered_rps']:.1f} | {s['goodput_rps']:.1f} | "
                   f"{s['slo_attainment']:.4f} | {s['rejected']} | {s['late']} | {lat['p50']} | "
