@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from cw.serve.protocol import Infer, Load, Status
+from cw.serve.protocol import Load, Status
 from cw.serve.runtime.base import PhaseTiming
 
 NEVER = 2**62
