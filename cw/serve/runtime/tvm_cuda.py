@@ -95,7 +95,6 @@ class TvmCudaRuntime(Runtime):
         self._checked: set[int] = set()
         self._warm: set[tuple[int, int, int]] = set()
         self._free_slots: dict[tuple[int, int], list[_CudaIO]] = {}
-        self.io_bytes = 0  # device bytes held by IO buffers
         self._device_buffers: list[int] = []
         self._host_buffers: list[int] = []
 
@@ -201,7 +200,6 @@ class TvmCudaRuntime(Runtime):
             ptr = cuda.malloc(padded, f"the inputs of {model.manifest.name}")
             self._device_buffers.append(ptr)
             cuda.memset(ptr, 0, padded)
-            self.io_bytes += padded
             holder = tensor_at(ptr, shape, spec.dtype, KDL_CUDA, self.index)
             slot.dev_inputs.append(holder)
             slot.dev_input_ptrs.append(ptr)
@@ -253,12 +251,14 @@ class TvmCudaRuntime(Runtime):
         start = now_ns()
         if gate is not None:
             gate.close_on(stream)
-        ev.record_start(stream)
-        with context:
-            result = fn(*slot.input_tensors, *weights)
-        ev.record_end(stream)
-        if gate is not None:
-            gate.open()
+        try:
+            ev.record_start(stream)
+            with context:
+                result = fn(*slot.input_tensors, *weights)
+            ev.record_end(stream)
+        finally:
+            if gate is not None:
+                gate.open()  # even after an error: a closed gate would block the stream for good
         ev.wait()
         end = now_ns()
         slot.outputs = [result] if hasattr(result, "data_ptr") else list(result)
