@@ -12,7 +12,9 @@ and the client's send lateness.
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing as mp
+import os
 import resource
 import time
 from pathlib import Path
@@ -25,7 +27,9 @@ from cw.units import parse_duration_ns
 
 
 def client_process(address: str, rate: float, seconds: float, slo_ms: float, results) -> None:
-    from cw.client import Client, RequestFailed
+    from cw.client import Client
+    from cw.serve.protocol import RequestStatus
+    from cw.replay.live import wait_until
 
     with Client(address, timeout_s=30) as client:
         models = client.models()
@@ -33,25 +37,32 @@ def client_process(address: str, rate: float, seconds: float, slo_ms: float, res
                   for m in models}
         names = sorted(inputs)
         n = int(rate * seconds)
+        cpu_start = time.process_time()
         start = time.monotonic_ns()
         futures, late = [], []
         for i in range(n):
+            if i % 2000 == 0:
+                gc.freeze()  # see cw.replay.live.send_open_loop
             target = start + int(i * 1e9 / rate)
-            while (now := time.monotonic_ns()) < target:
-                if target - now > 200_000:
-                    time.sleep((target - now - 100_000) / 1e9)
-            late.append(now - target)
+            late.append(wait_until(target) - target)
             name = names[i % len(names)]
-            futures.append(client.infer_async(name, inputs[name], slo_ms))
+            futures.append(client.infer_response_async(name, inputs[name], slo_ms))
+        sent_s = (time.monotonic_ns() - start) / 1e9
         ok = failed = 0
         for f in futures:
-            try:
-                f.result(timeout=60)
+            if f.result(timeout=60).status == RequestStatus.OK:
                 ok += 1
-            except RequestFailed:
+            else:
                 failed += 1
         results.put((n, ok, failed, (time.monotonic_ns() - start) / 1e9,
-                     float(np.percentile(late, 99)) / 1e6))
+                     float(np.percentile(late, 99)) / 1e6, sent_s,
+                     time.process_time() - cpu_start))
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -76,8 +87,11 @@ def main() -> None:
                                          args.seconds, parse_duration_ns(args.slo) / 1e6,
                                          results))
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        workers_cpu0 = sum(process_cpu_s(w.pid) for w in procs.procs)
         client.start()
-        n, ok, failed, elapsed, late_p99 = results.get(timeout=args.seconds + 120)
+        n, ok, failed, elapsed, late_p99, sent_s, client_cpu = results.get(
+            timeout=args.seconds + 120)
+        workers_cpu = sum(process_cpu_s(w.pid) for w in procs.procs) - workers_cpu0
         client.join()
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         time.sleep(0.3)
@@ -93,7 +107,9 @@ def main() -> None:
               f"{elapsed:.2f} s; SLO attainment {good / max(1, len(rows)):.4f}; late "
               f"{sum(r.status == 'OK' and not r.deadline_met for r in rows)}; controller CPU "
               f"{cpu / max(1, n) * 1e6:.0f} µs/request; client send lateness p99 "
-              f"{late_p99:.2f} ms")
+              f"{late_p99:.2f} ms; sent at {n / sent_s:.0f} r/s; CPU per request: client "
+              f"{client_cpu / max(1, n) * 1e6:.0f} µs, workers {workers_cpu / max(1, n) * 1e6:.0f} "
+              f"µs")
     finally:
         procs.stop()
         ctl.close()

@@ -62,17 +62,29 @@ class Client:
             for msg in self._dealer.poll(20):
                 if isinstance(msg, Malformed):
                     continue
-                with self._lock:
-                    future = self._futures.pop(msg.request_id, None)
-                if future is not None and not future.done():
+                entry = self._futures.pop(msg.request_id, None)
+                if entry is None:
+                    continue
+                future, decode = entry
+                if future.done():  # cancelled by close()
+                    continue
+                if decode is None:
                     future.set_result(msg)
+                    continue
+                try:
+                    result = decode(msg)
+                except Exception as e:  # RequestFailed, or outputs that do not fit the model
+                    future.set_exception(e)
+                else:
+                    future.set_result(result)
         self._dealer.close()
 
-    def _send(self, make) -> Future:
+    def _send(self, make, decode=None) -> Future:
+        """Send `make(request id)`; the future gets the response, or `decode(response)`, set by
+        the I/O thread. (A dict's get/set/pop are atomic: no lock on this per-request path.)"""
         rid = next(self._ids)
         future: Future = Future()
-        with self._lock:
-            self._futures[rid] = future
+        self._futures[rid] = (future, decode)
         self._dealer.send(make(rid))
         return future
 
@@ -80,7 +92,7 @@ class Client:
         self._stop.set()
         self._thread.join(timeout=2)
         with self._lock:
-            for f in self._futures.values():
+            for f, _ in list(self._futures.values()):
                 f.cancel()
             self._futures.clear()
 
@@ -104,21 +116,9 @@ class Client:
         slo_ns = 0 if slo_ms is None else int(slo_ms * 1_000_000)
         if model not in self._models:
             self.models()  # output shapes and dtypes, fetched once (not from the I/O thread)
-        raw = self._send(lambda rid: p.InferRequest(
-            rid, model, [np.ascontiguousarray(a).tobytes() for a in inputs], n, slo_ns))
-        out: Future = Future()
-
-        def done(f: Future) -> None:
-            if f.cancelled():
-                out.cancel()
-                return
-            try:
-                out.set_result(self._decode(model, f.result(), n))
-            except Exception as e:
-                out.set_exception(e)
-
-        raw.add_done_callback(done)
-        return out
+        payload = [np.ascontiguousarray(a).tobytes() for a in inputs]
+        return self._send(lambda rid: p.InferRequest(rid, model, payload, n, slo_ns),
+                          lambda msg: self._decode(model, msg, n))
 
     def infer(self, model: str, x, slo_ms: float | None = None):
         return self._wait(self.infer_async(model, x, slo_ms))
@@ -128,11 +128,16 @@ class Client:
 
     def infer_response(self, model: str, x, slo_ms: float | None = None) -> p.InferResponse:
         """The raw response (status, latency, batch size) without raising on failure."""
+        return self._wait(self.infer_response_async(model, x, slo_ms))
+
+    def infer_response_async(self, model: str, x, slo_ms: float | None = None) -> Future:
+        """A future of the raw response, never of an exception: for load generators, which
+        count statuses and need not turn outputs into arrays."""
         inputs = [x] if isinstance(x, np.ndarray) else list(x)
         slo_ns = 0 if slo_ms is None else int(slo_ms * 1_000_000)
-        return self._wait(self._send(lambda rid: p.InferRequest(
-            rid, model, [np.ascontiguousarray(a).tobytes() for a in inputs], inputs[0].shape[0],
-            slo_ns)))
+        payload = [np.ascontiguousarray(a).tobytes() for a in inputs]
+        return self._send(lambda rid: p.InferRequest(rid, model, payload, inputs[0].shape[0],
+                                                     slo_ns))
 
     # --- helpers -------------------------------------------------------------------------
     def _wait(self, future: Future):

@@ -9,6 +9,7 @@ there are no action rows.
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import time
 from pathlib import Path
 
@@ -45,6 +46,18 @@ def model_inputs(client: Client) -> tuple[list[str], dict]:
     return sorted(inputs), inputs
 
 
+def wait_until(target_ns: int) -> int:
+    """Sleep until `target_ns` (monotonic clock) and return the time then. Never spins: a sleep
+    overshoots by ~0.1 ms, well inside the 1 ms a sender may be late, whereas spinning the last
+    fraction of each gap kept a core busy at a few thousand requests a second, starving the
+    controller and workers that share this machine."""
+    now = time.monotonic_ns()
+    if target_ns > now:
+        time.sleep((target_ns - now) / 1e9)
+        now = time.monotonic_ns()
+    return now
+
+
 def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo_ms: float,
                    progress=None):
     """Send request i at start + times_ns[i]; returns (futures, send times, lateness)."""
@@ -53,17 +66,12 @@ def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo
     futures = []
     start = time.monotonic_ns()
     for i in range(n):
-        target = start + int(times_ns[i])
-        while True:
-            now = time.monotonic_ns()
-            wait = target - now
-            if wait <= 0:
-                break
-            # sleep all but the last 0.1 ms: spinning longer would starve a controller that
-            # runs in this process (the GIL), spinning less would send late
-            if wait > 200_000:
-                time.sleep((wait - 100_000) / 1e9)
-        sent[i] = now
+        if i % 2000 == 0:
+            # Every request leaves a future alive until the end; a full collection scanning
+            # hundreds of thousands of them stalled this loop for ~100 ms. Frozen objects are
+            # skipped by the collector (and still freed when their last reference goes).
+            gc.freeze()
+        sent[i] = now = wait_until(start + int(times_ns[i]))
         future = client.infer_async(names[i], inputs[names[i]], slo_ms=slo_ms)
         future.add_done_callback(lambda f: setattr(f, "done_ns", time.monotonic_ns()))
         futures.append(future)
@@ -82,6 +90,8 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
     end = start + loop.duration_ns
 
     def issue(model: str) -> None:
+        if len(futures) % 2000 == 0:
+            gc.freeze()  # as in send_open_loop: keep full collections off the live futures
         sent.append(time.monotonic_ns())
         future = client.infer_async(model, inputs[model], slo_ms=slo_ms)
         future.add_done_callback(lambda f: setattr(f, "done_ns", time.monotonic_ns()))

@@ -16,8 +16,8 @@ import random
 from dataclasses import dataclass, field
 
 from cw.serve.estimates import Estimates
-from cw.serve.protocol import ModelInfo, RequestStatus, Status
-from cw.serve.scheduler.base import (ActionResult, Finish, GpuInfo, Request, Scheduler,
+from cw.serve.protocol import REQUEST_STATUS_NAME, STATUS_NAME, ModelInfo, RequestStatus, Status
+from cw.serve.scheduler.base import (ACTION_KIND, ActionResult, Finish, GpuInfo, Request, Scheduler,
                                      SendInfer, SendLoad, SendUnload, WorkerInfo)
 from cw.serve.telemetry import ActionRow, RequestRow, TelemetryLog
 
@@ -59,7 +59,7 @@ class Simulation:
         self.events: list = []
         self._seq = itertools.count()
         self.requests: dict[int, Request] = {}
-        self.actions: dict[int, tuple] = {}  # action id -> (decision, sent_ns)
+        self.actions: dict[int, int] = {}  # action id -> when it was sent
         self.now = 0
         self._next_tick: int | None = None
         self._closed = None  # a ClosedLoop while run_closed drives the simulation
@@ -80,50 +80,52 @@ class Simulation:
                               list(self.models.values()), simulated=True)
             self._apply(self.scheduler.worker_joined(0, info))
         self._apply(self.scheduler.tick(0))
-        arrivals = iter(zip(arrival_times_ns, model_names))
+        arrivals = zip(_as_ints(arrival_times_ns), model_names)
         rid = itertools.count(1)
+        never = _NEVER
         pending_arrival = next(arrivals, None)
+        next_arrival_ns = pending_arrival[0] if pending_arrival is not None else never
         processed = 0
         dirty = False  # scheduler events since its last tick
         events = self.events
+        pop = heapq.heappop
         while pending_arrival is not None or events:
             # interleave arrivals lazily: millions of them need not sit in the heap at once
-            if pending_arrival is not None and (not events or pending_arrival[0] <= events[0][0]):
-                t, model = pending_arrival
-                self.now = int(t)
-                self._arrive(next(rid), model, slo_ns)
+            if pending_arrival is not None and (not events or next_arrival_ns <= events[0][0]):
+                self.now = next_arrival_ns
+                self._arrive(next(rid), pending_arrival[1], slo_ns)
                 dirty = True
                 pending_arrival = next(arrivals, None)
+                next_arrival_ns = pending_arrival[0] if pending_arrival is not None else never
                 processed += 1
                 if progress is not None and processed % 5000 == 0:
                     progress(processed, self.now)
             else:
-                t, kind, _, payload = heapq.heappop(events)
+                t, kind, _, payload = pop(events)
                 self.now = t
                 if kind == _DELIVER:
                     self._deliver(payload)
                     continue  # the worker's side: nothing for the scheduler yet
                 if kind == _RESULT:
-                    decision, result = payload
-                    self._result(decision, result)
-                    dirty = True
+                    self._result(*payload)
                 elif kind == _ARRIVAL:  # a closed-loop client's next request
                     self._arrive(next(rid), payload, slo_ns)
-                    dirty = True
                     processed += 1
                     if progress is not None and processed % 5000 == 0:
                         progress(processed, self.now)
                 else:
                     self._next_tick = None
-                    dirty = True
+                dirty = True
             # One tick after every event of this instant, as the live controller ticks once per
             # loop iteration after handling what arrived.
-            nxt = min(pending_arrival[0] if pending_arrival is not None else float("inf"),
-                      events[0][0] if events else float("inf"))
-            if dirty and nxt > self.now:
-                self._apply(self.scheduler.tick(self.now))
-                dirty = False
-                self._schedule_tick()
+            if dirty:
+                nxt = events[0][0] if events else never
+                if next_arrival_ns < nxt:
+                    nxt = next_arrival_ns
+                if nxt > self.now:
+                    self._apply(self.scheduler.tick(self.now))
+                    dirty = False
+                    self._schedule_tick()
         if progress is not None:
             progress(processed, self.now)
         return self.telemetry
@@ -151,10 +153,10 @@ class Simulation:
 
     def _apply(self, decisions) -> None:
         for d in decisions:
-            if isinstance(d, Finish):
+            if type(d) is Finish:
                 self._finish(d)
             else:
-                self.actions[d.action_id] = (d, self.now)
+                self.actions[d.action_id] = self.now
                 self._push(self.now + self.config.network_ns, _DELIVER, d)
 
     # --- the simulated worker ------------------------------------------------------------
@@ -200,14 +202,13 @@ class Simulation:
 
     # --- the controller's side -----------------------------------------------------------
     def _result(self, d, result: ActionResult) -> None:
-        decision, sent = self.actions.pop(d.action_id)
-        kind = "infer" if isinstance(d, SendInfer) else ("load" if isinstance(d, SendLoad)
-                                                         else "unload")
+        sent = self.actions.pop(d.action_id)
+        infer = type(d) is SendInfer
         ran = result.status == Status.OK
         expected_end = d.earliest_ns + d.expected_ns
         self.telemetry.action(ActionRow(
-            d.action_id, kind, result.status.name, d.worker_id, d.gpu, d.model,
-            getattr(d, "batch_size", 0), len(getattr(d, "request_ids", [])), sent,
+            d.action_id, ACTION_KIND[type(d)], STATUS_NAME[result.status], d.worker_id, d.gpu,
+            d.model, d.batch_size if infer else 0, len(d.request_ids) if infer else 0, sent,
             d.earliest_ns, d.latest_ns, d.expected_ns, expected_end,
             result.start_ns if ran else 0, result.end_ns if ran else 0, result.device_ns,
             result.device_ns - d.expected_ns if ran else 0,
@@ -231,5 +232,19 @@ class Simulation:
         met = f.status == RequestStatus.OK and self.now <= req.deadline_ns
         self.telemetry.request(RequestRow(
             req.request_id, req.model, req.n, req.arrival_ns, req.deadline_ns,
-            req.deadline_ns - req.arrival_ns, self.now, latency, f.status.name, met, batch, worker,
-            gpu, f.action_id if f.action_id is not None else -1, f.cold_start, True))
+            req.deadline_ns - req.arrival_ns, self.now, latency, REQUEST_STATUS_NAME[f.status],
+            met, batch, worker, gpu, f.action_id if f.action_id is not None else -1, f.cold_start, True))
+
+
+_NEVER = 1 << 62  # later than any event
+
+
+def _as_ints(times_ns):
+    """Arrival times as Python ints, converted in chunks: a numpy array of millions is not
+    copied into a list at once, and per-element numpy scalars are slow to compare."""
+    if hasattr(times_ns, "tolist"):
+        for i in range(0, len(times_ns), 65536):
+            yield from times_ns[i:i + 65536].tolist()
+    else:
+        for t in times_ns:
+            yield int(t)

@@ -18,7 +18,7 @@ from pathlib import Path
 from cw.serve import protocol as p
 from cw.serve.metrics import Metrics
 from cw.serve.protocol import RequestStatus
-from cw.serve.scheduler.base import (ActionResult, Finish, GpuInfo, Request, Scheduler,
+from cw.serve.scheduler.base import (ACTION_KIND, ActionResult, Finish, GpuInfo, Request, Scheduler,
                                      SendInfer, SendLoad, WorkerInfo)
 from cw.serve.telemetry import ActionRow, RequestRow, TelemetryLog
 from cw.serve.transport import Malformed, MultiPoller
@@ -205,7 +205,7 @@ class Controller:
             msg.timings[0] if msg.timings and msg.kind != "infer" else None)
         result = ActionResult(msg.id, msg.status, main.start_ns if main else 0,
                               main.end_ns if main else 0, main.device_ns if main else 0)
-        self._action_row(now_ns, record, msg.status.name, main, msg.simulated)
+        self._action_row(now_ns, record, p.STATUS_NAME[msg.status], main, msg.simulated)
         decisions = self.scheduler.result_returned(now_ns, result)
         self._apply(now_ns, decisions)
         del self.actions[msg.id]
@@ -248,7 +248,7 @@ class Controller:
             now_ns, Request(rid, msg.model, msg.n, now_ns, now_ns + slo)))
 
     def _validate(self, msg: p.InferRequest):
-        info = self.scheduler.models().get(msg.model)
+        info = self.scheduler.model_info(msg.model)
         if info is None:
             known = ", ".join(sorted(self.scheduler.models())) or "none yet"
             return RequestStatus.UNKNOWN_MODEL, f"no model '{msg.model}' (servable: {known})"
@@ -318,10 +318,11 @@ class Controller:
         self.clients_ep.send(req.peer, p.InferResponse(req.client_request_id, f.status, f.message,
                                                        outputs, latency, batch, simulated))
         met = f.status == RequestStatus.OK and now_ns <= req.deadline_ns
-        self.metrics.request(f.status.name, latency, met)
+        status = p.REQUEST_STATUS_NAME[f.status]
+        self.metrics.request(status, latency, met)
         self.telemetry.request(RequestRow(
             f.request_id, req.model, req.n, req.arrival_ns, req.deadline_ns, req.slo_ns, now_ns,
-            latency, f.status.name, met, batch, worker, gpu,
+            latency, status, met, batch, worker, gpu,
             f.action_id if f.action_id is not None else -1, f.cold_start, simulated))
 
     @staticmethod
@@ -342,8 +343,7 @@ class Controller:
 
     def _action_row(self, now_ns, record: _Action, status: str, main, simulated: bool) -> None:
         d = record.decision
-        kind = "infer" if isinstance(d, SendInfer) else (
-            "load" if isinstance(d, SendLoad) else "unload")
+        kind = ACTION_KIND[type(d)]
         start, end, measured = (main.start_ns, main.end_ns, main.device_ns) if main else (0, 0, 0)
         expected_end = d.earliest_ns + d.expected_ns
         self.metrics.action(kind, status)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
+_BUCKETS_NS = [b * 1_000_000 for b in LATENCY_BUCKETS_MS]  # upper bounds, inclusive
 
 
 class Metrics:
@@ -28,10 +30,7 @@ class Metrics:
             self.requests[status] += 1
             self.in_slo += in_slo
             if status == "OK":
-                ms = latency_ns / 1e6
-                i = next((i for i, b in enumerate(LATENCY_BUCKETS_MS) if ms <= b),
-                         len(LATENCY_BUCKETS_MS))
-                self.latency_buckets[i] += 1
+                self.latency_buckets[bisect.bisect_left(_BUCKETS_NS, latency_ns)] += 1
                 self.latency_sum_s += latency_ns / 1e9
 
     def action(self, kind: str, status: str) -> None:

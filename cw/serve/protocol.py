@@ -49,6 +49,11 @@ class RequestStatus(enum.IntEnum):
     SHUTTING_DOWN = 8
 
 
+# Enum `.name` goes through a descriptor: telemetry, on every request's path, looks names up here.
+STATUS_NAME = {s: s.name for s in Status}
+REQUEST_STATUS_NAME = {s: s.name for s in RequestStatus}
+
+
 # --- controller → worker --------------------------------------------------------------------
 
 class Action(msgspec.Struct, frozen=True, kw_only=True):

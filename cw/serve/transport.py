@@ -42,20 +42,26 @@ class _Outbox:
     def __init__(self):
         self.queue: collections.deque = collections.deque()
         self.owner: int | None = None  # the thread that polls; set on its first poll
+        self.signalled = False  # a wake-up was written and the owner has not drained it yet
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self.write_fd, False)
 
     def put(self, item) -> None:
         self.queue.append(item)
-        if threading.get_ident() == self.owner:
-            return  # the owner flushes before it next waits: no wake-up (a syscall) needed
+        if self.signalled or threading.get_ident() == self.owner:
+            # The owner flushes before it next waits, and a wake-up is already on its way
+            # (the flag is cleared only before a flush, so this item goes with it): no syscall.
+            return
+        self.signalled = True
         try:
             os.write(self.write_fd, b"\0")
         except BlockingIOError:
             pass  # the pipe is full of wake-ups already
 
     def drain_wakeups(self) -> None:
+        """Called by the owner before it flushes: a put after this point signals again."""
+        self.signalled = False
         try:
             while os.read(self.read_fd, 4096):
                 pass
@@ -91,6 +97,14 @@ class _ZmqEndpoint:
             from cw.errors import UsageError
             raise UsageError(f"cannot {self._verb} {address}: {e}", self._hint) from None
         self._in, self._out = decode, encode
+        # pyzmq's Python-level send and send_multipart cost ~4x the send itself (flag enums,
+        # argument checks): at thousands of messages a second that is the controller's largest
+        # single cost, so frames go straight to the Cython base class's send.
+        base = super(zmq.Socket, self.socket)
+        self._send_frame, self._recv_frame, self._get_option = base.send, base.recv, base.get
+        self._rcvmore = int(zmq.RCVMORE)
+        self._more = int(zmq.SNDMORE | zmq.NOBLOCK)
+        self._last = int(zmq.NOBLOCK)  # also the flags of a non-blocking receive
         self._outbox = _Outbox()
         self._poller = zmq.Poller()
         self._poller.register(self.socket, zmq.POLLIN)
@@ -139,16 +153,20 @@ class ZmqRouter(_ZmqEndpoint):
         self._outbox.put((peer, self._out.encode(msg)))
 
     def _flush(self) -> None:
-        zmq = self._zmq
-        while self._outbox.queue:
-            peer, data = self._outbox.queue.popleft()
+        queue, send, more, last = self._outbox.queue, self._send_frame, self._more, self._last
+        while queue:
+            peer, data = queue.popleft()
             try:
-                self.socket.send_multipart([peer, data], flags=zmq.NOBLOCK)
-            except zmq.ZMQError:
+                send(peer, more)  # a vanished peer fails here (ROUTER_MANDATORY)
+                send(data, last)
+            except self._zmq.ZMQError:
                 self.unreachable.append(peer)
 
     def _receive(self):
-        frames = self.socket.recv_multipart(flags=self._zmq.NOBLOCK)
+        recv, last = self._recv_frame, self._last
+        frames = [recv(last)]
+        while self._get_option(self._rcvmore):
+            frames.append(recv(last))
         if len(frames) != 2:
             return frames[0], Malformed(b"".join(frames[1:]), "bad framing")
         return frames[0], _decode(self._in, frames[1])
@@ -181,11 +199,12 @@ class ZmqDealer(_ZmqEndpoint):
         self._outbox.put(data)
 
     def _flush(self) -> None:
-        while self._outbox.queue:
-            self.socket.send(self._outbox.queue.popleft())
+        queue, send = self._outbox.queue, self._send_frame
+        while queue:
+            send(queue.popleft(), 0)
 
     def _receive_one(self):
-        return _decode(self._in, self.socket.recv(flags=self._zmq.NOBLOCK))
+        return _decode(self._in, self._recv_frame(self._last))
 
     def poll(self, timeout_ms: int) -> list[object]:
         return self._poll_socket(timeout_ms, self._receive_one)

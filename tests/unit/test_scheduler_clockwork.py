@@ -346,3 +346,38 @@ def test_model_too_slow_to_load_within_the_slo_still_gets_loaded(clock):
     (infer,) = of(h.sent, SendInfer)
     h.complete(infer)
     assert h.finished[second].status == RequestStatus.OK
+
+
+def test_a_gpu_that_had_nothing_feasible_gets_the_next_request_in_the_same_tick(clock):
+    """GPU A (slow) cannot meet the urgent head; GPU B takes it. The next request, now at the
+    head, fits A: the same tick must give it to A (a tick that re-examined only the GPUs that
+    just got work would leave A idle and hand it to B later)."""
+    slow = {1: 20 * MS, 2: 25 * MS, 4: 30 * MS, 8: 35 * MS, 16: 40 * MS}
+    fast = {1: 2 * MS, 2: 10 * MS, 4: 12 * MS, 8: 14 * MS, 16: 16 * MS}
+    s = make_scheduler("clockwork", SchedulerConfig())
+    now = clock.now
+    s.worker_joined(now, worker(0, [model("m", exec_ns=slow)]))
+    s.worker_joined(now, worker(1, [model("m", exec_ns=fast)]))
+    a, b = s.gpus[(0, 0)], s.gpus[(1, 0)]
+    a.loaded["m"] = b.loaded["m"] = now
+    b.exec_free_ns = now + 1 * MS  # A is earlier: it is looked at first
+    assert s.request_arrived(now, Request(1, "m", 1, now, now + 10 * MS)) == []
+    assert s.request_arrived(now, Request(2, "m", 1, now, now + 100 * MS)) == []
+    infers = of(s.tick(now), SendInfer)
+    assert {(d.worker_id, tuple(d.request_ids)) for d in infers} == {(1, (1,)), (0, (2,))}
+
+
+def test_estimates_are_the_rolling_p99():
+    from cw.serve.scheduler.base import Estimator
+
+    small = Estimator(10)
+    for v in [5, 1, 9, 3]:
+        small.observe(("k",), v)
+    assert small.get(("k",)) == 9  # under 100 samples the p99 is the largest
+    for v in range(10):
+        small.observe(("k",), 100 + v)
+    assert small.get(("k",)) == 109  # only the last 10 count
+    large = Estimator(200)
+    for v in range(200, 0, -1):
+        large.observe(("k",), v)
+    assert large.get(("k",)) == 199  # rank int(0.99 * 200) of the sorted window

@@ -130,6 +130,7 @@ class Finish(msgspec.Struct, frozen=True, gc=False):
 
 
 Decision = SendLoad | SendUnload | SendInfer | Finish
+ACTION_KIND = {SendInfer: "infer", SendLoad: "load", SendUnload: "unload"}  # telemetry's kind
 
 
 # --- shared state ----------------------------------------------------------------------------
@@ -140,20 +141,26 @@ class Estimator:
     def __init__(self, window: int):
         self.window = window
         self._samples: dict[tuple, collections.deque] = {}
-        self._value: dict[tuple, int] = {}  # current estimate, recomputed on each observation
+        # The current estimate per key, recomputed on each observation; read-only for callers
+        # (hot paths index it directly instead of calling get).
+        self.value: dict[tuple, int] = {}
 
     def seed(self, key: tuple, value_ns: int) -> None:
         if key not in self._samples:
-            self._value[key] = value_ns
+            self.value[key] = value_ns
 
     def observe(self, key: tuple, value_ns: int) -> None:
-        samples = self._samples.setdefault(key, collections.deque(maxlen=self.window))
+        samples = self._samples.get(key)
+        if samples is None:
+            samples = self._samples[key] = collections.deque(maxlen=self.window)
         samples.append(value_ns)
-        ordered = sorted(samples)
-        self._value[key] = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        n = len(samples)
+        rank = min(n - 1, int(0.99 * n))
+        # With up to 100 samples the p99 is the largest: no need to sort on every result.
+        self.value[key] = max(samples) if rank == n - 1 else sorted(samples)[rank]
 
     def get(self, key: tuple) -> int:
-        return self._value[key]
+        return self.value[key]
 
 
 @dataclass
@@ -200,6 +207,10 @@ class Scheduler(ABC):
     def models(self) -> dict[str, ModelInfo]:
         """Servable models (present on some worker)."""
         return {}
+
+    def model_info(self, model: str) -> ModelInfo | None:
+        """One servable model (asked for every request: override with a lookup)."""
+        return self.models().get(model)
 
     def queue_length(self) -> int:
         return 0

@@ -27,6 +27,18 @@ from cw.serve.scheduler.base import (ActionResult, Decision, Estimator, Finish, 
 COLD_DEMAND_TTL_NS = 1_000_000_000  # a turned-away request asks for a LOAD this long
 
 
+def _holds_any(gpu: Gpu, models) -> bool:
+    loaded = gpu.loaded
+    for m in models:
+        if m in loaded:
+            return True
+    return False
+
+
+def _exec_free(gpu: Gpu) -> int:
+    return gpu.exec_free_ns
+
+
 @dataclass
 class _InFlight:
     kind: str
@@ -57,6 +69,7 @@ class ClockworkScheduler(Scheduler):
         # loaded, or a model whose LOAD + EXEC exceeds the SLO would stay cold forever.
         self.cold_demand: dict[str, int] = {}
         self._last_replication_ns: int | None = None
+        self._pad: dict[str, list[int]] = {}
 
     # --- events --------------------------------------------------------------------------
     def worker_joined(self, now_ns: int, worker: WorkerInfo) -> list[Decision]:
@@ -89,15 +102,20 @@ class ClockworkScheduler(Scheduler):
         return []
 
     def request_arrived(self, now_ns: int, request: Request) -> list[Decision]:
-        if not self._could_finish(now_ns, request.model, request.deadline_ns):
-            if request.model in self.catalog and \
-                    not any(request.model in g.loaded for g in self.gpus.values()):
-                self.cold_demand[request.model] = now_ns
+        model = request.model
+        feasible, resident = self._feasibility(now_ns, model, request.deadline_ns)
+        if not feasible:
+            if model in self.catalog and not resident:
+                self.cold_demand[model] = now_ns
             return [Finish(request.request_id, RequestStatus.REJECTED,
                            "cannot meet its deadline")]
-        if not any(request.model in g.loaded for g in self.gpus.values()):
+        if not resident:
             self.cold.add(request.request_id)
-        self._enqueue(request)
+        queue = self.queues.get(model)
+        if queue is None:
+            self.queues[model] = [(request.deadline_ns, request.request_id, request)]
+        else:
+            heapq.heappush(queue, (request.deadline_ns, request.request_id, request))
         return []
 
     def result_returned(self, now_ns: int, result: ActionResult) -> list[Decision]:
@@ -169,30 +187,38 @@ class ClockworkScheduler(Scheduler):
         return max(now_ns + self.config.network_latency_ns, gpu.exec_free_ns, gpu.loaded[model])
 
     def _could_finish(self, now_ns: int, model: str, deadline_ns: int) -> bool:
-        """Whether some GPU could still run a batch-1 of `model` by the deadline. Called for
-        every arrival, so it stops at the first GPU that can, trying resident copies first."""
+        return self._feasibility(now_ns, model, deadline_ns)[0]
+
+    def _feasibility(self, now_ns: int, model: str, deadline_ns: int) -> tuple[bool, bool]:
+        """(whether some GPU could still run a batch-1 of `model` by the deadline, whether some
+        GPU holds it). Called for every arrival, so it stops at the first GPU that can, trying
+        resident copies first."""
         info = self.catalog.get(model)
         if info is None:
-            return False
+            return False, False
         b = info.batch_sizes[0]
         limit = deadline_ns - self.config.completion_margin_ns
         floor = now_ns + self.config.network_latency_ns
         cold = []
+        get = self.estimates.value.__getitem__
         for gpu in self.gpus.values():
             ready = gpu.loaded.get(model)
             if ready is None:
                 cold.append(gpu)
-            elif max(floor, gpu.exec_free_ns, ready) + self._exec_est(gpu, model, b) <= limit:
-                return True
+            elif max(floor, gpu.exec_free_ns, ready) + \
+                    get(("exec", gpu.worker_id, gpu.index, model, b)) <= limit:
+                return True, True
+        resident = len(cold) < len(self.gpus)
         holders = self.holders.get(model, ())
         for gpu in cold:
             if gpu.worker_id not in holders or info.pages > gpu.pages:
                 continue
-            load = self.estimates.get(("load", gpu.worker_id, gpu.index, model))
+            load = get(("load", gpu.worker_id, gpu.index, model))
             ready = max(floor, gpu.weights_free_ns) + load
-            if max(ready, gpu.exec_free_ns) + self._exec_est(gpu, model, b) <= limit:
-                return True
-        return False
+            if max(ready, gpu.exec_free_ns) + get(("exec", gpu.worker_id, gpu.index, model, b)) \
+                    <= limit:
+                return True, resident
+        return False, resident
 
     def _reject_infeasible(self, now_ns: int, decisions: list[Decision]) -> None:
         for model in list(self.queues):
@@ -205,49 +231,71 @@ class ClockworkScheduler(Scheduler):
             if not queue:
                 del self.queues[model]  # only models with waiting requests stay
 
-    def _best_batch(self, now_ns: int, gpu: Gpu, model: str):
-        """The largest feasible batch of the most urgent requests, as
+    def _padded(self, model: str) -> list[int]:
+        """padded[n]: the smallest compiled batch size that holds n samples."""
+        table = self._pad.get(model)
+        if table is None:
+            sizes = self.catalog[model].batch_sizes
+            table = [next(s for s in sizes if s >= n) for n in range(sizes[-1] + 1)]
+            self._pad[model] = table
+        return table
+
+    def _best_batch(self, now_ns: int, gpu: Gpu, model: str, queue: list):
+        """The largest feasible batch of the most urgent requests in `queue`, as
         (urgency, start, batch size, k requests, estimate, deadline), or None."""
-        queue = self.queues.get(model)
-        if not queue:
-            return None
-        info = self.catalog[model]
-        largest = info.batch_sizes[-1]
-        start = self._earliest_start(now_ns, gpu, model)
-        deadline = queue[0][0] - self.config.completion_margin_ns  # EDF: the head is the most urgent
+        padded = self._padded(model)
+        largest = len(padded) - 1
+        start = max(now_ns + self.config.network_latency_ns, gpu.exec_free_ns, gpu.loaded[model])
+        # EDF: the head is the most urgent
+        deadline = queue[0][0] - self.config.completion_margin_ns
+        # The common case is one waiting request: no need to sort the heap for it.
+        if len(queue) == 1:
+            head = queue
+        elif len(queue) <= largest:
+            head = sorted(queue)
+        else:
+            head = heapq.nsmallest(largest, queue)
         samples, prefix = 0, []
-        for _, _, r in heapq.nsmallest(largest, queue):
+        for _, _, r in head:
             if samples + r.n > largest:
                 break
             samples += r.n
             prefix.append(samples)
+        get = self.estimates.value.__getitem__
         for k in range(len(prefix), 0, -1):
-            b = next(s for s in info.batch_sizes if s >= prefix[k - 1])
-            est = self._exec_est(gpu, model, b)
+            b = padded[prefix[k - 1]]
+            est = get(("exec", gpu.worker_id, gpu.index, model, b))
             if start + est <= deadline:
                 return deadline - est, start, b, k, est, deadline
         return None
 
     def _plan_infers(self, now_ns: int, decisions: list[Decision]) -> None:
+        if not self.queues:
+            return
         horizon = now_ns + self.config.schedule_ahead_ns
-        progress = True
-        while progress and self.queues:
-            progress = False
-            # Only GPUs inside the horizon and only models with waiting requests are looked at:
-            # with thousands of resident models, a tick must not cost a pass over all of them.
-            open_gpus = [g for g in self.gpus.values() if g.exec_free_ns < horizon]
-            for gpu in sorted(open_gpus, key=lambda g: g.exec_free_ns):
-                if gpu.exec_free_ns >= horizon:
+        queues = self.queues
+        # Only GPUs inside the horizon and only models with waiting requests are looked at:
+        # with thousands of resident models, a tick must not cost a pass over all of them.
+        candidates = [g for g in self.gpus.values() if g.exec_free_ns < horizon]
+        while candidates and queues:
+            # One INFER per GPU per pass, earliest-free GPU first, so that work spreads.
+            planned, touched = set(), set()
+            for gpu in sorted(candidates, key=_exec_free):
+                loaded = gpu.loaded
+                best = None
+                for m, queue in queues.items():
+                    if m in loaded:
+                        opt = self._best_batch(now_ns, gpu, m, queue)
+                        if opt is not None and (best is None or opt[0] < best[0]):
+                            best, model = opt, m
+                if best is None:
                     continue
-                options = [(opt, m) for m in self.queues if m in gpu.loaded
-                           and (opt := self._best_batch(now_ns, gpu, m)) is not None]
-                if not options:
-                    continue
-                (_, start, b, k, est, deadline), model = min(options, key=lambda o: o[0][0])
-                queue = self.queues[model]
+                _, start, b, k, est, deadline = best
+                queue = queues[model]
                 requests = [heapq.heappop(queue)[2] for _ in range(k)]
                 if not queue:
-                    del self.queues[model]  # only models with waiting requests stay
+                    del queues[model]  # only models with waiting requests stay
+                touched.add(model)
                 action_id = next(self._ids)
                 latest = min(start + self.config.infer_slack_ns, deadline - est)
                 decisions.append(SendInfer(action_id, gpu.worker_id, gpu.index, model, b,
@@ -257,7 +305,15 @@ class ClockworkScheduler(Scheduler):
                 gpu.exec_free_ns = start + est
                 gpu.busy_ns += est
                 gpu.last_used_ns[model] = now_ns
-                progress = True
+                planned.add(id(gpu))
+            # The next pass needs only the GPUs that got work (they may take more) and those
+            # holding a model whose queue head moved (a later head may now be feasible there):
+            # any other GPU would find the same nothing again.
+            if not planned:
+                break
+            touched.intersection_update(queues)
+            candidates = [g for g in candidates if g.exec_free_ns < horizon and (
+                id(g) in planned or (touched and _holds_any(g, touched)))]
 
     def _demand(self, now_ns: int, model: str) -> float:
         queue = self.queues.get(model)
@@ -352,6 +408,9 @@ class ClockworkScheduler(Scheduler):
     def models(self) -> dict[str, ModelInfo]:
         return {m: info for m, info in self.catalog.items() if self.holders.get(m)}
 
+    def model_info(self, model: str) -> ModelInfo | None:
+        return self.catalog.get(model) if self.holders.get(model) else None
+
     def queue_length(self) -> int:
         return sum(len(q) for q in self.queues.values())
 
@@ -364,7 +423,7 @@ class ClockworkScheduler(Scheduler):
         # A GPU matters only if it holds a model with waiting requests; a model still loading
         # is woken by its LOAD's result. The earliest head deadline bounds how long an
         # infeasible request waits for its rejection.
-        times = [g.exec_free_ns - ahead for g in self.gpus.values()
-                 if any(m in g.loaded for m in self.queues)]
+        queued = self.queues
+        times = [g.exec_free_ns - ahead for g in self.gpus.values() if _holds_any(g, queued)]
         times += [q[0][0] - self.config.completion_margin_ns for q in self.queues.values() if q]
         return max(now_ns + 100_000, min(times)) if times else None
