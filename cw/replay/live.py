@@ -71,7 +71,7 @@ def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo
             # hundreds of thousands of them stalled this loop for ~100 ms. Frozen objects are
             # skipped by the collector (and still freed when their last reference goes).
             gc.freeze()
-        sent[i] = now = wait_until(start + int(times_ns[i]))
+        sent[i] = wait_until(start + int(times_ns[i]))
         future = client.infer_async(names[i], inputs[names[i]], slo_ms=slo_ms)
         future.add_done_callback(lambda f: setattr(f, "done_ns", time.monotonic_ns()))
         futures.append(future)
