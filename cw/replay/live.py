@@ -1,7 +1,7 @@
 """Live replay: arrivals sent in real time over ZeroMQ to a controller by one open-loop sender.
 
-Against a local controller (the default: one started here with simulated or CPU worker
-processes) the telemetry is the controller's own. Against a remote `--controller` only the
+Against a local controller (the default: one started in a process of its own, with simulated
+or CPU worker processes) the telemetry is the controller's own, read back from its CSV files. Against a remote `--controller` only the
 client's side is seen: request rows are built from send and answer times on this machine, and
 there are no action rows.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import gc
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import numpy as np
 from cw.client import Client, RequestFailed
 from cw.errors import UsageError
 from cw.replay.workloads import ClosedLoop
-from cw.serve.telemetry import RequestRow
+from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 
 TIME_FIELDS_REQUEST = ("arrival_ns", "deadline_ns", "completion_ns")
 TIME_FIELDS_ACTION = ("sent_ns", "earliest_ns", "latest_ns", "expected_end_ns", "start_ns",
@@ -155,9 +157,9 @@ def run_live(config, generate_arrivals, progress):
     """Returns (request rows, action rows, simulated?, runtime, extra summary fields, duration,
     rate scale) with times relative to the start of the replay."""
     from cw.serve.controller import ControllerConfig
-    from cw.serve.launch import ControllerThread, WorkerProcesses, local_address
+    from cw.serve.launch import ControllerProcess, WorkerProcesses, local_address
 
-    ctl = procs = None
+    ctl = procs = telemetry_dir = None
     address = config.controller
     try:
         if address is None:
@@ -165,10 +167,13 @@ def run_live(config, generate_arrivals, progress):
             if not models_dir.is_dir():
                 raise UsageError("a local live replay needs compiled bundles for its workers",
                                  "give --models DIR of bundles, or add --simulate for zoo names")
-            ctl = ControllerThread(ControllerConfig(
+            # The controller gets a process of its own (not a thread of this one, where it
+            # would share the GIL with the sender); its telemetry comes back as CSV files.
+            telemetry_dir = Path(tempfile.mkdtemp(prefix="cw-replay-telemetry-"))
+            ctl = ControllerProcess(ControllerConfig(
                 workers_listen="tcp://127.0.0.1:*", clients_listen="tcp://127.0.0.1:*",
-                scheduler=config.scheduler, schedule_ahead_ns=config.schedule_ahead_ns),
-                keep_telemetry=True).start()
+                scheduler=config.scheduler, schedule_ahead_ns=config.schedule_ahead_ns,
+                log_dir=telemetry_dir))
             runtime = "simulated" if config.runtime == "simulated" else "tvm"
             procs = WorkerProcesses(local_address(ctl.workers_address), models_dir,
                                     config.workers, runtime, ["cpu"], config.copies)
@@ -190,9 +195,14 @@ def run_live(config, generate_arrivals, progress):
                 extra["send_lateness_ms"] = lateness_ms(lateness)
             wait_for(futures, config.slo_ns / 1e9 + 10)
         if ctl is not None:
-            time.sleep(0.2)  # let the last responses' rows land
-            requests = shift(ctl.telemetry.requests, TIME_FIELDS_REQUEST, start)
-            actions = shift(ctl.telemetry.actions, TIME_FIELDS_ACTION, start)
+            procs.stop()  # workers first: the controller then has nothing left in flight
+            procs = None
+            ctl.close()  # writes the last telemetry rows
+            ctl = None
+            requests = shift(read_csv(telemetry_dir / "requests.csv", RequestRow),
+                             TIME_FIELDS_REQUEST, start)
+            actions = shift(read_csv(telemetry_dir / "actions.csv", ActionRow),
+                            TIME_FIELDS_ACTION, start)
             simulated = bool(requests) and all(r.simulated for r in requests if r.status == "OK")
             runtime_name = "simulated" if config.runtime == "simulated" else "cpu"
         else:
@@ -205,4 +215,6 @@ def run_live(config, generate_arrivals, progress):
             procs.stop()
         if ctl is not None:
             ctl.close()
+        if telemetry_dir is not None:
+            shutil.rmtree(telemetry_dir, ignore_errors=True)
 

@@ -1,6 +1,7 @@
 """Starting serving processes: library functions behind `cw serve`, used by tests too.
 
 - `ControllerThread`: a controller bound to its two addresses, running in a thread.
+- `ControllerProcess`: the same in a process of its own (for load generators on this machine).
 - `run_worker`: a worker process's main (load bundles, warm up, connect, serve).
 - `WorkerProcesses`: local worker subprocesses for the all-in-one `cw serve`.
 """
@@ -91,6 +92,99 @@ class ControllerThread:
         for ep in (self.workers_ep, getattr(self, "clients_ep", None)):
             if ep is not None:
                 ep.close()
+
+
+class ControllerProcess:
+    """A controller in a process of its own, for a caller that also generates load: in one
+    process the controller thread and the sender share the GIL, and arrivals went out ~1.5 ms
+    late at p99 at 5,000 r/s instead of < 1 ms. Same interface as ControllerThread, except
+    telemetry: it goes to `config.log_dir` (required), complete once `close` returns."""
+
+    def __init__(self, config: ControllerConfig, start_timeout_s: float = 60.0):
+        import multiprocessing as mp
+
+        if config.log_dir is None:
+            from cw.errors import UsageError
+            raise UsageError("a controller process needs a log directory for its telemetry",
+                             "set ControllerConfig.log_dir")
+        context = mp.get_context("spawn")  # no fork of a process that may hold threads
+        self._conn, child = context.Pipe()
+        self.process = context.Process(target=_controller_process_main, args=(config, child),
+                                       name="cw-controller", daemon=True)
+        self.process.start()
+        child.close()
+        try:
+            self.workers_address, self.clients_address = self._call(None, start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _call(self, request, timeout_s: float):
+        from cw.errors import CwError
+
+        if request is not None:
+            self._conn.send(request)
+        if not self._conn.poll(timeout_s):
+            raise CwError(f"the controller process did not answer within {timeout_s:g} s",
+                          "run `cw serve controller` by hand to see why")
+        try:
+            kind, *value = self._conn.recv()
+        except EOFError:
+            raise CwError(f"the controller process exited (code {self.process.exitcode})",
+                          "run `cw serve controller` by hand to see why") from None
+        if kind == "error":
+            import cw.errors
+
+            name, message, hint = value
+            cls = getattr(cw.errors, name, CwError)
+            raise (cls if isinstance(cls, type) and issubclass(cls, CwError) else CwError)(
+                message, hint)
+        return value
+
+    def wait_for_workers(self, count: int, timeout_s: float = 60.0) -> None:
+        self._call(("wait", count, timeout_s), timeout_s + 10)
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            try:
+                self._call(("stop",), 30)
+            except Exception:  # noqa: BLE001 (already gone or stuck: terminate below)
+                pass
+            self.process.join(timeout=5)
+            if self.process.is_alive():
+                self.process.terminate()
+                self.process.join()
+        self._conn.close()
+
+
+def _controller_process_main(config: ControllerConfig, conn) -> None:
+    from cw.errors import CwError
+
+    try:
+        ctl = ControllerThread(config).start()
+    except CwError as e:
+        conn.send(("error", type(e).__name__, e.message, e.hint))
+        return
+    conn.send(("ready", ctl.workers_address, ctl.clients_address))
+    try:
+        while True:
+            try:
+                request = conn.recv()
+            except EOFError:
+                return  # the parent is gone
+            if request[0] == "stop":
+                return
+            try:
+                ctl.wait_for_workers(*request[1:])
+                conn.send(("ok",))
+            except CwError as e:
+                conn.send(("error", type(e).__name__, e.message, e.hint))
+    finally:
+        ctl.close()  # shuts the controller down: telemetry files complete
+        try:
+            conn.send(("closed",))
+        except OSError:
+            pass
 
 
 def build_worker(config):

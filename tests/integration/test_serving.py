@@ -196,3 +196,39 @@ def test_replay_against_a_running_controller(cli, models_dir, tmp_path):
     finally:
         worker.close()
         ctl.close()
+
+
+def test_controller_process_reports_a_bad_address_as_the_usage_error_it_is(tmp_path):
+    from cw.errors import UsageError
+    from cw.serve.launch import ControllerProcess
+
+    config = ControllerConfig(workers_listen="tcp://127.0.0.1:notaport",
+                              clients_listen="tcp://127.0.0.1:*", log_dir=tmp_path / "log")
+    with pytest.raises(UsageError, match="cannot listen on tcp://127.0.0.1:notaport"):
+        ControllerProcess(config)
+    with pytest.raises(UsageError, match="log directory"):
+        ControllerProcess(ControllerConfig(workers_listen="tcp://127.0.0.1:*",
+                                           clients_listen="tcp://127.0.0.1:*"))
+
+
+def test_controller_process_serves_and_leaves_complete_telemetry(models_dir, tmp_path):
+    from cw.serve.launch import ControllerProcess, WorkerProcesses, local_address
+    from cw.serve.telemetry import RequestRow, read_csv
+
+    log = tmp_path / "log"
+    ctl = ControllerProcess(ControllerConfig(workers_listen="tcp://127.0.0.1:*",
+                                             clients_listen="tcp://127.0.0.1:*", log_dir=log))
+    procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, 1, "simulated",
+                            ["cpu"])
+    try:
+        ctl.wait_for_workers(1, 120)
+        with Client(local_address(ctl.clients_address)) as client:
+            x = random_input((1, 64))
+            for _ in range(20):
+                client.infer("mlp", x, slo_ms=1000)
+    finally:
+        procs.stop()
+        ctl.close()
+    assert not ctl.process.is_alive()
+    rows = read_csv(log / "requests.csv", RequestRow)
+    assert len(rows) == 20 and all(r.status == "OK" and r.simulated for r in rows)
