@@ -45,3 +45,7 @@ class DeviceError(CwError):
 
 class OutputExistsError(UsageError):
     pass
+
+
+class WorkersMissing(CwError):
+    """Fewer workers joined the controller than were started, in the time allowed."""

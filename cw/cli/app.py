@@ -11,6 +11,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(
     name="cw",
@@ -61,8 +62,9 @@ def run_cli(args: list[str] | None = None) -> int:
     except CwError as e:
         if debug:
             Consoles.err.print_exception()
-        Consoles.err.print(f"[bold red]error:[/] {e.one_line()}", soft_wrap=True, markup=True,
-                           highlight=False)
+        # escaped: messages name files and extras like cw[gpu], which markup would swallow
+        Consoles.err.print(f"[bold red]error:[/] {escape(e.one_line())}", soft_wrap=True,
+                           markup=True, highlight=False)
         return e.exit_code
     except typer.Exit as e:
         return e.exit_code
@@ -79,14 +81,14 @@ def run_cli(args: list[str] | None = None) -> int:
             if hasattr(e, "show"):
                 e.show(file=Consoles.err.file)
             else:
-                Consoles.err.print(f"[bold red]error:[/] {e.format_message()}")
+                Consoles.err.print(f"[bold red]error:[/] {escape(e.format_message())}")
             return e.exit_code
         if debug:
             Consoles.err.print_exception()
         else:
             msg = str(e).strip().splitlines()[-1] if str(e).strip() else ""
             msg = msg if len(msg) <= 300 else msg[:300] + "…"  # TVM prints whole IR types
-            Consoles.err.print(f"[bold red]internal error:[/] {type(e).__name__}: {msg} "
+            Consoles.err.print(f"[bold red]internal error:[/] {type(e).__name__}: {escape(msg)} "
                                "(set CW_DEBUG=1 for the traceback and report it)",
                                soft_wrap=True, highlight=False)
         return EXIT_INTERNAL

@@ -44,7 +44,8 @@ def replay_cmd(
     controller: str = typer.Option(None, "--controller",
                                    help="Drive a running `cw serve` at this client address."),
     runtime: str = typer.Option("simulated", "--runtime",
-                                help="Local live workers: simulated or cpu."),
+                                help="Local live workers: simulated, cpu or cuda (one "
+                                     "worker per GPU index, --workers of them)."),
     noise: float = typer.Option(0.0, "--noise", help="Relative std of simulated durations."),
     seed: int = typer.Option(0, "--seed"),
     out: Path = typer.Option(Path("replay-out"), "--out", help="Output directory."),

@@ -96,7 +96,7 @@ def serve_all(
     install_signal_stop(stop)
     out = console()
     try:
-        ctl.wait_for_workers(workers, timeout_s=120)
+        procs.wait_until_joined(ctl, timeout_s=120)
         names = ", ".join(sorted(ctl.controller.scheduler.models()))
         out.print(f"[green]serving[/] {names}")
         out.print(f"clients: {local_address(ctl.clients_address)}   workers: "

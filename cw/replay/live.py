@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 
 from cw.client import Client, RequestFailed
-from cw.errors import UsageError
+from cw.errors import CwError, UsageError
 from cw.replay.workloads import ClosedLoop
 from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 
@@ -175,9 +175,17 @@ def run_live(config, generate_arrivals, progress):
                 scheduler=config.scheduler, schedule_ahead_ns=config.schedule_ahead_ns,
                 log_dir=telemetry_dir))
             runtime = "simulated" if config.runtime == "simulated" else "tvm"
+            devices = ([f"cuda:{i}" for i in range(config.workers)] if config.runtime == "cuda"
+                       else ["cpu"])
             procs = WorkerProcesses(local_address(ctl.workers_address), models_dir,
-                                    config.workers, runtime, ["cpu"], config.copies)
-            ctl.wait_for_workers(config.workers, timeout_s=120)
+                                    config.workers, runtime, devices, config.copies,
+                                    log_dir=telemetry_dir)
+            try:
+                procs.wait_until_joined(ctl, timeout_s=120)
+            except CwError as e:  # its hint names a log that goes with the temporary folder
+                raise type(e)(e.message, f"run `cw serve worker --runtime {runtime} --device "
+                                         f"{devices[0]} --models {models_dir}` by hand to see "
+                                         "its whole output") from None
             address = local_address(ctl.clients_address)
         with Client(address, timeout_s=10) as client:
             names, inputs = model_inputs(client)
@@ -204,7 +212,7 @@ def run_live(config, generate_arrivals, progress):
             actions = shift(read_csv(telemetry_dir / "actions.csv", ActionRow),
                             TIME_FIELDS_ACTION, start)
             simulated = bool(requests) and all(r.simulated for r in requests if r.status == "OK")
-            runtime_name = "simulated" if config.runtime == "simulated" else "cpu"
+            runtime_name = {"simulated": "simulated", "cpu": "cpu", "cuda": "gpu"}[config.runtime]
         else:
             requests = shift(client_rows(futures, sent, chosen, config.slo_ns),
                              TIME_FIELDS_REQUEST, start)

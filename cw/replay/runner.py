@@ -30,6 +30,9 @@ DEFAULT_ZOO_MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet15
                       "resnet50_v2", "densenet121", "inception_v3")
 
 
+LIVE_RUNTIMES = ("simulated", "cpu", "cuda")  # local workers of a live replay
+
+
 @dataclass(frozen=True)
 class ReplayConfig:
     trace: str = "azure"
@@ -54,7 +57,7 @@ class ReplayConfig:
     seed: int = 0
     simulate: bool = True
     controller: str | None = None              # live replay against a running `cw serve`
-    runtime: str = "simulated"                 # live local workers: simulated | cpu
+    runtime: str = "simulated"                 # live local workers: simulated | cpu | cuda
     out: Path = Path("replay-out")
     force: bool = False
 
@@ -71,6 +74,9 @@ class ReplayConfig:
             raise UsageError(f"--concurrency {self.concurrency} must be ≥ 1")
         if self.rate is not None and self.rate <= 0:
             raise UsageError(f"--rate {self.rate:g} must be positive")
+        if self.runtime not in LIVE_RUNTIMES:
+            raise UsageError(f"unknown --runtime '{self.runtime}'",
+                             f"use one of {', '.join(LIVE_RUNTIMES)}")
 
 
 def with_preset(name: str, **overrides) -> ReplayConfig:

@@ -78,9 +78,10 @@ class ControllerThread:
         deadline = time.monotonic() + timeout_s
         while len(self.controller.workers) < count:
             if time.monotonic() > deadline:
-                from cw.errors import CwError
-                raise CwError(f"only {len(self.controller.workers)} of {count} workers joined "
-                              f"within {timeout_s:g} s", "see the workers' log output")
+                from cw.errors import WorkersMissing
+                raise WorkersMissing(f"only {len(self.controller.workers)} of {count} workers "
+                                     f"joined within {timeout_s:g} s",
+                                     "see the workers' log output")
             time.sleep(0.02)
 
     def close(self) -> None:
@@ -229,6 +230,7 @@ class WorkerProcesses:
                  devices: list[str], copies: int = 1, page_cache: str | None = None,
                  log_dir: Path | None = None):
         self.procs: list[subprocess.Popen] = []
+        self.log_dir = log_dir
         for i in range(count):
             device = devices[i % len(devices)]
             cmd = [sys.executable, "-m", "cw", "serve", "worker", "--controller", controller,
@@ -244,8 +246,38 @@ class WorkerProcesses:
         for i, proc in enumerate(self.procs):
             if proc.poll() is not None:
                 from cw.errors import CwError
-                raise CwError(f"worker {i} exited with code {proc.returncode}",
-                              "run `cw serve worker` by hand to see why")
+                why = self._last_line(i)
+                raise CwError(f"worker {i} exited with code {proc.returncode}"
+                              + (f": {why}" if why else ""),
+                              f"see {self.log_dir / f'worker-{i}.log'}" if self.log_dir
+                              else "run `cw serve worker` by hand to see why")
+
+    def _last_line(self, i: int) -> str | None:
+        if self.log_dir is None:
+            return None
+        try:
+            lines = (self.log_dir / f"worker-{i}.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return None
+        lines = [line for line in lines if line.strip()]
+        return lines[-1].strip() if lines else None
+
+    def wait_until_joined(self, controller, timeout_s: float = 120.0) -> None:
+        """Wait until every worker has joined `controller` (a ControllerThread or
+        ControllerProcess); fail at once, with the worker's last words, if one exits first
+        (a worker told to use a GPU this machine lacks, say)."""
+        from cw.errors import WorkersMissing
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check()
+            try:
+                controller.wait_for_workers(len(self.procs),
+                                            min(0.5, max(0.0, deadline - time.monotonic())))
+                return
+            except WorkersMissing:
+                if time.monotonic() >= deadline:
+                    raise
 
     def stop(self, timeout_s: float = 10.0) -> None:
         for proc in self.procs:

@@ -176,3 +176,29 @@ def test_bad_flag_values(cli, zoo_onnx, tmp_path):
         line = _one_error_line(cli("compile", zoo_onnx("mlp"), "-o", tmp_path / "out", *args))
         assert text in line
     _nothing_written(tmp_path)
+
+
+def test_error_lines_keep_square_brackets(cli, tmp_path):
+    """Paths and hints like `pip install 'cw[gpu]'` must not be eaten as console markup."""
+    missing = tmp_path / "trace[2019].csv"
+    line = _one_error_line(cli("replay", "--trace", f"azure:{missing}", "--simulate",
+                               "--out", tmp_path / "out"))
+    assert "trace[2019].csv" in line
+
+
+def test_live_replay_on_a_gpu_this_machine_lacks_fails_fast(cli, cpu_bundle, tmp_path):
+    import time
+
+    from tests.conftest import has_cuda
+
+    if has_cuda():
+        pytest.skip("this machine has a GPU")
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copytree(cpu_bundle("mlp", (1, 2, 4, 8, 16)), models / "mlp")
+    t0 = time.monotonic()
+    line = _one_error_line(cli("replay", "--trace", "azure", "--runtime", "cuda", "--models",
+                               models, "--duration", "5s", "--out", tmp_path / "out"))
+    assert "worker 0 exited" in line
+    assert time.monotonic() - t0 < 60  # not the 120 s join timeout
+    _nothing_written(tmp_path)
