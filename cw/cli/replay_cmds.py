@@ -95,10 +95,10 @@ def replay_cmd(
         return
     render_summaries([summary])
     lag = summary.get("send_lateness_ms")
-    timing = (f"arrivals sent late by p99 {lag['p99']} ms" if lag
-              else f"virtual/wall time ×{summary['speedup']}")
-    console().print(f"wrote {out}/summary.json, requests.csv, actions.csv and report.html "
-                    f"({timing})")
+    timing = (f" (arrivals sent late by p99 {lag['p99']} ms)" if lag
+              else "" if summary.get("live") else f" (virtual/wall time ×{summary['speedup']})")
+    console().print(f"wrote {out}/summary.json, requests.csv, actions.csv and report.html"
+                    f"{timing}")
 
 
 def render_summaries(summaries: list[dict]) -> None:

@@ -211,7 +211,9 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
                    "rate_scale": round(float(arr.rate_scale), 6), "arrivals": config.arrivals,
                    "map": config.mapping, "start_minute": config.start_minute,
                    "wall_s": round(wall, 3),
-                   "speedup": round(arr.duration_ns / 1e9 / wall, 1) if wall else None})
+                   # virtual time over wall time: meaningful for a simulation only
+                   "speedup": round(arr.duration_ns / 1e9 / wall, 1)
+                   if wall and config.simulate else None})
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         write_report([Run(tmp, summary, requests, actions)], tmp / "report.html")
         os.chmod(tmp, 0o755)

@@ -381,3 +381,48 @@ def test_estimates_are_the_rolling_p99():
     for v in range(200, 0, -1):
         large.observe(("k",), v)
     assert large.get(("k",)) == 199  # rank int(0.99 * 200) of the sorted window
+
+
+@pytest.mark.parametrize("answer_delay_ms, tight_request_served", [(0, True), (10, False)])
+def test_a_slow_way_back_widens_the_margin_before_deadlines(clock, answer_delay_ms,
+                                                            tight_request_served):
+    """Results that reach the controller long after their EXEC ended (a loaded machine) make it
+    keep that much time before each deadline: such requests are rejected, not answered late."""
+    h = Harness(clock)
+    h.request()
+    h.load_all()
+    (first,) = of(h.sent, SendInfer)
+    h.sent.clear()
+    clock.now = first.earliest_ns + first.expected_ns + answer_delay_ms * MS
+    h.complete(first)
+    tight = h.request(slo_ms=8)  # 2 ms EXEC: fits a 2 ms margin, not a 10 ms one
+    if tight_request_served:
+        assert tight not in h.finished and of(h.sent, SendInfer)
+    else:
+        assert h.finished[tight].status == RequestStatus.REJECTED
+        assert not of(h.sent, SendInfer)
+    h.sent.clear()
+    clock.advance(50 * MS)
+    arrival = clock.now
+    h.request(slo_ms=100)
+    (infer,) = of(h.sent, SendInfer)
+    margin = max(2, answer_delay_ms) * MS
+    assert infer.latest_ns + infer.expected_ns <= arrival + 100 * MS - margin
+
+
+def test_rolling_quantile_is_the_p99_of_the_window_refreshed_in_steps():
+    import random
+
+    from cw.serve.scheduler.base import RollingQuantile
+
+    rng = random.Random(1)
+    values = [rng.randrange(1000) for _ in range(3000)] + [1] * 1000
+    q = RollingQuantile(1000, 0.99, 100)
+    for i, v in enumerate(values, start=1):
+        q.observe("w", v)
+        if i <= 100:
+            assert q.value["w"] == max(values[:i])  # first values: the largest so far
+        elif i % 100 == 0:
+            window = sorted(values[max(0, i - 1000):i])
+            assert q.value["w"] == window[int(0.99 * len(window))]
+    assert q.value["w"] == 1  # the old tail has left the window

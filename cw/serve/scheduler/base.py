@@ -163,6 +163,31 @@ class Estimator:
         return self.value[key]
 
 
+class RollingQuantile:
+    """The q-quantile of the last `window` values per key, re-sorted every `every` values
+    (between, the value stands): a cheap, steady tail estimate of a noisy quantity."""
+
+    def __init__(self, window: int, q: float, every: int):
+        self.window, self.q, self.every = window, q, every
+        self._values: dict = {}
+        self._counts: dict = {}
+        self.value: dict = {}  # key -> current estimate; read-only for callers
+
+    def observe(self, key, value: int) -> None:
+        window = self._values.get(key)
+        if window is None:
+            window = self._values[key] = collections.deque(maxlen=self.window)
+        window.append(value)
+        count = self._counts.get(key, 0) + 1
+        self._counts[key] = count
+        if count % self.every == 0 or count <= self.every:
+            ordered = sorted(window) if count > self.every else None
+            if ordered is None:  # first values: the largest so far, until a window sorts
+                self.value[key] = max(value, self.value.get(key, value))
+            else:
+                self.value[key] = ordered[min(len(ordered) - 1, int(self.q * len(ordered)))]
+
+
 @dataclass
 class Gpu:
     worker_id: int

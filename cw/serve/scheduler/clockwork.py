@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from cw.serve.protocol import ModelInfo, RequestStatus, Status
 from cw.serve.scheduler.base import (ActionResult, Decision, Estimator, Finish, Gpu, Request,
-                                     Scheduler, SchedulerConfig, SendInfer, SendLoad, SendUnload,
-                                     WorkerInfo)
+                                     RollingQuantile, Scheduler, SchedulerConfig, SendInfer, SendLoad,
+                                     SendUnload, WorkerInfo)
 
 COLD_DEMAND_TTL_NS = 1_000_000_000  # a turned-away request asks for a LOAD this long
 
@@ -70,6 +70,12 @@ class ClockworkScheduler(Scheduler):
         self.cold_demand: dict[str, int] = {}
         self._last_replication_ns: int | None = None
         self._pad: dict[str, list[int]] = {}
+        # How long after its EXEC ends an INFER's result reaches us (output copy, the way back,
+        # our own queue): the largest of the last 100 per worker. The time left between a
+        # planned end and the deadline is at least this, so that a slow way back (a loaded
+        # machine) turns into rejections, not late answers.
+        self.answer_delays = RollingQuantile(1000, 0.99, 100)
+        self.margin_ns: dict[int, int] = {}  # worker -> completion margin in use
 
     # --- events --------------------------------------------------------------------------
     def worker_joined(self, now_ns: int, worker: WorkerInfo) -> list[Decision]:
@@ -125,7 +131,7 @@ class ClockworkScheduler(Scheduler):
         gpu = self.gpus.get(f.gpu)
         decisions: list[Decision] = []
         if f.kind == "infer":
-            decisions += self._infer_returned(result, f, gpu)
+            decisions += self._infer_returned(now_ns, result, f, gpu)
         elif f.kind == "load" and gpu is not None:
             gpu.loads_in_flight -= 1
             if result.status == Status.OK:
@@ -136,9 +142,14 @@ class ClockworkScheduler(Scheduler):
                 gpu.free_pages += f.pages
         return decisions
 
-    def _infer_returned(self, result: ActionResult, f: _InFlight, gpu: Gpu | None):
+    def _infer_returned(self, now_ns: int, result: ActionResult, f: _InFlight,
+                        gpu: Gpu | None):
         decisions: list[Decision] = []
         if result.status == Status.OK:
+            worker = f.gpu[0]
+            self.answer_delays.observe(worker, max(0, now_ns - result.end_ns))
+            self.margin_ns[worker] = max(self.config.completion_margin_ns,
+                                         self.answer_delays.value[worker])
             if gpu is not None:
                 self.estimates.observe(("exec", *f.gpu, f.model, f.batch_size), result.device_ns)
                 if self.last_exec.get(f.gpu) == result.action_id:
@@ -197,7 +208,7 @@ class ClockworkScheduler(Scheduler):
         if info is None:
             return False, False
         b = info.batch_sizes[0]
-        limit = deadline_ns - self.config.completion_margin_ns
+        margin, margins = self.config.completion_margin_ns, self.margin_ns
         floor = now_ns + self.config.network_latency_ns
         cold = []
         get = self.estimates.value.__getitem__
@@ -206,7 +217,8 @@ class ClockworkScheduler(Scheduler):
             if ready is None:
                 cold.append(gpu)
             elif max(floor, gpu.exec_free_ns, ready) + \
-                    get(("exec", gpu.worker_id, gpu.index, model, b)) <= limit:
+                    get(("exec", gpu.worker_id, gpu.index, model, b)) <= \
+                    deadline_ns - margins.get(gpu.worker_id, margin):
                 return True, True
         resident = len(cold) < len(self.gpus)
         holders = self.holders.get(model, ())
@@ -216,7 +228,7 @@ class ClockworkScheduler(Scheduler):
             load = get(("load", gpu.worker_id, gpu.index, model))
             ready = max(floor, gpu.weights_free_ns) + load
             if max(ready, gpu.exec_free_ns) + get(("exec", gpu.worker_id, gpu.index, model, b)) \
-                    <= limit:
+                    <= deadline_ns - margins.get(gpu.worker_id, margin):
                 return True, resident
         return False, resident
 
@@ -247,7 +259,8 @@ class ClockworkScheduler(Scheduler):
         largest = len(padded) - 1
         start = max(now_ns + self.config.network_latency_ns, gpu.exec_free_ns, gpu.loaded[model])
         # EDF: the head is the most urgent
-        deadline = queue[0][0] - self.config.completion_margin_ns
+        deadline = queue[0][0] - self.margin_ns.get(gpu.worker_id,
+                                                    self.config.completion_margin_ns)
         # The common case is one waiting request: no need to sort the heap for it.
         if len(queue) == 1:
             head = queue
