@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Live experiments on local GPUs, in one go (one device call): issue 5's Fig. 5 setup at five
+# SLOs and issue 6's Azure-trace replay against real TVM-CUDA workers, each with its report.
+#
+#   bash bench/live_gpu.sh MODELS OUT [RUNTIME=cuda] [DURATION=20s] [RATE=1000]
+#
+# MODELS: a directory holding the resnet50 bundle (Fig. 5 serves 15 copies of every bundle in
+# it; the trace replay 10). Everything lands in OUT/live.tgz (the device tool brings back few
+# files). With RUNTIME=cpu and a CPU bundle the same script checks itself on a CPU machine.
+set -euo pipefail
+models=$1 out=$2 runtime=${3:-cuda} duration=${4:-20s} rate=${5:-1000}
+cw=${CW:-cw}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for slo in 10ms 25ms 50ms 100ms 500ms; do
+  echo "fig5 at SLO $slo" >&2
+  $cw replay --preset fig5 --models "$models" --runtime "$runtime" --slo "$slo" \
+    --duration "$duration" --out "$work/fig5-$slo" --json > "$work/fig5-$slo.json"
+done
+$cw report "$work"/fig5-10ms "$work"/fig5-25ms "$work"/fig5-50ms "$work"/fig5-100ms \
+  "$work"/fig5-500ms -o "$work/fig5-compare.html"
+echo "azure trace at $rate r/s" >&2
+$cw replay --trace azure --models "$models" --copies 10 --runtime "$runtime" \
+  --target-rate "$rate" --duration "$duration" --out "$work/azure" --json > "$work/azure.json"
+mkdir -p "$out"
+tar czf "$out/live.tgz" -C "$work" .
+python3 - "$work" <<'PY'
+import json, pathlib, sys
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
+    s = json.loads(f.read_text())
+    print(f"{f.stem:>12}: requests {s['requests']}, goodput {s['goodput_rps']} r/s, "
+          f"SLO attainment {s['slo_attainment']}, rejected {s['rejected']}, late {s['late']}, "
+          f"latency ms {s['latency_ms']}, mean batch {s['mean_batch_size']}")
+PY
