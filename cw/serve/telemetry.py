@@ -95,24 +95,22 @@ class TelemetryLog:
                 self._files_by_kind[name] = f
 
     def request(self, row: RequestRow) -> None:
-        if self.keep:
-            self.requests.append(row)
-        if self._writers:
-            pending = self._unwritten["requests"]
-            pending.append(row)
-            if len(pending) >= self._BATCH:
-                with self._lock:
-                    self._write("requests")
+        self._record("requests", self.requests, row)
 
     def action(self, row: ActionRow) -> None:
+        self._record("actions", self.actions, row)
+
+    def _record(self, kind: str, kept: list, row) -> None:
+        # No lock on this per-request path: _write takes it, and cuts what it writes from the
+        # front of the list, so a row appended meanwhile is never lost.
         if self.keep:
-            self.actions.append(row)
+            kept.append(row)
         if self._writers:
-            pending = self._unwritten["actions"]
+            pending = self._unwritten[kind]
             pending.append(row)
             if len(pending) >= self._BATCH:
                 with self._lock:
-                    self._write("actions")
+                    self._write(kind)
 
     def _write(self, kind: str) -> None:
         # Called under the lock. Appends take no lock (they are on every request's path): the
