@@ -33,6 +33,27 @@ def _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead
                             metrics_port=metrics_port, log_dir=log_dir)
 
 
+def parse_cpu_list(text: str) -> list[int]:
+    """'0-3,6' -> [0, 1, 2, 3, 6], checked against the CPUs this process may use."""
+    import os
+
+    from cw.errors import UsageError
+
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise UsageError(f"--cpus {text}: not a CPU list", "e.g. --cpus 0-3 or --cpus 0,2")
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        raise UsageError(f"--cpus {text}: CPUs {sorted(cpus - allowed) or '(none)'} are not "
+                         "available to this process",
+                         f"available: {','.join(map(str, sorted(allowed)))}")
+    return sorted(cpus)
+
+
 def demo_models_dir() -> Path:
     """The default model set: tiny zoo models compiled for the CPU on first use."""
     import model_zoo
@@ -155,6 +176,8 @@ def serve_worker(
     page_cache: str = typer.Option(None, "--page-cache", help="Weights cache per device."),
     copies: int = typer.Option(1, "--copies", help="Instances of each model."),
     name: str = typer.Option(None, "--name"),
+    cpus: str = typer.Option(None, "--cpus", help="CPU runtime: run on these CPUs only, one "
+                             "kernel thread per core, e.g. 0-3 or 0,2 (default: all)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Run a worker: load bundles, connect to the controller, execute its actions.
@@ -165,6 +188,9 @@ def serve_worker(
     from cw.serve.worker import WorkerConfig
 
     _logging(verbose)
+    if cpus:
+        from cw.tvm_env import pin_to_cpus
+        pin_to_cpus(parse_cpu_list(cpus))
     kw = {"name": name} if name else {}
     config = WorkerConfig(controller=controller, models_dir=models,
                           devices=tuple(d.strip() for d in device.split(",")), runtime=runtime,

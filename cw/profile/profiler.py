@@ -80,7 +80,8 @@ def _device_info(kind: str, runtime: Runtime, clock_before: int | None) -> Devic
                     break
         except OSError:
             pass
-        return DeviceInfo("cpu", name)
+        num_threads = runtime.tvm.get_global_func("runtime.NumThreads")
+        return DeviceInfo("cpu", name, threads=int(num_threads()))
     from cw.serve.runtime import cuda_api
 
     props = runtime.props

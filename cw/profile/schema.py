@@ -16,6 +16,7 @@ class DeviceInfo(msgspec.Struct, frozen=True):
     cuda_version: str | None = None
     sm_clock_mhz_before: int | None = None
     sm_clock_mhz_after: int | None = None
+    threads: int | None = None  # CPU: kernel threads the measurement ran with
 
 
 class LoadProfile(msgspec.Struct, frozen=True):

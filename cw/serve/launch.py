@@ -229,13 +229,20 @@ class WorkerProcesses:
     def __init__(self, controller: str, models_dir: Path, count: int, runtime: str,
                  devices: list[str], copies: int = 1, page_cache: str | None = None,
                  log_dir: Path | None = None):
+        from cw.tvm_env import split_cores
+
         self.procs: list[subprocess.Popen] = []
         self.log_dir = log_dir
+        # CPU workers on one machine get disjoint cores: each EXEC then runs on cores no other
+        # worker's kernels compete for, which keeps its duration what the profile says.
+        cores = split_cores(count) if runtime == "tvm" and set(devices) == {"cpu"} else None
         for i in range(count):
             device = devices[i % len(devices)]
             cmd = [sys.executable, "-m", "cw", "serve", "worker", "--controller", controller,
                    "--models", str(models_dir), "--device", device, "--runtime", runtime,
                    "--copies", str(copies), "--name", f"local-{i}"]
+            if cores:
+                cmd += ["--cpus", ",".join(map(str, cores[i]))]
             if page_cache:
                 cmd += ["--page-cache", page_cache]
             out = open(log_dir / f"worker-{i}.log", "w") if log_dir else subprocess.DEVNULL

@@ -31,6 +31,8 @@ def test_cpu_profile_written_and_checksummed(cli, bundle):
     profile = json.loads((bundle / "profile.json").read_text())
     assert profile["schema_version"] == 1 and profile["bundle"] == "mlp"
     assert profile["runtime"] == "tvm-cpu" and profile["device"]["kind"] == "cpu"
+    from cw.tvm_env import cpu_threads
+    assert profile["device"]["threads"] == cpu_threads()
     assert profile["iterations"] == 50 and profile["warmup"] == 5
     for key in ("date_utc", "cw_version", "tvm_version"):
         assert profile[key]

@@ -1,5 +1,6 @@
 """Controller + workers + clients over real ZeroMQ on loopback."""
 
+import os
 import threading
 import time
 
@@ -232,3 +233,23 @@ def test_controller_process_serves_and_leaves_complete_telemetry(models_dir, tmp
     assert not ctl.process.is_alive()
     rows = read_csv(log / "requests.csv", RequestRow)
     assert len(rows) == 20 and all(r.status == "OK" and r.simulated for r in rows)
+
+
+def test_local_cpu_workers_each_run_on_cores_of_their_own(models_dir, tmp_path):
+    from cw.serve.launch import WorkerProcesses, local_address
+    from cw.tvm_env import split_cores
+
+    ctl = start(tmp_path)
+    procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, 2, "tvm", ["cpu"],
+                            log_dir=tmp_path)
+    try:
+        procs.wait_until_joined(ctl)
+        assert [sorted(os.sched_getaffinity(p.pid)) for p in procs.procs] == split_cores(2)
+        with Client(ctl.clients_address) as client:
+            x = random_input((1, 3, 32, 32), seed=3)
+            expected = LocalModel(models_dir / "small_cnn").run([x])[0]
+            for _ in range(4):
+                assert np.array_equal(client.infer("small_cnn", x, slo_ms=5000), expected)
+    finally:
+        procs.stop()
+        ctl.close()
