@@ -11,9 +11,11 @@ GPU, on the GPU machine, with bundles compiled on the build machine for sm_90:
     python bench/kernels.py --device cuda --bundles DIR --models resnet18,resnet50,densenet121 \\
         --batch-sizes 1,4,16
 
-Variants (CPU): `generic` = x86-64 code, no tuning records (what cw did before), `avx2-untuned`
-= x86-64-v3 code, no records, `default` = what `cw compile` does (committed records when they
-cover the model, at the host's x86-64 level), plus a variant with the `--tune-db` records.
+Variants (CPU): `generic` = x86-64 code, NCHW convolutions, no tuning records (what cw first
+did), `avx2-untuned` = the same as x86-64-v3 code, `default` = what `cw compile` does (NCHWc
+convolutions with cw's schedule, tuning records where committed, the host's x86-64 level when
+those cover most kernels), plus a variant with the `--tune-db` records. TVM's CPU kernels run
+with one thread per physical core (cw.tvm_env); set TVM_NUM_THREADS to compare.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from cw.engine import LocalModel  # noqa: E402
 from cw.verify import max_relative_error, onnx_reference  # noqa: E402
 
 VARIANTS = {
-    "generic": dict(arch="x86-64", use_committed_records=False),
-    "avx2-untuned": dict(arch="x86-64-v3", use_committed_records=False),
+    "generic": dict(arch="x86-64", use_committed_records=False, conv_layout="nchw"),
+    "avx2-untuned": dict(arch="x86-64-v3", use_committed_records=False, conv_layout="nchw"),
     "default": dict(),
 }
 
@@ -80,8 +82,9 @@ def cpu_main(args) -> None:
     variants = args.variants.split(",") + (["tuned"] if args.tune_db else [])
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
                 if ln.startswith("model name")), "cpu")
-    print(f"device: {cpu}, {os.cpu_count()} cores; {args.rounds} rounds × {args.runs} runs, "
-          "median; ratio = cw / onnxruntime")
+    from cw.tvm_env import cpu_threads
+    print(f"device: {cpu}, {os.cpu_count()} cores, TVM threads {cpu_threads()}; {args.rounds} "
+          f"rounds × {args.runs} runs, median; ratio = cw / onnxruntime")
     header = ["model", "batch", "onnxruntime ms"] + [f"cw {v} ms (ratio, tuned)"
                                                      for v in variants]
     print("| " + " | ".join(header) + " |")
@@ -117,8 +120,9 @@ def cpu_main(args) -> None:
             for v in variants:
                 k = models[v][1][batch]
                 ms = median_ms(times[v])
+                convs = f", {k.kernels_conv_scheduled} NCHWc" if k.kernels_conv_scheduled else ""
                 cells.append(f"{ms:.3g} (×{ms / ort_ms:.2f}, {k.kernels_tuned}/{k.kernels_total}"
-                             f", err {errors[v]:.0e})")
+                             f" tuned{convs}, err {errors[v]:.0e})")
             print("| " + " | ".join(cells) + " |", flush=True)
 
 

@@ -33,6 +33,9 @@ def compile_cmd(
                                             "committed records for the target apply after it."),
     untuned: bool = typer.Option(False, "--untuned",
                                  help="Ignore cw's committed tuning records (TVM defaults)."),
+    conv_layout: str = typer.Option(_DEFAULTS.conv_layout, "--conv-layout",
+                                    help="CPU convolutions: nchwc (blocked channels, cw's "
+                                         "schedule) or nchw (TVM's loops)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing bundle."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
     verbose: bool = typer.Option(False, "-v", "--verbose",
@@ -52,7 +55,7 @@ def compile_cmd(
                            page_size=parse_size(page_size, "page size"), name=name, force=force,
                            input_shapes=parse_input_shapes(input_shape or []),
                            tune_dbs=tuple(str(p) for p in tune_db or ()),
-                           use_committed_records=not untuned)
+                           use_committed_records=not untuned, conv_layout=conv_layout)
     out = console()
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -81,7 +84,7 @@ def compile_cmd(
                 if not as_json:
                     out.print(f"  batch {k.batch_size:>2}: {k.compile_seconds:.1f} s, kernels "
                               f"{format_bytes(k.kernel_bytes)} ({k.kernels_tuned}/"
-                              f"{k.kernels_total} tuned), workspace "
+                              f"{k.kernels_total} tuned{_convs(k)}), workspace "
                               f"{format_bytes(k.workspace_bytes)}")
 
         manifest = compile_model(model, output, config, progress=on_event)
@@ -90,6 +93,11 @@ def compile_cmd(
         print_json(msgspec.to_builtins(manifest))
         return
     render_summary(manifest, output)
+
+
+def _convs(kernel) -> str:
+    n = kernel.kernels_conv_scheduled
+    return f", {n} NCHWc conv{'s' if n != 1 else ''}" if n else ""
 
 
 def render_summary(manifest, path) -> None:
@@ -108,7 +116,7 @@ def render_summary(manifest, path) -> None:
         table.add_column(col, justify="right")
     for k in manifest.kernels:
         table.add_row(str(k.batch_size), format_bytes(k.kernel_bytes),
-                      f"{k.kernels_tuned}/{k.kernels_total}",
+                      f"{k.kernels_tuned}/{k.kernels_total}{_convs(k)}",
                       format_bytes(k.workspace_bytes), format_bytes(k.input_bytes),
                       format_bytes(k.output_bytes), f"{k.compile_seconds:.1f}")
     out.print(table)

@@ -12,7 +12,7 @@ from typing import Callable
 import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
-from cw.compile import frontend, normalize, paging, rebatch, targets, tuning
+from cw.compile import cpu_conv, frontend, normalize, paging, rebatch, targets, tuning
 from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
                                  check_device_binary)
 from cw.compile.memory import memory_plan
@@ -37,10 +37,14 @@ class CompileConfig:
     input_shapes: dict[str, list] = field(default_factory=dict)
     tune_dbs: tuple[str, ...] = ()   # MetaSchedule databases from `cw tune`, before cw's own
     use_committed_records: bool = True
+    conv_layout: str = "nchwc"       # CPU: "nchwc" (blocked, cw's schedule) or "nchw" (TVM's)
 
     def __post_init__(self):
         if self.target not in ("cpu", "cuda"):
             raise UsageError(f"unknown target '{self.target}'", "use --target cpu or --target cuda")
+        if self.conv_layout not in ("nchwc", "nchw"):
+            raise UsageError(f"unknown convolution layout '{self.conv_layout}'",
+                             "use --conv-layout nchwc (default) or nchw")
         if not self.batch_sizes or min(self.batch_sizes) < 1 or max(self.batch_sizes) > MAX_BATCH:
             raise UsageError(f"batch sizes must be within 1..{MAX_BATCH}",
                              "e.g. --batch-sizes 1,2,4,8,16")
@@ -75,34 +79,35 @@ def bind_batch(mod, onnx_model, batch: int):
 def choose_target(config: CompileConfig, onnx_model, imported, batch_sizes):
     """(arch, tuning sources, database). TVM's untuned CPU loops run about 1.6x slower when LLVM
     may use AVX2 (measured on resnet18 and small_cnn, docs/benchmarks.md), while tuned schedules
-    need it; so without an explicit --arch a CPU bundle gets the host's x86-64 level only where
-    tuning records cover most of its kernels, and plain x86-64 code otherwise."""
+    and cw's NCHWc convolutions need it; so without an explicit --arch a CPU bundle gets the
+    host's x86-64 level only where those cover most of its kernels, and plain x86-64 code
+    otherwise."""
     arch = config.resolved_arch
     sources = tuning.sources_for(targets.target_key(config.target, arch), config.tune_dbs,
                                  config.use_committed_records)
     database = tuning.load_database(sources)
     if config.target != "cpu" or config.arch is not None or arch in (None, targets.GENERIC_CPU):
         return arch, sources, database
-    tuned = total = 0
-    if database is not None:
-        target = targets.tvm_target(config.target, arch)
-        for batch in batch_sizes:
-            mod = bind_batch(imported.mod, onnx_model, batch)
-            try:
-                fused, _ = legalized(mod, target)
-            except Exception:  # FuseTIR fails on some graphs; _lower then compiles unfused
-                fused, _ = legalized(mod, target, fuse=False)
-            with target:
-                _, t, n = tuning.apply_database(fused, database)
-            tuned, total = tuned + t, total + n
-    if total and tuned * 2 >= total:
+    covered = total = 0
+    target = targets.tvm_target(config.target, arch)
+    for batch in batch_sizes:
+        mod = bind_batch(imported.mod, onnx_model, batch)
+        try:
+            fused, _ = legalized(mod, target)
+        except Exception:  # FuseTIR fails on some graphs; _lower then compiles unfused
+            fused, _ = legalized(mod, target, fuse=False)
+        with target:
+            fused, tuned, n = tuning.apply_database(fused, database)
+            _, convs = cpu_conv.schedule_convs(fused)
+        covered, total = covered + tuned + convs, total + n
+    if total and covered * 2 >= total:
         return arch, sources, database
     generic = tuning.sources_for(targets.target_key("cpu", targets.GENERIC_CPU), config.tune_dbs,
                                  config.use_committed_records)
-    found = (f"tuning records for {arch} cover {tuned} of {total} kernels"
-             if database is not None else f"no tuning records for {arch}")
-    onnx_model.notes.append(f"CPU code for {targets.GENERIC_CPU}: {found}; TVM's untuned kernels "
-                            f"run faster without AVX2 (tune with `cw tune`, or force --arch {arch})")
+    onnx_model.notes.append(f"CPU code for {targets.GENERIC_CPU}: tuning records and cw's "
+                            f"convolution schedule cover {covered} of {total} kernels; TVM's "
+                            "untuned kernels run faster without AVX2 (tune with `cw tune`, or "
+                            f"force --arch {arch})")
     return targets.GENERIC_CPU, generic, tuning.load_database(generic)
 
 
@@ -155,9 +160,14 @@ def legalized(mod, target, fuse: bool = True):
     legalization passes)."""
     from tvm import transform
 
+    from tvm import relax
+
     pipeline = _pipeline(target)
     passes = pipeline.library_dispatch_passes(target) + pipeline.legalize_passes(target)
     names = [_pass_name(p) for p in passes]
+    if target.kind.name == "llvm" and "LegalizeOps" in names:
+        passes[names.index("LegalizeOps")] = relax.transform.LegalizeOps(
+            {"relax.nn.conv2d": cpu_conv.legalize_conv2d})
     split = names.index("ApplyDefaultSchedule") if "ApplyDefaultSchedule" in names else len(passes)
     head, rest = passes[:split], passes[split:]
     if not fuse:
@@ -169,7 +179,8 @@ def legalized(mod, target, fuse: bool = True):
 def _lower(mod, target, fuse: bool = True, database=None):
     """The target's default pipeline with the tuning database applied before the default
     schedules, stopped after static memory planning so that the plan can be read, then finished.
-    Returns (lowered module, memory plan, kernels tuned, kernels). `fuse=False` drops operator
+    Returns (lowered module, memory plan, (kernels tuned, kernels given cw's convolution
+    schedule), kernels). `fuse=False` drops operator
     fusion, the fallback where TVM's FuseTIR fails on a graph."""
     from tvm import relax, transform
 
@@ -181,12 +192,16 @@ def _lower(mod, target, fuse: bool = True, database=None):
     with target:
         mod, rest = legalized(mod, target, fuse)
         mod, tuned, total = tuning.apply_database(mod, database)
+        if target.kind.name == "llvm":
+            mod, convs = cpu_conv.schedule_convs(mod)
+        else:
+            convs = 0
         planned = transform.Sequential(
             rest + pipeline.dataflow_lower_passes(target) + [relax.transform.StaticPlanBlockMemory()]
         )(mod)
         plan = memory_plan(planned["main"])
         lowered = transform.Sequential(finalize[1:])(planned)
-    return lowered, plan, tuned, total
+    return lowered, plan, (tuned, convs), total
 
 
 def _check_kernel_constants(mod, name: str) -> None:
@@ -230,7 +245,8 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
     progress("stage", {"text": "folding constants and shapes (onnxslim)"})
     normalize.slim(onnx_model, progress)
     progress("stage", {"text": "importing into TVM Relax"})
-    imported = frontend.import_model(onnx_model)
+    imported = frontend.import_model(
+        onnx_model, blocked_convs=config.target == "cpu" and config.conv_layout == "nchwc")
     return onnx_model, imported, batch_sizes
 
 
@@ -285,11 +301,11 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
             outs = _tensor_specs(func.ret_ty, batch, output_names)
             try:
                 try:
-                    lowered, plan, tuned, total = _lower(mod, target, database=database)
+                    lowered, plan, scheduled, total = _lower(mod, target, database=database)
                 except Exception as e:
                     # TVM 0.27's FuseTIR rejects some graphs (MobileNetV2: "Inconsistent
                     # buffers ... mapped to the same relax var"); unfused kernels are correct.
-                    lowered, plan, tuned, total = _lower(mod, target, fuse=False,
+                    lowered, plan, scheduled, total = _lower(mod, target, fuse=False,
                                                          database=database)
                     note = (f"batch {batch}: operator fusion failed in TVM ("
                             f"{(str(e).strip().splitlines() or ['?'])[-1][:120]}); "
@@ -319,7 +335,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                 output_bytes=sum(s.sample_bytes for s in outs) * batch,
                 storage_blocks=plan.storage_blocks, unplanned=plan.unplanned,
                 compile_seconds=round(time.perf_counter() - start, 3), data_bytes=data_bytes,
-                kernels_tuned=tuned, kernels_total=total)
+                kernels_tuned=scheduled[0], kernels_conv_scheduled=scheduled[1],
+                kernels_total=total)
             if config.target == "cuda" and kernel.kernel_bytes > LARGE_KERNEL_LIBRARY_BYTES:
                 # Weights computed in the graph (ConstantOfShape, Constant nodes) get folded
                 # into the kernels, where the relax-level constant check does not see them.

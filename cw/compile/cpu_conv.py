@@ -32,6 +32,8 @@ def conv_layout(call) -> dict[str, list[str]]:
     Only plain (groups=1) 2-D convolutions in NCHW with static channel counts are blocked:
     output channels by 8; input channels by 8, or all at once when fewer than 8 (a network's
     first conv on RGB input)."""
+    if getattr(call.op, "name", "") != "relax.nn.conv2d":
+        return {}
     attrs = call.attrs
     if attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW":
         return {}
@@ -45,3 +47,111 @@ def conv_layout(call) -> dict[str, list[str]]:
     if ic_bn is None:
         return {}
     return {"relax.nn.conv2d": [f"NCHW{ic_bn}c", f"OIHW{ic_bn}i{BLOCK}o", f"NCHW{BLOCK}c"]}
+
+
+def legalize_conv2d(bb, call):
+    """relax.nn.conv2d -> TIR: blocked layouts through topi's conv2d_NCHWc, the rest as TVM
+    does it."""
+    from tvm import topi
+    from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
+
+    attrs = call.attrs
+    if len(attrs.data_layout) == 4:
+        return _nn_conv2d(bb, call)
+    return bb.call_te(topi.nn.conv2d_NCHWc, call.args[0], call.args[1], attrs.strides,
+                      attrs.padding, attrs.dilation, attrs.data_layout, attrs.out_layout,
+                      attrs.out_dtype or call.args[0].ty.dtype,
+                      primfunc_name_hint="conv2d_NCHWc")
+
+
+def _reg_n(width: int) -> int:
+    """The register tile (output pixels of one row): the widest that divides the row, if one
+    of at least 7 does; else the one wasting the fewest pixels in the last, partial tile (rows
+    of prime width such as inception's 17, 73 or 149 would otherwise get tiles of 1)."""
+    if width <= MAX_REG_N:
+        return width
+    exact = [d for d in range(7, MAX_REG_N + 1) if width % d == 0]
+    if exact:
+        return max(exact)
+    return min(range(MAX_REG_N, 4, -1), key=lambda d: -(-width // d) * d - width)
+
+
+def conv_schedule(func):
+    """The NCHWc direct-convolution schedule (an s_tir.Schedule, whose trace `cw tune` stores
+    as a tuning record) for one fused kernel: conv2d_NCHWc with its padding and elementwise
+    epilogue. None when `func` is not one."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    try:
+        conv = sch.get_sblock("conv2d_NCHWc")
+    except Exception:  # noqa: BLE001  (no such block: not a conv kernel)
+        return None
+    loops = sch.get_loops(conv)
+    if len(loops) != 8:
+        return None
+    n, occ, oh, ow, ocb, ic, kh, kw = loops
+    extents = [_int(sch.get(loop).extent) for loop in loops]
+    if any(e is None for e in extents):
+        return None  # symbolic shapes: leave to the generic lowering
+    width, ic_total = extents[3], extents[5]
+    # the kernel's buffer is OC//8, IC//icb, KH, KW, icb, 8
+    shapes = [r.source.shape for r in sch.get(conv).reads if len(r.source.shape) == 6]
+    ic_bn = _int(shapes[0][4]) if len(shapes) == 1 else None
+    if ic_bn is None or ic_total % ic_bn:
+        return None
+    reg_n = _reg_n(width)
+    owo, owi = sch.split(ow, [None, reg_n])
+    icc, icb = sch.split(ic, [None, ic_bn])
+    sch.reorder(n, occ, oh, owo, icc, kh, kw, icb, owi, ocb)
+    # Elementwise epilogue (bias, BatchNorm's scale and shift, residual add, ReLU): all but the
+    # last inlined into the last, which runs per register tile right after it is complete, so
+    # the accumulators never go to memory before the output does.
+    consumers = sch.get_consumers(conv)
+    epilogue = []
+    while consumers:
+        if len(consumers) != 1:
+            return None
+        epilogue.append(consumers[0])
+        consumers = sch.get_consumers(consumers[0])
+    for block in epilogue[:-1]:
+        sch.compute_inline(block)
+    if epilogue:
+        sch.reverse_compute_at(epilogue[-1], owo)
+        sch.vectorize(sch.get_loops(epilogue[-1])[-1])
+    sch.parallel(sch.fuse(n, occ, oh))
+    sch.unroll(owi)
+    sch.vectorize(ocb)
+    sch.decompose_reduction(conv, icc)
+    for producer in sch.get_producers(conv):
+        if sch.get(producer).name_hint == "data_pad":
+            pad_loops = sch.get_loops(producer)
+            sch.parallel(sch.fuse(*pad_loops[:3]))
+            sch.vectorize(pad_loops[-1])
+    return sch
+
+
+def schedule_conv(func):
+    """`func` with the NCHWc convolution schedule applied, or None when it is not such a
+    kernel."""
+    sch = conv_schedule(func)
+    return None if sch is None else sch.mod["main"].with_attr("tirx.is_scheduled", True)
+
+
+def schedule_convs(mod):
+    """Give every unscheduled conv2d_NCHWc kernel of `mod` the default schedule. Returns
+    (module, number of kernels scheduled)."""
+    from tvm import tirx
+
+    updates = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        if func.attrs and ("tirx.is_scheduled" in func.attrs or "tir.is_scheduled" in func.attrs):
+            continue  # a tuning record's schedule
+        scheduled = schedule_conv(func)
+        if scheduled is not None:
+            updates[gv] = scheduled
+    for gv, func in updates.items():
+        mod[gv] = func
+    return mod, len(updates)

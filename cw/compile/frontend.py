@@ -171,8 +171,9 @@ def _check_operators(path: Path, model: onnx.ModelProto) -> None:
                              "export the model with standard ONNX operators")
 
 
-def import_model(onnx_model: OnnxModel) -> ImportedModel:
-    """Import into Relax and evaluate the weight-only computation once, on the CPU."""
+def import_model(onnx_model: OnnxModel, blocked_convs: bool = False) -> ImportedModel:
+    """Import into Relax and evaluate the weight-only computation once, on the CPU.
+    `blocked_convs`: convolutions in NCHWc layouts (CPU targets, cw/compile/cpu_conv.py)."""
     tvm = load_tvm()
     from tvm import relax
     from tvm.relax.frontend import onnx as relax_onnx
@@ -194,6 +195,15 @@ def import_model(onnx_model: OnnxModel) -> ImportedModel:
     onnx_names = [t.name for t in onnx_model.model.graph.initializer]
     if len(onnx_names) == len(raw_names):  # the importer keeps initializer order
         raw_names = onnx_names
+    if blocked_convs:
+        from cw.compile import cpu_conv
+        # before lifting, so that the weights' relayout is lifted with the rest
+        try:
+            mod = relax.transform.ConvertLayout({}, layout_cb=cpu_conv.conv_layout)(mod)
+        except Exception as e:  # TVM's layout inference fails on some operators after a conv
+            first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+            onnx_model.notes.append("convolutions kept in NCHW, without cw's NCHWc schedule: "
+                                    f"TVM's layout conversion failed ({first[:120]})")
     # BatchNorm statistics and weight transposes depend on the weights only: lift them into a
     # function run once below instead of on every inference.
     mod = relax.transform.DecomposeOpsForInference()(mod)

@@ -1,0 +1,157 @@
+"""CPU convolutions in NCHWc layouts with cw's own schedule (cw/compile/cpu_conv.py): which
+convs get it, that it computes the right thing for every shape it takes, and how it meets
+tuning records."""
+
+import numpy as np
+import pytest
+
+from cw.compile import cpu_conv, targets, tuning
+from cw.compile.compiler import CompileConfig, compile_model, legalized
+from cw.compile.tuner import TuneConfig, tune_model
+from cw.engine import LocalModel
+from cw.tvm_env import load_tvm
+from cw.verify import max_relative_error, onnx_reference
+from tests.conftest import random_input
+
+
+def _conv_graph(n, c, h, w, oc, k, stride, pad, groups=1, residual=False):
+    tvm = load_tvm()
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    out_h, out_w = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    x = relax.Var("x", relax.TensorType((n, c, h, w), "float32"))
+    wt = relax.Var("w", relax.TensorType((oc, c // groups, k, k), "float32"))
+    b = relax.Var("b", relax.TensorType((1, oc, 1, 1), "float32"))
+    r = relax.Var("r", relax.TensorType((n, oc, out_h, out_w), "float32"))
+    params = [x, wt, b] + ([r] if residual else [])
+    with bb.function("main", params):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x, wt, strides=stride, padding=pad, groups=groups))
+            y = bb.emit(relax.op.add(y, b))
+            if residual:
+                y = bb.emit(relax.op.add(y, r))
+            y = bb.emit_output(relax.op.nn.relu(y))
+        bb.emit_func_output(y)
+    return tvm, bb.get()
+
+
+def _reference(x, w, b, stride, pad, residual=None):
+    n, c, h, wd = x.shape
+    oc, _, k, _ = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    out_h, out_w = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
+    y = np.zeros((n, oc, out_h, out_w), np.float64)
+    for i in range(k):
+        for j in range(k):
+            patch = xp[:, :, i:i + stride * out_h:stride, j:j + stride * out_w:stride]
+            y += np.einsum("oc,nchw->nohw", w[:, :, i, j], patch)
+    y += b
+    if residual is not None:
+        y += residual
+    return np.maximum(y, 0).astype(np.float32)
+
+
+@pytest.mark.parametrize("n,c,h,w,oc,k,stride,pad,residual", [
+    (1, 16, 14, 14, 16, 3, 1, 1, True),    # resnet's 3x3 with a residual add
+    (2, 8, 13, 13, 24, 3, 2, 1, False),    # stride 2, odd width, batch 2
+    (1, 3, 20, 20, 8, 7, 2, 3, False),     # an RGB stem: 3 input channels in one block
+    (1, 32, 7, 7, 16, 1, 1, 0, True),      # 1x1, no padding
+    (1, 8, 17, 17, 16, 3, 1, 1, True),     # a prime width: tiles of 9, the last one partial
+])
+def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pad, residual):
+    from tvm import relax
+
+    tvm, mod = _conv_graph(n, c, h, w, oc, k, stride, pad, residual=residual)
+    mod = relax.transform.ConvertLayout({}, layout_cb=cpu_conv.conv_layout)(mod)
+    target = targets.tvm_target("cpu", targets.default_cpu_arch())
+    with target:
+        fused, _ = legalized(mod, target)
+        fused, scheduled = cpu_conv.schedule_convs(fused)
+    assert scheduled == 1
+    ex = tvm.compile(fused, target=target)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((oc, c, k, k)).astype(np.float32)
+    b = rng.standard_normal((1, oc, 1, 1)).astype(np.float32)
+    out_h, out_w = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    r = rng.standard_normal((n, oc, out_h, out_w)).astype(np.float32)
+    args = [x, wt, b] + ([r] if residual else [])
+    y = vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
+    expected = _reference(x, wt, b, stride, pad, r if residual else None)
+    assert np.allclose(y, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,oc,groups,blocked", [
+    (64, 64, 1, "NCHW8c"), (3, 64, 1, "NCHW3c"), (12, 64, 1, None), (64, 20, 1, None),
+    (32, 32, 32, None),  # depthwise: left to TVM
+])
+def test_which_convolutions_get_blocked(c, oc, groups, blocked):
+    from tvm import relax
+
+    _, mod = _conv_graph(1, c, 8, 8, oc, 3, 1, 1, groups=groups)
+    calls = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(
+        e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
+    layouts = cpu_conv.conv_layout(calls[0])
+    assert (layouts["relax.nn.conv2d"][0] if layouts else None) == blocked
+
+
+def test_small_cnn_compiles_blocked_and_agrees_with_nchw_and_onnxruntime(zoo_onnx, tmp_path, cli):
+    onnx_path = zoo_onnx("small_cnn")
+    r = cli("compile", onnx_path, "-o", tmp_path / "c", "--batch-sizes", "1,3")
+    assert r.code == 0, r.err
+    assert "NCHWc conv" in r.out
+    blocked = LocalModel(tmp_path / "c")
+    assert all(k.kernels_conv_scheduled == 2 for k in blocked.manifest.kernels)
+    plain_manifest = compile_model(onnx_path, tmp_path / "p",
+                                   CompileConfig(batch_sizes=(3,), conv_layout="nchw"))
+    assert plain_manifest.kernels[0].kernels_conv_scheduled == 0
+    plain = LocalModel(tmp_path / "p")
+    x = random_input((3, 3, 32, 32), seed=5)
+    ref = onnx_reference(onnx_path, [x])[0]
+    assert max_relative_error(blocked.run([x])[0], ref) < 1e-5
+    assert max_relative_error(plain.run([x])[0], ref) < 1e-5
+    r = cli("compile", onnx_path, "-o", tmp_path / "bad", "--conv-layout", "nhwc")
+    assert r.code != 0 and "convolution layout" in r.err
+
+
+def _one_conv_onnx(path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(random_input((16, 8, 3, 3), seed=1), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "one_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 10])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              path)
+    return path
+
+
+@pytest.mark.slow
+def test_tuning_starts_from_the_default_schedule(tmp_path):
+    """A record replaces cw's schedule at compile time, so `cw tune` measures that schedule
+    first and stores it: the best record of a conv kernel is never worse than the default."""
+    load_tvm()
+    from tvm.s_tir import meta_schedule as ms
+
+    onnx_path = _one_conv_onnx(tmp_path / "one_conv.onnx")
+    db = tmp_path / "db"
+    report = tune_model(onnx_path, TuneConfig(db=str(db), batch_sizes=(1,), trials=1))
+    (conv,) = [k for k in report.kernels if "conv2d_NCHWc" in k.name]
+    assert conv.trials_now == 1 and conv.best_us > 0
+    database = ms.database.JSONDatabase(str(db / tuning.WORKLOAD_FILE),
+                                        str(db / tuning.RECORD_FILE), allow_missing=False)
+    (record,) = [r for r in database.get_all_tuning_records()
+                 if "conv2d_NCHWc" in str(r.workload.mod)]
+    default = cpu_conv.conv_schedule(record.workload.mod["main"])
+    assert str(record.trace) == str(default.trace)  # the default schedule, nothing sampled
+    m = compile_model(onnx_path, tmp_path / "b", CompileConfig(tune_dbs=(str(db),)))
+    assert m.kernels[0].kernels_tuned == m.kernels[0].kernels_total  # every kernel has a record
+    x = random_input((1, 8, 10, 10), seed=2)
+    out = LocalModel(tmp_path / "b").run([x])[0]
+    assert max_relative_error(out, onnx_reference(onnx_path, [x])[0]) < 1e-5
