@@ -80,15 +80,15 @@ def choose_target(config: CompileConfig, onnx_model, imported, batch_sizes):
     """(arch, tuning sources, database). TVM's untuned CPU loops run about 1.6x slower when LLVM
     may use AVX2 (measured on resnet18 and small_cnn, docs/benchmarks.md), while tuned schedules
     and cw's NCHWc convolutions need it; so without an explicit --arch a CPU bundle gets the
-    host's x86-64 level only where those cover most of its kernels, and plain x86-64 code
-    otherwise."""
+    host's x86-64 level where it has convolutions cw schedules or records cover most of its
+    kernels, and plain x86-64 code otherwise."""
     arch = config.resolved_arch
     sources = tuning.sources_for(targets.target_key(config.target, arch), config.tune_dbs,
                                  config.use_committed_records)
     database = tuning.load_database(sources)
     if config.target != "cpu" or config.arch is not None or arch in (None, targets.GENERIC_CPU):
         return arch, sources, database
-    covered = total = 0
+    tuned_total = convs_total = total = 0
     target = targets.tvm_target(config.target, arch)
     for batch in batch_sizes:
         mod = bind_batch(imported.mod, onnx_model, batch)
@@ -99,15 +99,17 @@ def choose_target(config: CompileConfig, onnx_model, imported, batch_sizes):
         with target:
             fused, tuned, n = tuning.apply_database(fused, database)
             _, convs = cpu_conv.schedule_convs(fused)
-        covered, total = covered + tuned + convs, total + n
-    if total and covered * 2 >= total:
+        tuned_total, convs_total, total = tuned_total + tuned, convs_total + convs, total + n
+    # cw's convolutions dominate a CNN's time and need AVX2 (mobilenet_v2 at batch 1: 29 ms as
+    # x86-64-v3, 38 ms as plain x86-64 with 60 of its 138 kernels scheduled)
+    if total and (convs_total or tuned_total * 2 >= total):
         return arch, sources, database
     generic = tuning.sources_for(targets.target_key("cpu", targets.GENERIC_CPU), config.tune_dbs,
                                  config.use_committed_records)
-    onnx_model.notes.append(f"CPU code for {targets.GENERIC_CPU}: tuning records and cw's "
-                            f"convolution schedule cover {covered} of {total} kernels; TVM's "
-                            "untuned kernels run faster without AVX2 (tune with `cw tune`, or "
-                            f"force --arch {arch})")
+    onnx_model.notes.append(f"CPU code for {targets.GENERIC_CPU}: tuning records cover "
+                            f"{tuned_total} of {total} kernels and none is a convolution cw "
+                            "schedules; TVM's untuned kernels run faster without AVX2 (tune "
+                            f"with `cw tune`, or force --arch {arch})")
     return targets.GENERIC_CPU, generic, tuning.load_database(generic)
 
 
@@ -244,9 +246,9 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
         batch_sizes = (fixed,)
     progress("stage", {"text": "folding constants and shapes (onnxslim)"})
     normalize.slim(onnx_model, progress)
+    blocked = config.target == "cpu" and config.conv_layout == "nchwc"
     progress("stage", {"text": "importing into TVM Relax"})
-    imported = frontend.import_model(
-        onnx_model, blocked_convs=config.target == "cpu" and config.conv_layout == "nchwc")
+    imported = frontend.import_model(onnx_model, blocked_convs=blocked)
     return onnx_model, imported, batch_sizes
 
 

@@ -29,19 +29,23 @@ def _int(x) -> int | None:
 
 def conv_layout(call) -> dict[str, list[str]]:
     """ConvertLayout callback: the NCHWc layout for one conv2d, or none to leave it as is.
-    Only plain (groups=1) 2-D convolutions in NCHW with static channel counts are blocked:
-    output channels by 8; input channels by 8, or all at once when fewer than 8 (a network's
-    first conv on RGB input)."""
+    2-D convolutions in NCHW with static channel counts are blocked: plain ones (groups=1) with
+    output channels by 8 and input channels by 8, or all at once when fewer than 8 (a
+    network's first conv on RGB input); depthwise ones (one filter per channel) by 8."""
     if getattr(call.op, "name", "") != "relax.nn.conv2d":
         return {}
     attrs = call.attrs
-    if attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW":
+    if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW":
         return {}
     shape = getattr(call.args[1].ty, "shape", None)
     if shape is None or len(shape) != 4:
         return {}
     out_c, in_c = _int(shape[0]), _int(shape[1])
     if out_c is None or in_c is None or out_c % BLOCK:
+        return {}
+    if attrs.groups != 1:
+        if attrs.groups == out_c and in_c == 1:  # depthwise
+            return {"relax.nn.conv2d": [f"NCHW{BLOCK}c", f"OIHW1i{BLOCK}o", f"NCHW{BLOCK}c"]}
         return {}
     ic_bn = BLOCK if in_c % BLOCK == 0 else in_c if in_c < BLOCK else None
     if ic_bn is None:
@@ -58,10 +62,37 @@ def legalize_conv2d(bb, call):
     attrs = call.attrs
     if len(attrs.data_layout) == 4:
         return _nn_conv2d(bb, call)
+    if attrs.groups != 1:
+        return bb.call_te(_depthwise_nchwc, call.args[0], call.args[1], attrs.strides,
+                          attrs.padding, attrs.dilation, attrs.out_dtype or call.args[0].ty.dtype,
+                          primfunc_name_hint="depthwise_conv2d_NCHWc")
     return bb.call_te(topi.nn.conv2d_NCHWc, call.args[0], call.args[1], attrs.strides,
                       attrs.padding, attrs.dilation, attrs.data_layout, attrs.out_layout,
                       attrs.out_dtype or call.args[0].ty.dtype,
                       primfunc_name_hint="conv2d_NCHWc")
+
+
+def _depthwise_nchwc(data, kernel, strides, padding, dilation, out_dtype):
+    """Depthwise conv, data N C/8 H W 8, kernel C/8 1 KH KW 1 8 (topi declares this operator
+    but has no x86 implementation since TVM dropped its TE schedules)."""
+    from tvm import te, topi
+
+    _, _, height, width, _ = data.shape
+    _, _, kh_n, kw_n, _, _ = kernel.shape
+    sh, sw = (int(v) for v in strides)
+    dh, dw = (int(v) for v in dilation)
+    top, left, bottom, right = (int(v) for v in padding)
+    out_h = (height + top + bottom - (kh_n - 1) * dh - 1) // sh + 1
+    out_w = (width + left + right - (kw_n - 1) * dw - 1) // sw + 1
+    padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
+    kh = te.reduce_axis((0, kh_n), name="kh")
+    kw = te.reduce_axis((0, kw_n), name="kw")
+    return te.compute(
+        (data.shape[0], data.shape[1], out_h, out_w, data.shape[4]),
+        lambda n, c, h, w, b: te.sum(
+            padded[n, c, h * sh + kh * dh, w * sw + kw * dw, b].astype(out_dtype)
+            * kernel[c, 0, kh, kw, 0, b].astype(out_dtype), axis=[kh, kw]),
+        name="depthwise_conv2d_NCHWc")
 
 
 def _reg_n(width: int) -> int:
@@ -85,8 +116,8 @@ def conv_schedule(func):
     sch = s_tir.Schedule(func)
     try:
         conv = sch.get_sblock("conv2d_NCHWc")
-    except Exception:  # noqa: BLE001  (no such block: not a conv kernel)
-        return None
+    except Exception:  # noqa: BLE001  (no such block: maybe a depthwise conv)
+        return _depthwise_schedule(sch)
     loops = sch.get_loops(conv)
     if len(loops) != 8:
         return None
@@ -104,6 +135,31 @@ def conv_schedule(func):
     owo, owi = sch.split(ow, [None, reg_n])
     icc, icb = sch.split(ic, [None, ic_bn])
     sch.reorder(n, occ, oh, owo, icc, kh, kw, icb, owi, ocb)
+    return _finish(sch, conv, n, occ, oh, owo, owi, ocb, icc)
+
+
+def _depthwise_schedule(sch):
+    """Depthwise: the same register tile, accumulated over the filter window only, with one
+    input vector (not a broadcast value) per step."""
+    try:
+        conv = sch.get_sblock("depthwise_conv2d_NCHWc")
+    except Exception:  # noqa: BLE001  (not a conv kernel)
+        return None
+    loops = sch.get_loops(conv)
+    if len(loops) != 7:
+        return None
+    n, c, oh, ow, cb, kh, kw = loops
+    width = _int(sch.get(ow).extent)
+    if width is None or any(_int(sch.get(loop).extent) is None for loop in loops):
+        return None
+    owo, owi = sch.split(ow, [None, _reg_n(width)])
+    sch.reorder(n, c, oh, owo, kh, kw, owi, cb)
+    return _finish(sch, conv, n, c, oh, owo, owi, cb, kh)
+
+
+def _finish(sch, conv, n, occ, oh, owo, owi, ocb, first_reduction):
+    """Epilogue, threads, unrolling and vectors for a conv nest ordered
+    n, occ, oh, owo, [reduction loops], owi, ocb."""
     # Elementwise epilogue (bias, BatchNorm's scale and shift, residual add, ReLU): all but the
     # last inlined into the last, which runs per register tile right after it is complete, so
     # the accumulators never go to memory before the output does.
@@ -122,7 +178,7 @@ def conv_schedule(func):
     sch.parallel(sch.fuse(n, occ, oh))
     sch.unroll(owi)
     sch.vectorize(ocb)
-    sch.decompose_reduction(conv, icc)
+    sch.decompose_reduction(conv, first_reduction)
     for producer in sch.get_producers(conv):
         if sch.get(producer).name_hint == "data_pad":
             pad_loops = sch.get_loops(producer)

@@ -38,31 +38,37 @@ def _conv_graph(n, c, h, w, oc, k, stride, pad, groups=1, residual=False):
 
 def _reference(x, w, b, stride, pad, residual=None):
     n, c, h, wd = x.shape
-    oc, _, k, _ = w.shape
+    oc, per_group, k, _ = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     out_h, out_w = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
     y = np.zeros((n, oc, out_h, out_w), np.float64)
     for i in range(k):
         for j in range(k):
             patch = xp[:, :, i:i + stride * out_h:stride, j:j + stride * out_w:stride]
-            y += np.einsum("oc,nchw->nohw", w[:, :, i, j], patch)
+            if per_group == 1 and c == oc and c > 1:  # depthwise
+                y += w[None, :, 0, i, j, None, None] * patch
+            else:
+                y += np.einsum("oc,nchw->nohw", w[:, :, i, j], patch)
     y += b
     if residual is not None:
         y += residual
     return np.maximum(y, 0).astype(np.float32)
 
 
-@pytest.mark.parametrize("n,c,h,w,oc,k,stride,pad,residual", [
-    (1, 16, 14, 14, 16, 3, 1, 1, True),    # resnet's 3x3 with a residual add
-    (2, 8, 13, 13, 24, 3, 2, 1, False),    # stride 2, odd width, batch 2
-    (1, 3, 20, 20, 8, 7, 2, 3, False),     # an RGB stem: 3 input channels in one block
-    (1, 32, 7, 7, 16, 1, 1, 0, True),      # 1x1, no padding
-    (1, 8, 17, 17, 16, 3, 1, 1, True),     # a prime width: tiles of 9, the last one partial
+@pytest.mark.parametrize("n,c,h,w,oc,k,stride,pad,residual,groups", [
+    (1, 16, 14, 14, 16, 3, 1, 1, True, 1),    # resnet's 3x3 with a residual add
+    (2, 8, 13, 13, 24, 3, 2, 1, False, 1),    # stride 2, odd width, batch 2
+    (1, 3, 20, 20, 8, 7, 2, 3, False, 1),     # an RGB stem: 3 input channels in one block
+    (1, 32, 7, 7, 16, 1, 1, 0, True, 1),      # 1x1, no padding
+    (1, 8, 17, 17, 16, 3, 1, 1, True, 1),     # a prime width: tiles of 9, the last one partial
+    (1, 16, 15, 15, 16, 3, 1, 1, False, 16),  # depthwise
+    (2, 24, 17, 17, 24, 3, 2, 1, True, 24),   # depthwise, stride 2, batch 2
 ])
-def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pad, residual):
+def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pad, residual,
+                                                   groups):
     from tvm import relax
 
-    tvm, mod = _conv_graph(n, c, h, w, oc, k, stride, pad, residual=residual)
+    tvm, mod = _conv_graph(n, c, h, w, oc, k, stride, pad, groups=groups, residual=residual)
     mod = relax.transform.ConvertLayout({}, layout_cb=cpu_conv.conv_layout)(mod)
     target = targets.tvm_target("cpu", targets.default_cpu_arch())
     with target:
@@ -73,7 +79,7 @@ def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pa
     vm = relax.VirtualMachine(ex, tvm.cpu())
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    wt = rng.standard_normal((oc, c, k, k)).astype(np.float32)
+    wt = rng.standard_normal((oc, c // groups, k, k)).astype(np.float32)
     b = rng.standard_normal((1, oc, 1, 1)).astype(np.float32)
     out_h, out_w = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
     r = rng.standard_normal((n, oc, out_h, out_w)).astype(np.float32)
@@ -85,7 +91,9 @@ def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pa
 
 @pytest.mark.parametrize("c,oc,groups,blocked", [
     (64, 64, 1, "NCHW8c"), (3, 64, 1, "NCHW3c"), (12, 64, 1, None), (64, 20, 1, None),
-    (32, 32, 32, None),  # depthwise: left to TVM
+    (32, 32, 32, "NCHW8c"),  # depthwise
+    (32, 64, 2, None),       # grouped: left to TVM
+    (12, 12, 12, None),      # depthwise, channels not a multiple of 8
 ])
 def test_which_convolutions_get_blocked(c, oc, groups, blocked):
     from tvm import relax
@@ -155,3 +163,4 @@ def test_tuning_starts_from_the_default_schedule(tmp_path):
     x = random_input((1, 8, 10, 10), seed=2)
     out = LocalModel(tmp_path / "b").run([x])[0]
     assert max_relative_error(out, onnx_reference(onnx_path, [x])[0]) < 1e-5
+

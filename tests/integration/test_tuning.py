@@ -91,6 +91,10 @@ def test_untuned_and_generic_targets_ignore_records(mlp_db, zoo_onnx, tmp_path):
         # untuned loops run faster as plain x86-64 code, and the manifest says why
         assert m.target.arch == targets.GENERIC_CPU
         assert any("cover 0 of 3 kernels" in n and "--arch" in n for n in m.notes)
+    m = compile_model(zoo_onnx("small_cnn"), tmp_path / "c", CompileConfig(batch_sizes=(1,)))
+    # cw's own convolution schedule needs AVX2, whatever the other kernels
+    assert m.kernels[0].kernels_conv_scheduled == 2
+    assert m.target.arch == targets.default_cpu_arch()
 
 
 def test_compact_keeps_the_best_record_per_kernel(mlp_db, tmp_path, cli):
@@ -170,11 +174,11 @@ def test_tune_cli_reports_and_refuses_foreign_directories(zoo_onnx, tmp_path, cl
 
 @pytest.mark.slow
 def test_record_lookup_survives_graphs_tvm_cannot_fuse(zoo_onnx, tmp_path, mlp_db):
-    """MobileNetV2 makes TVM's FuseTIR fail; looking up records must fall back to unfused
-    kernels as the compile itself does, not crash."""
+    """MobileNetV2 in NCHW makes TVM's FuseTIR fail; looking up records must fall back to
+    unfused kernels as the compile itself does, not crash."""
     db, _ = mlp_db
     m = compile_model(zoo_onnx("mobilenet_v2"), tmp_path / "m",
-                      CompileConfig(batch_sizes=(1,), tune_dbs=(str(db),)))
+                      CompileConfig(batch_sizes=(1,), tune_dbs=(str(db),), conv_layout="nchw"))
     assert any("operator fusion failed" in n for n in m.notes)
     assert m.kernels[0].kernels_tuned == 0 and m.kernels[0].kernels_total > 0
     if targets.default_cpu_arch() not in (None, targets.GENERIC_CPU):
