@@ -16,6 +16,8 @@ The weight relayout is ordinary weight-only math, lifted out of the graph with t
 
 from __future__ import annotations
 
+from cw.tvm_env import load_tvm
+
 BLOCK = 8          # fp32 lanes of an AVX2 register: output-channel block and input block
 MAX_REG_N = 14     # accumulators per tile: 14 + one weight vector + one broadcast = 16 ymm
 
@@ -189,8 +191,13 @@ def _finish(sch, conv, n, occ, oh, owo, owi, ocb, first_reduction):
 
 def schedule_conv(func):
     """`func` with the NCHWc convolution schedule applied, or None when it is not such a
-    kernel."""
-    sch = conv_schedule(func)
+    kernel (or one whose epilogue the schedule cannot place: TVM's generic lowering then)."""
+    from tvm import s_tir
+
+    try:
+        sch = conv_schedule(func)
+    except s_tir.ScheduleError:
+        return None
     return None if sch is None else sch.mod["main"].with_attr("tirx.is_scheduled", True)
 
 
@@ -211,3 +218,53 @@ def schedule_convs(mod):
     for gv, func in updates.items():
         mod[gv] = func
     return mod, len(updates)
+
+
+def clip_as_relax_ops(mod):
+    """TVM's ONNX importer emits Clip (ReLU6) as calls of TIR maximum/minimum kernels with a
+    scalar bound, which layout conversion cannot see through: mobilenet_v2's activations went
+    from the blocked layout to NCHW and back around each of its ReLU6s. Those calls become
+    Relax's own maximum/minimum, which it can. Returns (module, calls rewritten)."""
+    tvm = load_tvm()
+    from tvm import relax, tirx
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    ops = {"maximum": (relax.op.maximum, "T.max("), "minimum": (relax.op.minimum, "T.min(")}
+
+    def replacement(call):
+        if call.op != call_tir or not isinstance(call.args[0], tvm.ir.GlobalVar):
+            return None
+        kind = call.args[0].name_hint.rstrip("0123456789_")
+        if kind not in ops or not isinstance(call.args[1], relax.Tuple):
+            return None
+        args = list(call.args[1].fields)
+        func = mod[call.args[0]]
+        if (len(args) != 2 or getattr(args[1].ty, "ndim", None) != 0
+                or not isinstance(func, tirx.PrimFunc)):
+            return None
+        script = func.script()
+        blocks = script.count('T.sblock("') - script.count('T.sblock("root")')
+        if blocks != 1 or ops[kind][1] not in script:
+            return None
+        return ops[kind][0](args[0], args[1])
+
+    rewritten_calls = []
+
+    @relax.expr_functor.mutator
+    class Rewriter(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = self.visit_expr_post_order(call)
+            new = replacement(call)
+            if new is None:
+                return call
+            rewritten_calls.append(call)
+            return new
+
+    main_gv = mod.get_global_var("main")
+    new_main = Rewriter(mod).visit_expr(mod["main"])
+    if not rewritten_calls:
+        return mod, 0
+    functions = dict(mod.functions)
+    functions[main_gv] = new_main
+    rewritten = tvm.IRModule(functions, attrs=mod.attrs)
+    return relax.transform.DeadCodeElimination(["main"])(rewritten), len(rewritten_calls)

@@ -199,6 +199,7 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False) -> Imported
         from cw.compile import cpu_conv
         # before lifting, so that the weights' relayout is lifted with the rest
         try:
+            mod, _ = cpu_conv.clip_as_relax_ops(mod)
             mod = relax.transform.ConvertLayout({}, layout_cb=cpu_conv.conv_layout)(mod)
         except Exception as e:  # TVM's layout inference fails on some operators after a conv
             first = (str(e).strip().splitlines() or [type(e).__name__])[-1]

@@ -105,7 +105,12 @@ def _seed_default_schedule(ms, task, workload, database, builder, runner) -> boo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    sch = cpu_conv.conv_schedule(task.dispatched[0])
+    from tvm import s_tir
+
+    try:
+        sch = cpu_conv.conv_schedule(task.dispatched[0])
+    except s_tir.ScheduleError:
+        return False
     if sch is None:
         return False
     (built,) = builder.build([BuilderInput(sch.mod, task.target)])

@@ -164,3 +164,41 @@ def test_tuning_starts_from_the_default_schedule(tmp_path):
     out = LocalModel(tmp_path / "b").run([x])[0]
     assert max_relative_error(out, onnx_reference(onnx_path, [x])[0]) < 1e-5
 
+
+
+def _conv_relu6_conv_onnx(path, computed_bound=False):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(random_input((16, 8, 3, 3), seed=1), "w1"),
+             numpy_helper.from_array(random_input((16, 16, 3, 3), seed=2), "w2"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1])]
+    if computed_bound:  # an upper bound computed from the input
+        nodes.append(helper.make_node("ReduceMax", ["x"], ["hi2"], keepdims=0))
+    nodes += [helper.make_node("Clip", ["c1", "lo", "hi2" if computed_bound else "hi"], ["r"]),
+              helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(
+        nodes, "relu6", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("computed_bound", [False, True])
+def test_relu6_between_convs_keeps_the_blocked_layout(tmp_path, computed_bound):
+    onnx_path = _conv_relu6_conv_onnx(tmp_path / "m.onnx", computed_bound)
+    m = compile_model(onnx_path, tmp_path / "b", CompileConfig(batch_sizes=(1,)))
+    k = m.kernels[0]
+    # a bound computed in the graph lands in the first conv's epilogue, which the schedule
+    # cannot place per tile: that kernel keeps TVM's loops
+    assert k.kernels_conv_scheduled == (1 if computed_bound else 2)
+    if not computed_bound:
+        # relayout in, conv + ReLU6, conv, relayout out: no relayout between the convs (TVM's
+        # own Clip kernels made it 7: two more relayouts, maximum and minimum)
+        assert k.kernels_total == 4, k
+    x = random_input((1, 8, 12, 12), seed=4) * 3
+    out = LocalModel(tmp_path / "b").run([x])[0]
+    assert max_relative_error(out, onnx_reference(onnx_path, [x])[0]) < 1e-5
