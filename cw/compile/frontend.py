@@ -195,6 +195,7 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False) -> Imported
     onnx_names = [t.name for t in onnx_model.model.graph.initializer]
     if len(onnx_names) == len(raw_names):  # the importer keeps initializer order
         raw_names = onnx_names
+    mod = relax.transform.DecomposeOpsForInference()(mod)
     if blocked_convs:
         from cw.compile import cpu_conv
         # before lifting, so that the weights' relayout is lifted with the rest
@@ -207,7 +208,6 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False) -> Imported
                                     f"TVM's layout conversion failed ({first[:120]})")
     # BatchNorm statistics and weight transposes depend on the weights only: lift them into a
     # function run once below instead of on every inference.
-    mod = relax.transform.DecomposeOpsForInference()(mod)
     mod = relax.transform.LiftTransformParams()(mod)
     if "main_transform_params" not in [gv.name_hint for gv in mod.functions]:
         return ImportedModel(mod, num_inputs, raw_names, raw_names,
