@@ -2,7 +2,14 @@
 
     python bench/gpu_stage.py --out .gpu/bundles --tests                 # what tests/gpu needs
     python bench/gpu_stage.py --out .gpu/bundles --models resnet18,mobilenet_v2 \\
-        [--batch-sizes 1,2,4,8,16] [--arch sm_90]
+        [--batch-sizes 1,2,4,8,16] [--arch sm_90] [--hollow resnet152]
+    python bench/gpu_stage.py --refill .gpu/bundles/resnet152      # on the GPU machine
+
+`--hollow NAME` stages a bundle without its weights file, for models too large to carry (a call
+carries 64 MiB); `--refill` writes a weights file of the same size there, filled with a fixed
+random pattern, and its checksum into the manifest. Such a bundle times LOAD and EXEC exactly
+like the real one (no kernel's speed depends on the weights' values) but computes nonsense:
+never use it for accuracy.
 
 Test bundles are named NAME-B_B (the `cuda_bundle` fixture's names; point $CW_TEST_CUDA_BUNDLES at
 the directory); benchmark bundles are named NAME (what bench/kernels.py --bundles expects).
@@ -12,38 +19,67 @@ Prints the staged size: a device call carries at most 64 MiB in all.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import model_zoo  # noqa: E402
-from cw.compile.compiler import CompileConfig, compile_model  # noqa: E402
+HOLLOW = "HOLLOW"  # marker file: the weights were left behind
+
+
+def refill(path: Path) -> None:
+    import numpy as np
+
+    from cw.bundle import open_bundle, replace_file_in_bundle
+
+    bundle = open_bundle(path, verify=False)
+    total = max(page.file_offset + page.used_bytes for page in bundle.manifest.weights.pages)
+    data = (np.random.default_rng(0).standard_normal(-(-total // 4)) * 0.02).astype(np.float32)
+    replace_file_in_bundle(bundle, bundle.manifest.weights.file, data.tobytes()[:total])
+    (path / HOLLOW).unlink(missing_ok=True)
+    print(f"refilled {path}: {total / 2**20:.1f} MiB of pattern weights (timing only)")
 
 TEST_BUNDLES = {"small_cnn": (1, 4), "mlp": (1, 2)}
 
 
-def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None) -> None:
+def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
+          hollow: bool = False) -> None:
+    import model_zoo
+    from cw.bundle import open_bundle
+    from cw.compile.compiler import CompileConfig, compile_model
+
     if (out / "manifest.json").is_file():
         print(f"{out} exists, kept")
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        onnx_path = Path(tmp) / f"{name}.onnx"
-        model_zoo.export(name, onnx_path)
-        compile_model(onnx_path, out, CompileConfig(target="cuda", arch=arch,
-                                                    batch_sizes=batch_sizes, name=name))
-    print(f"staged {out}")
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            onnx_path = Path(tmp) / f"{name}.onnx"
+            model_zoo.export(name, onnx_path)
+            compile_model(onnx_path, out, CompileConfig(target="cuda", arch=arch,
+                                                        batch_sizes=batch_sizes, name=name))
+        print(f"staged {out}")
+    if hollow:
+        weights = out / open_bundle(out, verify=False).manifest.weights.file
+        if weights.exists():
+            os.unlink(weights)
+            (out / HOLLOW).write_text("weights left behind: bench/gpu_stage.py --refill\n")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--refill", type=Path, help="on the GPU machine: a hollow bundle's weights")
+    ap.add_argument("--hollow", default="", help="zoo names staged without weights")
     ap.add_argument("--tests", action="store_true", help="the bundles tests/gpu uses")
     ap.add_argument("--models", default="", help="zoo names, comma-separated")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16")
     ap.add_argument("--arch", default=None, help="default: cw's CUDA default (sm_90)")
     args = ap.parse_args()
+    if args.refill:
+        return refill(args.refill)
+    if not args.out:
+        ap.error("--out is required")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.tests:
@@ -52,6 +88,8 @@ def main() -> None:
     sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     for name in filter(None, args.models.split(",")):
         stage(name, out / name, sizes, args.arch)
+    for name in filter(None, args.hollow.split(",")):
+        stage(name, out / name, sizes, args.arch, hollow=True)
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"{out}: {total / 2**20:.1f} MiB")
 

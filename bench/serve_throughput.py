@@ -1,7 +1,10 @@
 """Controller throughput over the real ZeroMQ path with simulated worker processes.
 
     python bench/serve_throughput.py --models DIR [--workers 2] [--rate 2000] [--seconds 10]
-        [--slo 100ms]
+        [--slo 100ms] [--ipc]
+
+`--ipc`: Unix sockets instead of TCP on loopback (with ResNet-50-sized inputs it saved ~8 % of
+the controller's CPU).
 
 The controller runs in this process, the workers in their own, and an open-loop client in
 another (so that its pacing does not compete with the controller for the GIL). Prints offered
@@ -73,9 +76,13 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=2000)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--slo", default="100ms")
+    ap.add_argument("--ipc", action="store_true", help="Unix sockets instead of TCP loopback")
     args = ap.parse_args()
-    ctl = ControllerThread(ControllerConfig(workers_listen="tcp://127.0.0.1:*",
-                                            clients_listen="tcp://127.0.0.1:*"),
+    if args.ipc:
+        listen = [f"ipc:///tmp/cw-bench-{os.getpid()}-{side}" for side in ("workers", "clients")]
+    else:
+        listen = ["tcp://127.0.0.1:*"] * 2
+    ctl = ControllerThread(ControllerConfig(workers_listen=listen[0], clients_listen=listen[1]),
                            keep_telemetry=True).start()
     procs = WorkerProcesses(local_address(ctl.workers_address), Path(args.models), args.workers,
                             "simulated", ["cpu"], args.copies)

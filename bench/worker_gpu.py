@@ -99,7 +99,7 @@ def main() -> None:
         def infer(earliest):
             return c.send(p.Infer, model=args.model, earliest_ns=earliest,
                           latest_ns=earliest + 10_000 * MS, batch_size=args.batch, n=args.batch,
-                          inputs=data)
+                          inputs=[[d] for d in data])
 
         # spaced: each window opens when the GPU is idle; each INFER is sent 5 ms ahead of its
         # window, as the controller does (sending them all up front floods the worker with

@@ -70,7 +70,7 @@ def main() -> None:
                 t = now_ns()
                 router.send(peer, p.Infer(id=sent, model=model.model_id, gpu=0, earliest_ns=t,
                                           latest_ns=t + 1000 * MS, expected_ns=0,
-                                          batch_size=args.batch, n=args.batch, inputs=[data]))
+                                          batch_size=args.batch, n=args.batch, inputs=[[data]]))
             for who, msg in router.poll(10):
                 if isinstance(msg, p.Result):
                     done += 1

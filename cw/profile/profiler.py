@@ -23,7 +23,7 @@ from cw.errors import UsageError
 from cw.profile.schema import (PROFILE_SCHEMA_VERSION, BatchProfile, DeviceInfo, LoadProfile,
                                Profile)
 from cw.profile.stats import Stats, summarize
-from cw.serve.runtime.base import Runtime
+from cw.serve.runtime.base import Runtime, now_ns
 from cw.serve.runtime.host import HostModel, HostWeights
 from cw.tvm_env import load_tvm
 
@@ -181,12 +181,13 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
         samples = {"input": [], "exec": [], "exec_host": [], "output": []}
         for i in range(config.warmup + config.iterations):
             t_in = runtime.copy_input(model, slot, inputs)
+            issued = now_ns()  # EXEC's own start is when the device began, after the launch
             t_ex = runtime.execute(model, slot)
             _, t_out = runtime.copy_output(model, slot)
             if i >= config.warmup:
                 samples["input"].append(t_in.device_ns)
                 samples["exec"].append(t_ex.device_ns)
-                samples["exec_host"].append(t_ex.end_ns - t_ex.start_ns)
+                samples["exec_host"].append(t_ex.end_ns - issued)
                 samples["output"].append(t_out.device_ns)
             progress("advance", {})
         runtime.release_slot(slot)
@@ -215,9 +216,10 @@ def _concurrent(runtime: Runtime, model: HostModel, batch: int, inputs, config: 
         try:
             for _ in range(per_thread):
                 runtime.copy_input(model, slots[idx], inputs)
+                issued = now_ns()
                 t = runtime.execute(model, slots[idx], lane=idx)
                 runtime.copy_output(model, slots[idx])
-                latencies[idx].append(t.end_ns - t.start_ns)
+                latencies[idx].append(t.end_ns - issued)
                 progress("advance", {})
         except BaseException as e:  # re-raised in the caller: a dead thread must not skew results
             errors.append(e)

@@ -288,7 +288,9 @@ class Controller:
                 continue  # the scheduler will hear of the worker's loss and re-plan
             if isinstance(d, SendInfer):
                 reqs = [self.pending[r] for r in d.request_ids]
-                inputs = [b"".join(r.inputs[i] for r in reqs) for i in range(len(reqs[0].inputs))]
+                # each request's bytes as received (views into its frame): copied once, by the
+                # encoder, instead of joined first
+                inputs = [[r.inputs[i] for r in reqs] for i in range(len(reqs[0].inputs))]
                 msg = p.Infer(id=d.action_id, model=d.model, gpu=d.gpu,
                               earliest_ns=d.earliest_ns, latest_ns=d.latest_ns,
                               expected_ns=d.expected_ns, batch_size=d.batch_size,

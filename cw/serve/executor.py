@@ -13,10 +13,9 @@ import logging
 import threading
 from typing import Callable
 
-from cw.serve.runtime.base import now_ns
+from cw.serve.runtime.base import SPIN_NS, now_ns
 
 log = logging.getLogger("cw.worker")
-SPIN_NS = 200_000  # condition waits overshoot by ~100 µs; spin the rest
 
 
 class Executor:

@@ -191,7 +191,8 @@ def _controller_process_main(config: ControllerConfig, conn) -> None:
 def build_worker(config):
     """Load and verify bundles, allocate device memory, warm up; returns a Worker, unconnected."""
     from cw.serve.runtime.host import find_bundles, load_models
-    from cw.serve.worker import Worker, make_runtimes
+    from cw.serve.runtime.factory import make_runtimes
+    from cw.serve.worker import Worker
 
     models = load_models(find_bundles(config.models_dir), config.copies,
                          read_weights=config.runtime != "simulated")

@@ -8,6 +8,9 @@ All times are integer nanoseconds on the **controller's** clock, with `_ns` in t
 worker translates action windows to its own clock with an offset it estimates from ping/pong
 round trips, and reports results back on the controller's clock, so the controller only ever sees
 one clock.
+
+Tensor payloads are `memoryview`s: decoded, they are views into the received frame (no copy);
+to send, any buffer (bytes, a contiguous numpy array's memoryview) will do.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import enum
 
 import msgspec
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: INFER inputs in one chunk per request
 
 
 class Status(enum.IntEnum):
@@ -76,7 +79,9 @@ class Unload(Action, tag="unload"):
 class Infer(Action, tag="infer"):
     batch_size: int       # compiled batch size to run
     n: int                # real samples in `inputs` (≤ batch_size; the rest is padding)
-    inputs: list[bytes]   # per model input: n samples, C-contiguous, the model's dtype
+    # per model input: the batch's n samples (C-contiguous, the model's dtype) as one chunk per
+    # request, in order: the controller sends each request's bytes as they came, uncopied
+    inputs: list[list[memoryview]]
 
 
 class Pong(msgspec.Struct, frozen=True, tag="pong"):
@@ -155,7 +160,7 @@ class Result(msgspec.Struct, frozen=True, tag="result"):
     message: str = ""
     # LOAD: [weights]; INFER: [input, exec, output]; empty when not run
     timings: list[Timing] = []
-    outputs: list[bytes] = []  # INFER: per model output, n samples
+    outputs: list[memoryview] = []  # INFER: per model output, n samples
     simulated: bool = False    # produced by a simulated device (outputs are zeros)
 
 
@@ -167,7 +172,7 @@ FromWorker = Register | Ping | Result
 class InferRequest(msgspec.Struct, frozen=True, tag="infer"):
     request_id: int        # chosen by the client, echoed in the response
     model: str
-    inputs: list[bytes]    # per model input: n samples, C-contiguous
+    inputs: list[memoryview]  # per model input: n samples, C-contiguous
     n: int                 # samples in this request (1 for a single request)
     slo_ns: int = 0        # 0: the controller's default SLO
 
@@ -183,7 +188,7 @@ class InferResponse(msgspec.Struct, frozen=True, tag="infer_response"):
     request_id: int
     status: RequestStatus
     message: str = ""
-    outputs: list[bytes] = []
+    outputs: list[memoryview] = []
     latency_ns: int = 0     # arrival at the controller to response sent
     batch_size: int = 0     # the compiled batch size it ran in
     simulated: bool = False  # answered by a simulated worker: outputs are zeros

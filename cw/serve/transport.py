@@ -29,11 +29,14 @@ class Malformed:
     error: str
 
 
-def _decode(codec: Codec, data: bytes):
+def _decode(codec: Codec, data):
+    """`data`: bytes, or the buffer of a frame received without a copy. Tensor payloads
+    (`memoryview` fields) then stay views into the frame: a 600 KB input is not copied twice
+    on its way in (at thousands of requests a second those copies were half a controller)."""
     try:
         return codec.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        return Malformed(data, str(e))
+        return Malformed(bytes(data), str(e))
 
 
 class _Outbox:
@@ -164,12 +167,13 @@ class ZmqRouter(_ZmqEndpoint):
 
     def _receive(self):
         recv, last = self._recv_frame, self._last
-        frames = [recv(last)]
+        peer = recv(last)
+        frames = []
         while self._get_option(self._rcvmore):
-            frames.append(recv(last))
-        if len(frames) != 2:
-            return frames[0], Malformed(b"".join(frames[1:]), "bad framing")
-        return frames[0], _decode(self._in, frames[1])
+            frames.append(recv(last, False).buffer)
+        if len(frames) != 1:
+            return peer, Malformed(b"".join(frames), "bad framing")
+        return peer, _decode(self._in, frames[0])
 
     _receive_one = _receive
 
@@ -204,7 +208,7 @@ class ZmqDealer(_ZmqEndpoint):
             send(queue.popleft(), 0)
 
     def _receive_one(self):
-        return _decode(self._in, self._recv_frame(self._last))
+        return _decode(self._in, self._recv_frame(self._last, False).buffer)
 
     def poll(self, timeout_ms: int) -> list[object]:
         return self._poll_socket(timeout_ms, self._receive_one)

@@ -4,12 +4,21 @@ It never chooses. Per device it has one executor per kind of work — weights (L
 copy, EXEC, output copy — each a queue ordered by `earliest`; EXEC runs one at a time. An action
 that cannot start by `latest` is refused (TOO_LATE), never run late. Every action gets exactly
 one Result. Message handling (`step`) is separate from the loop (`serve_forever`).
+
+On a runtime that launches asynchronously (CUDA), the EXEC executor hands an EXEC to the runtime
+`launch_lead_ns` before its window opens: it is queued on the GPU behind the one running and
+released at `earliest`; its output copy is queued behind it, and a completion thread waits for
+both and sends the result.
+Whether it can start by `latest` is then decided from the predicted end of the EXECs ahead of it
+(their `expected_ns`, else the last measured duration), since a launched EXEC cannot be taken
+back.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -18,11 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from cw.serve.clock import ClockSync
-from cw.serve.executor import SPIN_NS, Executor
+from cw.serve.executor import Executor
 from cw.serve.protocol import (PROTOCOL_VERSION, DeviceDesc, Goodbye, Infer, Load, ModelInfo, Ping,
                                Pong, Register, Result, Status, TensorInfo, Timing, Unload,
                                Welcome)
-from cw.serve.runtime.base import IOSlot, PhaseTiming, Runtime, now_ns
+from cw.serve.runtime.base import SPIN_NS, IOSlot, PhaseTiming, Runtime, now_ns
 from cw.serve.runtime.host import HostModel
 from cw.serve.simdevice import SimulatedDevice
 from cw.serve.transport import Malformed
@@ -85,7 +94,13 @@ class _Device:
     def __init__(self, index: int, runtime: Runtime, worker: "Worker"):
         self.index = index
         self.runtime = runtime
-        self.lock = threading.Lock()  # EXEC vs UNLOAD: weights never vanish mid-execution
+        # EXEC vs UNLOAD: weights never vanish while an EXEC that reads them is launched and
+        # not finished; UNLOAD waits for the model's count to reach zero
+        self.executing = threading.Condition()
+        self.in_flight: dict[str, int] = {}  # EXECs launched and not finished, by model
+        self.launched = 0                    # ... and in all
+        self.busy_until_ns = 0  # predicted end of the last EXEC launched (worker clock)
+        self.last_exec_ns: dict[tuple[int, int], int] = {}  # (bundle, batch) -> device time
         # LOADs submitted and not finished, by model: an INFER planned to start right after
         # its model's LOAD waits for it (inside its own window) instead of failing NOT_LOADED
         self.loading: dict[str, threading.Event] = {}
@@ -97,11 +112,23 @@ class _Device:
             self.input = Executor(f"dev{index}-input", w._run_input, w._too_late, SPIN_NS)
             self.exec = Executor(f"dev{index}-exec", w._run_exec, w._too_late, SPIN_NS)
             self.output = Executor(f"dev{index}-output", w._run_output, w._too_late, SPIN_NS)
+        self.completions: queue.SimpleQueue | None = None
+        if self.sim is None and runtime.launch_lead_ns:
+            self.completions = queue.SimpleQueue()
+            self._completer = threading.Thread(target=w._complete_loop, args=(self,),
+                                               name=f"dev{index}-complete", daemon=True)
+            self._completer.start()
 
     def executors(self):
         if self.sim is not None:
             return ()
         return (self.weights, self.input, self.exec, self.output)
+
+    def drain_completions(self) -> None:
+        if self.completions is not None:
+            self.completions.put(None)
+            self._completer.join(timeout=10)
+            self.completions = None
 
 
 class Worker:
@@ -183,6 +210,8 @@ class Worker:
                 for item in device.sim.stop():
                     self._reply_status(item, Status.SHUTTING_DOWN, "worker is shutting down")
             for executor in device.executors():
+                if executor is device.output:
+                    device.drain_completions()  # launched EXECs still feed the output copy
                 for item in executor.stop():
                     self._reply_status(item, Status.SHUTTING_DOWN, "worker is shutting down")
         self.transport.poll(0)  # flush the outbox
@@ -253,7 +282,8 @@ class Worker:
         rt = device.runtime
         if isinstance(action, Unload):
             start = now_ns()
-            with device.lock:
+            with device.executing:
+                device.executing.wait_for(lambda: not device.in_flight.get(model.model_id))
                 slots = rt.unload(model)
                 rt.cache.release(slots)
             end = now_ns()
@@ -292,9 +322,11 @@ class Worker:
                                       f"batch sizes {m.batch_sizes}")
         if len(action.inputs) != len(m.inputs):
             return Status.BAD_INPUT, f"{len(action.inputs)} inputs given, the model has {len(m.inputs)}"
-        for data, spec in zip(action.inputs, m.inputs):
-            if len(data) != action.n * spec.sample_bytes:
-                return Status.BAD_INPUT, (f"input '{spec.name}' has {len(data)} bytes; {action.n} "
+        for chunks, spec in zip(action.inputs, m.inputs):
+            nbytes = sum(len(c) for c in chunks)
+            if nbytes != action.n * spec.sample_bytes or any(len(c) % spec.sample_bytes
+                                                             for c in chunks):
+                return Status.BAD_INPUT, (f"input '{spec.name}' has {nbytes} bytes; {action.n} "
                                           f"samples of {spec.dtype}{spec.sample_shape} need "
                                           f"{action.n * spec.sample_bytes}")
         return None
@@ -303,35 +335,84 @@ class Worker:
         a, model = job.action, job.model
         rt = self.devices[a.gpu].runtime
         size = model.manifest.kernel_for(a.batch_size).batch_size  # uncompiled sizes pad up
-        job.slot = rt.acquire_slot(model, size)
-        inputs = [np.frombuffer(data, dtype=s.dtype).reshape(a.n, *s.sample_shape)
-                  for data, s in zip(a.inputs, model.manifest.inputs)]
+        job.slot = rt.acquire_slot(model, size, self.clock.to_local(a.latest_ns))
+        if job.slot is None:
+            return self._send(a, Status.TOO_LATE, job.received_ns, job.timings,
+                              message="no free IO buffers before latest_ns")
+        inputs = [[np.frombuffer(c, dtype=s.dtype).reshape(-1, *s.sample_shape) for c in chunks]
+                  for chunks, s in zip(a.inputs, model.manifest.inputs)]
         try:
             job.timings.append(rt.copy_input(model, job.slot, inputs))
         except Exception as e:
             return self._fail_infer(job, e)
-        self.devices[a.gpu].exec.submit(self.clock.to_local(a.earliest_ns),
-                                        self.clock.to_local(a.latest_ns), job)
+        device = self.devices[a.gpu]
+        device.exec.submit(self.clock.to_local(a.earliest_ns) - rt.launch_lead_ns,
+                           self.clock.to_local(a.latest_ns), job)
 
     def _run_exec(self, job: _InferJob) -> None:
         a, model = job.action, job.model
         device = self.devices[a.gpu]
+        rt = device.runtime
+        earliest, latest = self.clock.to_local(a.earliest_ns), self.clock.to_local(a.latest_ns)
         pending_load = device.loading.get(model.model_id)
-        if pending_load is not None and not device.runtime.is_loaded(model.model_id):
-            latest = self.clock.to_local(a.latest_ns)
+        if pending_load is not None and not rt.is_loaded(model.model_id):
             pending_load.wait(max(0, latest - now_ns()) / 1e9)
             if now_ns() > latest:
                 return self._too_late(job)
-        with device.lock:
-            if not device.runtime.is_loaded(model.model_id):
+        shape = (id(model.bundle), job.slot.batch_size)
+        with device.executing:
+            start = max(earliest, device.busy_until_ns, now_ns())
+            if start > latest:  # behind the EXECs already launched it would start too late
+                return self._too_late(job)
+            if not rt.is_loaded(model.model_id):
                 self._release(job)
                 return self._send(a, Status.NOT_LOADED, job.received_ns, job.timings,
                                   message=f"model '{a.model}' is not loaded on device {a.gpu}")
+            device.in_flight[model.model_id] = device.in_flight.get(model.model_id, 0) + 1
+            device.launched += 1
+            device.busy_until_ns = start + (a.expected_ns or device.last_exec_ns.get(shape, 0))
+        try:
+            handle = rt.launch(model, job.slot, earliest)
+        except Exception as e:
+            self._exec_ended(device, model)
+            return self._fail_infer(job, e)
+        if device.completions is not None:
+            device.completions.put((job, handle))
+        elif self._finish_exec(device, job, handle):
+            device.output.submit(0, NEVER, job)
+
+    def _complete_loop(self, device: _Device) -> None:
+        """Waits for launched EXECs in launch order (the order they run in)."""
+        while (item := device.completions.get()) is not None:
             try:
-                job.timings.append(device.runtime.execute(model, job.slot))
-            except Exception as e:
-                return self._fail_infer(job, e)
-        device.output.submit(0, NEVER, job)
+                job = item[0]
+                if self._finish_exec(device, *item):
+                    # collected here, not handed to the output thread: the runtime queued the
+                    # copy behind EXEC on the device, so it is (nearly) done already
+                    self._run_output(job)
+            except Exception:  # the thread must outlive any one action
+                log.exception("dev%d: completing an EXEC failed", device.index)
+
+    def _finish_exec(self, device: _Device, job: _InferJob, handle) -> bool:
+        """Records EXEC's timing; False if it failed (the INFER is answered then)."""
+        try:
+            timing = device.runtime.finish(handle)
+        except Exception as e:
+            self._fail_infer(job, e)
+            return False
+        finally:
+            self._exec_ended(device, job.model)
+        device.last_exec_ns[(id(job.model.bundle), job.slot.batch_size)] = timing.device_ns
+        job.timings.append(timing)
+        return True
+
+    def _exec_ended(self, device: _Device, model: HostModel) -> None:
+        with device.executing:
+            device.in_flight[model.model_id] -= 1
+            device.launched -= 1
+            if not device.launched:
+                device.busy_until_ns = 0  # the prediction ends with the last EXEC in flight
+            device.executing.notify_all()
 
     def _run_output(self, job: _InferJob) -> None:
         rt = self.devices[job.action.gpu].runtime
@@ -342,7 +423,7 @@ class Worker:
         job.timings.append(timing)
         self._release(job)
         self._send(job.action, Status.OK, job.received_ns, job.timings,
-                   outputs=[np.ascontiguousarray(y).tobytes() for y in outputs])
+                   outputs=[memoryview(np.ascontiguousarray(y)).cast("B") for y in outputs])
 
     def _fail_infer(self, job: _InferJob, error: Exception) -> None:
         log.exception("INFER %s failed", job.action.model)
@@ -383,51 +464,3 @@ class Worker:
             action.id, _KIND[type(action)], status, received_ns + offset, message,
             [Timing(start + offset, end + offset, device) for start, end, device in timings],
             list(outputs), simulated=self.devices[0].runtime.simulated))
-
-
-def make_runtimes(config: WorkerConfig, models: list[HostModel]) -> list[Runtime]:
-    """One runtime per device, each with its page cache allocated once."""
-    from cw.engine import parse_device
-    from cw.errors import UsageError
-
-    page_sizes = {m.weights.page_size for m in models}
-    if len(page_sizes) != 1:
-        raise UsageError(f"bundles use different page sizes {sorted(page_sizes)}",
-                         "compile every model of a worker with the same --page-size")
-    page_size = page_sizes.pop()
-    runtimes = []
-    for text in config.devices:
-        kind, index = parse_device(text)
-        if config.runtime == "simulated":
-            from cw.serve.runtime.simulated import SimulatedRuntime
-            cache = config.page_cache_bytes or int(21.5 * 2**30)  # Clockwork's V100 figure
-            runtimes.append(SimulatedRuntime(page_size, cache // page_size, config.noise,
-                                             seed=index))
-        elif kind == "cpu":
-            from cw.serve.runtime.tvm_cpu import TvmCpuRuntime
-            cache = config.page_cache_bytes or 2 * 2**30
-            runtimes.append(TvmCpuRuntime(page_size, cache // page_size))
-        else:
-            from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
-            cache = config.page_cache_bytes or default_gpu_cache_bytes(index, models)
-            runtimes.append(TvmCudaRuntime(index, page_size, cache // page_size))
-    return runtimes
-
-
-def default_gpu_cache_bytes(index: int, models: list[HostModel]) -> int:
-    """What the GPU has free, less what the kernels will take besides weights: every distinct
-    bundle's workspace and IO at every batch size (TVM's pool keeps a block per size), plus
-    1 GiB for TVM's modules and CUDA's own needs."""
-    from cw.errors import DeviceError
-    from cw.serve.runtime import cuda_api
-
-    cuda_api.use_device(index)
-    bundles = {id(m.bundle): m.manifest for m in models}.values()
-    reserve = 2**30 + sum(k.workspace_bytes + k.input_bytes + k.output_bytes
-                          for m in bundles for k in m.kernels)
-    cache = cuda_api.free_bytes() - reserve
-    if cache <= 0:
-        raise DeviceError(f"GPU {index} has too little free memory for the models' kernels "
-                          f"({reserve / 2**20:.0f} MiB needed besides weights)",
-                          "free the GPU or serve fewer models")
-    return cache

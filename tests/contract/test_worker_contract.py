@@ -6,17 +6,20 @@ import numpy as np
 import pytest
 
 from cw.engine import LocalModel
-from cw.serve.protocol import Infer, Status
+from cw.serve.protocol import PROTOCOL_VERSION, Infer, Status
 from tests.conftest import random_input
-from tests.contract.harness import MS, FakeController
+from tests.contract.harness import MS, FakeController, queued_cpu_runtimes
 
+# "tvm-queued": TVM-CPU behind a launch queue, the worker's pipelined (CUDA-like) path;
 # "tvm-cuda": the same worker on GPU 0 with a CUDA bundle (marked gpu: skipped without one)
-RUNTIMES = ["tvm", "simulated", pytest.param("tvm-cuda", marks=pytest.mark.gpu)]
+RUNTIMES = ["tvm", "tvm-queued", "simulated", pytest.param("tvm-cuda", marks=pytest.mark.gpu)]
 
 
 def _controller(runtime, cpu_bundle, cuda_bundle, **kw):
     if runtime == "tvm-cuda":
         return FakeController([cuda_bundle("small_cnn")], runtime="tvm", devices=("cuda:0",), **kw)
+    if runtime == "tvm-queued":
+        return FakeController([cpu_bundle("small_cnn")], runtimes=queued_cpu_runtimes(), **kw)
     return FakeController([cpu_bundle("small_cnn")], runtime=runtime, **kw)
 
 
@@ -35,9 +38,9 @@ def _loaded(ctl, model="small_cnn"):
 
 def test_registration_describes_models_and_devices(ctl):
     reg = ctl.registration
-    assert reg.protocol_version == 1
+    assert reg.protocol_version == PROTOCOL_VERSION
     assert reg.runtime == ctl.worker.devices[0].runtime.name
-    assert reg.runtime in ("simulated", "tvm-cpu", "tvm-cuda")
+    assert reg.runtime in ("simulated", "tvm-cpu", "tvm-cpu-queued", "tvm-cuda")
     (model,) = reg.models
     assert model.model_id == "small_cnn" and model.batch_sizes == [1, 4]
     assert model.inputs[0].sample_shape == [3, 32, 32]
@@ -119,7 +122,7 @@ def test_exec_starts_inside_its_window(ctl):
         action_id = 100 + i
         ctl.router.send(ctl.peer, Infer(id=action_id, model="small_cnn", gpu=0,
                                         earliest_ns=earliest, latest_ns=earliest + 30 * MS,
-                                        expected_ns=0, batch_size=1, n=1, inputs=[x.tobytes()]))
+                                        expected_ns=0, batch_size=1, n=1, inputs=[[x.tobytes()]]))
         ids.append(action_id)
         windows.append((earliest, earliest + 30 * MS))
     for r, (earliest, latest) in zip(ctl.wait(*ids), windows):
@@ -142,6 +145,26 @@ def test_back_to_back_infers_run_one_at_a_time(ctl):
     assert all(r.status == Status.OK for r in results)
     spans = sorted((r.timings[1].start_ns, r.timings[1].end_ns) for r in results)
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # EXECs never overlap
+
+
+def test_inputs_in_chunks_one_per_request(ctl, zoo_onnx):
+    """The controller sends a batch's inputs as each request's bytes (protocol 2)."""
+    from cw.verify import max_relative_error, onnx_reference
+
+    _loaded(ctl)
+    x = random_input((3, 3, 32, 32), seed=3)
+    (r,) = ctl.wait(ctl.send(Infer, "small_cnn", batch_size=4, n=3,
+                             inputs=[[x[:1].tobytes(), x[1:].tobytes()]]))
+    assert r.status == Status.OK, r.message
+    got = np.frombuffer(r.outputs[0], dtype=np.float32).reshape(3, 10)
+    if r.simulated:
+        assert not got.any()
+    else:
+        assert max_relative_error(got, onnx_reference(zoo_onnx("small_cnn"), [x])[0]) < 1e-4
+    torn = x.tobytes()
+    (bad,) = ctl.wait(ctl.send(Infer, "small_cnn", batch_size=4, n=3,
+                               inputs=[[torn[:100], torn[100:]]]))  # a sample cut in two
+    assert bad.status == Status.BAD_INPUT and bad.message
 
 
 def test_uncompiled_batch_size_pads_up(ctl):

@@ -97,6 +97,38 @@ def test_pages_anywhere_padding_and_no_allocation_after_warm_up(cuda_bundle, zoo
     assert cuda_api.free_bytes() > free  # the page cache and IO buffers went back
 
 
+def test_pipelined_launches_run_in_order_from_their_release(cuda_bundle, zoo_onnx):
+    """What the worker does on a GPU: launch EXEC i+1 while EXEC i runs, each released at its
+    own time; several are in flight at once and each ends with its own right output."""
+    from cw.serve.runtime.base import now_ns
+    from cw.serve.runtime.tvm_cuda import IO_SLOTS, TvmCudaRuntime
+
+    bundle = open_bundle(cuda_bundle("small_cnn"))
+    weights = HostWeights(bundle)
+    model = HostModel("a", bundle, weights)
+    rt = TvmCudaRuntime(0, weights.page_size, weights.num_pages)
+    rt.prepare(model, 1)
+    rt.load(model, rt.cache.allocate(weights.num_pages))
+    xs = [random_input((1, 3, 32, 32), seed=i) for i in range(IO_SLOTS)]
+    slots = [rt.acquire_slot(model, 1, deadline_ns=now_ns()) for _ in xs]
+    assert rt.acquire_slot(model, 1, deadline_ns=now_ns() + 1_000_000) is None  # pool bounded
+    for slot, x in zip(slots, xs):
+        rt.copy_input(model, slot, [x])
+    first_release = now_ns() + 20_000_000
+    releases = [first_release + i * 2_000_000 for i in range(len(xs))]
+    handles = [rt.launch(model, slot, t) for slot, t in zip(slots, releases)]
+    timings = [rt.finish(h) for h in handles]
+    for t, release in zip(timings, releases):
+        assert t.start_ns >= release and t.device_ns > 0
+    assert all(a.end_ns <= b.start_ns for a, b in zip(timings, timings[1:]))
+    ref = onnx_reference(zoo_onnx("small_cnn"), [np.concatenate(xs)])[0]
+    for i, slot in enumerate(slots):
+        (y,), _ = rt.copy_output(model, slot)
+        assert max_relative_error(y, ref[i:i + 1]) < 1e-4
+        rt.release_slot(slot)
+    rt.close()
+
+
 def test_run_on_gpu_matches_onnxruntime(cuda_bundle, zoo_onnx):
     from cw.engine import run_bundle
 

@@ -48,8 +48,8 @@ class Harness:
         self.finished: dict[int, Finish] = {}
         self.sent = []
         for w in range(workers):
-            self.event(self.s.worker_joined(clock.now, worker(w, [model(m) for m in models],
-                                                              pages=pages)))
+            infos = [model(m) if isinstance(m, str) else m for m in models]
+            self.event(self.s.worker_joined(clock.now, worker(w, infos, pages=pages)))
 
     def event(self, decisions):
         """Apply an event's immediate decisions, then tick, as the controller does."""
@@ -410,6 +410,26 @@ def test_a_slow_way_back_widens_the_margin_before_deadlines(clock, answer_delay_
     assert infer.latest_ns + infer.expected_ns <= arrival + 100 * MS - margin
 
 
+def test_a_margin_wider_than_the_slo_expires_instead_of_rejecting_forever(clock):
+    """One slow answer widens the margin past a tight SLO, so every request is rejected and no
+    result comes to narrow it again; after `margin_expiry_ns` without results it falls back."""
+    h = Harness(clock)
+    h.request()
+    h.load_all()
+    (first,) = of(h.sent, SendInfer)
+    h.sent.clear()
+    clock.now = first.earliest_ns + first.expected_ns + 40 * MS  # a 40 ms stall on the way back
+    h.complete(first)
+    for _ in range(3):
+        clock.advance(500 * MS)
+        rejected = h.request(slo_ms=10)
+        assert h.finished[rejected].status == RequestStatus.REJECTED
+    clock.advance(h.s.config.margin_expiry_ns)
+    h.step()
+    served = h.request(slo_ms=10)
+    assert served not in h.finished and of(h.sent, SendInfer)
+
+
 def test_rolling_quantile_is_the_p99_of_the_window_refreshed_in_steps():
     import random
 
@@ -426,3 +446,24 @@ def test_rolling_quantile_is_the_p99_of_the_window_refreshed_in_steps():
             window = sorted(values[max(0, i - 1000):i])
             assert q.value["w"] == window[int(0.99 * len(window))]
     assert q.value["w"] == 1  # the old tail has left the window
+
+
+@pytest.mark.parametrize("ns_per_byte", [0.0, 1.0])
+def test_a_batch_starts_no_sooner_than_its_inputs_can_reach_the_worker(clock, ns_per_byte):
+    """A batch's inputs travel with its INFER: 16 ResNet-50 images (9.6 MB) cannot be at the
+    worker 0.2 ms after they are sent, so the window opens once they can be."""
+    from cw.serve.protocol import TensorInfo
+
+    image = TensorInfo("x", "float32", [3, 224, 224], 3 * 224 * 224 * 4)
+    big = ModelInfo("big", "big", 2 * 16 * 2**20, 2, [1, 2, 4, 8, 16], [image], [], 8 * MS,
+                    dict(EXEC), "profile")
+    h = Harness(clock, SchedulerConfig(input_ns_per_byte=ns_per_byte), models=(big,))
+    h.request("big")  # a cold start: the rest queue up behind its LOAD
+    for _ in range(15):
+        h.apply(h.s.request_arrived(clock.now, Request(next(h.ids), "big", 1, clock.now,
+                                                       clock.now + 100 * MS)))
+    h.load_all()
+    (infer,) = of(h.sent, SendInfer)
+    assert infer.batch_size == 16
+    allowance = infer.earliest_ns - clock.now - h.s.config.network_latency_ns
+    assert allowance == pytest.approx(16 * image.sample_bytes * ns_per_byte, abs=1)

@@ -25,6 +25,35 @@ def now_ns() -> int:
     return time.monotonic_ns()
 
 
+SPIN_NS = 200_000  # sleeps overshoot by ~100 µs; spin the rest
+
+
+def wait_until_ns(t_ns: int, spin_ns: int = SPIN_NS) -> None:
+    """Return at `t_ns`: sleep (which lets other threads have the GIL) until shortly before,
+    then spin, so that the moment is hit within a few µs."""
+    ahead = t_ns - spin_ns - now_ns()
+    if ahead > 0:
+        time.sleep(ahead / 1e9)
+    while now_ns() < t_ns:
+        pass
+
+
+def fill_input(buffer: np.ndarray, given) -> int:
+    """Write one model input into `buffer`'s leading samples and zero the rest; returns how
+    many samples were given. `given`: an array with a batch axis, or several (one per request
+    of the batch, in order)."""
+    at = 0
+    for part in (given if isinstance(given, list) else [given]):
+        buffer[at:at + len(part)] = part
+        at += len(part)
+    buffer[at:] = 0
+    return at
+
+
+def samples_given(given) -> int:
+    return sum(len(p) for p in given) if isinstance(given, list) else len(given)
+
+
 class PhaseTiming(NamedTuple):  # a tuple: made for every phase of every action, cheaply
     start_ns: int   # host clock when the phase started
     end_ns: int     # host clock when its completion was seen
@@ -48,6 +77,10 @@ class IOSlot:
 class Runtime(ABC):
     name: str = "abstract"
     simulated: bool = False
+    # How long before an EXEC's earliest time the worker may hand it to `launch`: a runtime
+    # that queues work asynchronously (CUDA) launches the next EXEC while the current one runs
+    # and releases it at `earliest`, so the GPU does not wait for the host. 0: synchronous.
+    launch_lead_ns: int = 0
 
     def __init__(self, page_size: int, num_pages: int):
         self.cache = PageCache(page_size, num_pages)
@@ -89,17 +122,31 @@ class Runtime(ABC):
         a worker executes one at a time)."""
 
     @abstractmethod
-    def acquire_slot(self, model: HostModel, batch_size: int) -> IOSlot: ...
+    def acquire_slot(self, model: HostModel, batch_size: int,
+                     deadline_ns: int | None = None) -> IOSlot | None:
+        """IO buffers for one INFER. With a `deadline_ns`, a runtime whose pool of buffers is
+        bounded may wait for one to be released until then, and returns None if none was."""
 
     @abstractmethod
     def release_slot(self, slot: IOSlot) -> None: ...
 
     @abstractmethod
     def copy_input(self, model: HostModel, slot: IOSlot, inputs: list[np.ndarray]) -> PhaseTiming:
-        """Inputs hold `n ≤ batch_size` samples; the rest of the batch is zero padding."""
+        """Inputs hold `n ≤ batch_size` samples; the rest of the batch is zero padding. Each
+        input is an array, or a list of arrays (one per request) that `fill_input` joins."""
 
     @abstractmethod
     def execute(self, model: HostModel, slot: IOSlot, lane: int = 0) -> PhaseTiming: ...
+
+    def launch(self, model: HostModel, slot: IOSlot, release_at_ns: int = 0):
+        """Queue EXEC to start at `release_at_ns` (or when the EXEC queued before it ends) and
+        return a handle for `finish`. Launches are released in the order they were made. A
+        synchronous runtime (launch_lead_ns 0, called at `release_at_ns`) runs it here."""
+        return self.execute(model, slot)
+
+    def finish(self, handle) -> PhaseTiming:
+        """Wait for a launched EXEC to end; its timing."""
+        return handle
 
     @abstractmethod
     def copy_output(self, model: HostModel, slot: IOSlot) -> tuple[list[np.ndarray], PhaseTiming]:

@@ -109,6 +109,10 @@ def new_stream() -> int:
                      "cudaStreamCreate"))
 
 
+def destroy_stream(stream: int) -> None:
+    check(_rt().cudaStreamDestroy(stream), "cudaStreamDestroy")
+
+
 def memset(ptr: int, value: int, nbytes: int) -> None:
     check(_rt().cudaMemset(ptr, value, nbytes), "cudaMemset")
 
@@ -135,9 +139,75 @@ class EventPair:
     def wait(self) -> None:
         check(self._rt.cudaEventSynchronize(self.end), "cudaEventSynchronize")
 
+    def destroy(self) -> None:
+        self._rt.cudaEventDestroy(self.start)
+        self._rt.cudaEventDestroy(self.end)
+
     def elapsed_ns(self) -> int:
         ms = check(self._rt.cudaEventElapsedTime(self.start, self.end), "cudaEventElapsedTime")
         return int(round(ms * 1e6))
+
+
+class GpuClock:
+    """Reads CUDA events on the host clock (now_ns): a reference event recorded on an idle
+    stream and waited for is pinned to the host time when that wait returned; any other event's
+    time is the reference's plus the device time between them. So an EXEC's start and end are
+    known to within a few µs however late a host thread notices them, and never early (the
+    reference is pinned at or after its true time). Re-pinned every second, since the two
+    clocks drift apart (ppm)."""
+
+    REPIN_NS = 1_000_000_000
+
+    def __init__(self, now_ns):
+        self._rt, self._now = _rt(), now_ns
+        self._stream = new_stream()
+        self._lock = threading.Lock()
+        self._retired: list = []
+        self.reference = self._pin()
+
+    def _pin(self) -> tuple[object, int]:
+        rt, best = self._rt, None
+        for _ in range(5):  # keep the tightest of a few tries
+            event = check(rt.cudaEventCreate(), "cudaEventCreate")
+            before = self._now()
+            check(rt.cudaEventRecord(event, self._stream), "cudaEventRecord")
+            check(rt.cudaEventSynchronize(event), "cudaEventSynchronize")
+            after = self._now()
+            if best is None or after - before < best[0]:
+                if best is not None:
+                    rt.cudaEventDestroy(best[1])
+                best = (after - before, event, after)
+            else:
+                rt.cudaEventDestroy(event)
+        return best[1], best[2]
+
+    def current(self) -> tuple[object, int]:
+        """The reference to read events recorded from now on against (re-pinned when due)."""
+        event, pinned_ns = self.reference
+        if self._now() - pinned_ns > self.REPIN_NS and self._lock.acquire(blocking=False):
+            try:
+                self._retired.append(event)  # events in flight may still be read against it
+                if len(self._retired) > 4:
+                    self._rt.cudaEventDestroy(self._retired.pop(0))
+                self.reference = self._pin()
+            finally:
+                self._lock.release()
+        return self.reference
+
+    def host_ns(self, reference: tuple[object, int], event) -> int:
+        ref_event, pinned_ns = reference
+        ms = check(self._rt.cudaEventElapsedTime(ref_event, event), "cudaEventElapsedTime")
+        return pinned_ns + int(round(ms * 1e6))
+
+    def close(self) -> None:
+        for event in self._retired + [self.reference[0]]:
+            self._rt.cudaEventDestroy(event)
+        self._retired = []
+        destroy_stream(self._stream)
+
+
+def stream_wait_event(stream: int, event) -> None:
+    check(_rt().cudaStreamWaitEvent(stream, event, 0), "cudaStreamWaitEvent")
 
 
 def copy_async(dst: int, src: int, nbytes: int, to_device: bool, stream: int) -> None:
@@ -165,7 +235,9 @@ class StreamGate:
         self._release_stream = release_stream
         self._sequence = 0
 
-    def close_on(self, stream: int) -> None:
+    def close_on(self, stream: int) -> int:
+        """Queue a wait on `stream`; returns the number that `open` takes to release it. Gates
+        open in the order they were closed, so several launches can wait behind one flag."""
         d = self._driver
         self._sequence += 1
         err, = d.cuStreamWaitValue32(d.CUstream(stream), d.CUdeviceptr(self._flag),
@@ -173,11 +245,12 @@ class StreamGate:
                                      d.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
         if err != d.CUresult.CUDA_SUCCESS:
             raise DeviceError(f"CUDA cuStreamWaitValue32 failed: {err}", "check the GPU")
+        return self._sequence
 
-    def open(self) -> None:
+    def open(self, sequence: int) -> None:
         d = self._driver
         err, = d.cuStreamWriteValue32(d.CUstream(self._release_stream),
-                                      d.CUdeviceptr(self._flag), self._sequence,
+                                      d.CUdeviceptr(self._flag), sequence,
                                       d.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT)
         if err != d.CUresult.CUDA_SUCCESS:
             raise DeviceError(f"CUDA cuStreamWriteValue32 failed: {err}", "check the GPU")

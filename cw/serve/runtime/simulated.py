@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from cw.serve.estimates import Estimates, bundle_estimates
-from cw.serve.runtime.base import IOSlot, PhaseTiming, Runtime, now_ns
+from cw.serve.runtime.base import IOSlot, PhaseTiming, Runtime, now_ns, samples_given
 from cw.serve.runtime.host import HostModel
 
 
@@ -56,14 +56,15 @@ class SimulatedRuntime(Runtime):
     def prepare(self, model: HostModel, batch_size: int, lanes: int = 1) -> None:
         self.estimates(model)
 
-    def acquire_slot(self, model: HostModel, batch_size: int) -> IOSlot:
+    def acquire_slot(self, model: HostModel, batch_size: int,
+                     deadline_ns: int | None = None) -> IOSlot | None:
         return IOSlot(model.model_id, batch_size)
 
     def release_slot(self, slot: IOSlot) -> None:
         pass
 
     def copy_input(self, model: HostModel, slot: IOSlot, inputs: list[np.ndarray]) -> PhaseTiming:
-        slot.n = inputs[0].shape[0]
+        slot.n = samples_given(inputs[0])
         return self._take(self.estimates(model).input_ns[slot.batch_size])
 
     def execute(self, model: HostModel, slot: IOSlot, lane: int = 0) -> PhaseTiming:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from cw.engine import check_target
-from cw.serve.runtime.base import IOSlot, PhaseTiming, Runtime, RuntimeFault, now_ns
+from cw.serve.runtime.base import (IOSlot, PhaseTiming, Runtime, RuntimeFault, fill_input,
+                                   now_ns)
 from cw.serve.runtime.host import HostModel
 from cw.tvm_env import load_tvm
 
@@ -75,7 +76,8 @@ class TvmCpuRuntime(Runtime):
                     lib = self.tvm.runtime.load_module(str(model.bundle.file(kernel.kernel_file)))
                 self._vms[key] = VirtualMachine(lib, self.device)
 
-    def acquire_slot(self, model: HostModel, batch_size: int) -> IOSlot:
+    def acquire_slot(self, model: HostModel, batch_size: int,
+                     deadline_ns: int | None = None) -> IOSlot | None:
         free = self._free_slots.get((model.model_id, batch_size))
         if free:
             return free.pop()
@@ -90,11 +92,8 @@ class TvmCpuRuntime(Runtime):
 
     def copy_input(self, model: HostModel, slot: IOSlot, inputs: list[np.ndarray]) -> PhaseTiming:
         start = now_ns()
-        n = inputs[0].shape[0]
         for buf, x in zip(slot.inputs, inputs):
-            buf[:n] = x
-            buf[n:] = 0
-        slot.n = n
+            slot.n = fill_input(buf, x)
         end = now_ns()
         return PhaseTiming(start, end, end - start)
 

@@ -1,17 +1,19 @@
 """TVM on a CUDA GPU: the runtime of a real GPU worker and of `cw profile --device cuda`.
 
 Device memory is taken once, at start: the weights page cache is one cudaMalloc'd region, and
-each (bundle, batch size) gets its IO buffers on first use, before serving (`prepare` runs every
-kernel once so that TVM's pooled allocator holds its workspace blocks too). Weights are copied
+each (bundle, batch size) gets a fixed pool of IO buffers in `prepare`, which also runs every
+kernel so that TVM's pooled allocator holds its workspace blocks before serving. Weights are copied
 page by page from pinned host memory on a copy stream of their own; INPUT and OUTPUT copies have
 their own streams and EXEC runs on an exec stream, so copies overlap execution. Each phase is
-bracketed by CUDA events and waited for before the call returns: the worker's executors, not
-the runtime, decide when work starts.
+bracketed by CUDA events. EXEC is launched ahead of its start and released at it (`launch`,
+`finish`); the copies are waited for before their calls return. The worker's executors, not the
+runtime, decide when work starts.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,12 +21,17 @@ import numpy as np
 from cw.engine import check_target
 from cw.errors import DeviceError
 from cw.serve.runtime import cuda_api as cuda
-from cw.serve.runtime.base import IOSlot, PhaseTiming, Runtime, RuntimeFault, now_ns
+from cw.serve.runtime.base import (IOSlot, PhaseTiming, Runtime, RuntimeFault, fill_input,
+                                   now_ns, wait_until_ns)
 from cw.serve.runtime.dlpack import KDL_CUDA, RawTensor, tensor_at
 from cw.serve.runtime.host import HostModel, HostWeights
 from cw.tvm_env import load_tvm
 
 _ALIGN = 256
+# IO buffer sets per (bundle, batch size), all taken in `prepare`: how many INFERs of one bundle
+# and size can be between their input copy and their output copy at once. More wait for one
+# (inputs are copied ahead of EXEC, so a short wait costs nothing); none is allocated later.
+IO_SLOTS = 8
 _pinned: dict[int, object] = {}  # id(HostWeights) -> the registered buffer (process-wide)
 
 
@@ -58,11 +65,17 @@ class _CudaIO(IOSlot):
     pinned_inputs: list[np.ndarray] = field(default_factory=list)
     pinned_outputs: list[np.ndarray] = field(default_factory=list)
     in_events: object = None
+    exec_events: object = None
     out_events: object = None
+    output_queued: bool = False  # the output copy is queued behind EXEC already
 
 
 class TvmCudaRuntime(Runtime):
     name = "tvm-cuda"
+    # EXEC i+1 is launched behind its gate while EXEC i runs, then released at its earliest
+    # time: the GPU goes from one to the next without waiting for the host (densenet121 takes
+    # ~1.5 ms to launch); 3 ms covers the slowest launch of the zoo
+    launch_lead_ns = 3_000_000
 
     def __init__(self, index: int, page_size: int, num_pages: int, gate_exec: bool = True):
         super().__init__(page_size, num_pages)
@@ -85,16 +98,21 @@ class TvmCudaRuntime(Runtime):
         # from the host takes longer than some of them run, and the GPU idling in those gaps
         # made EXEC's device time vary (resnet50 batch 1 p99.99/p50 1.16 ungated, 1.002 gated)
         self._gate_stream = cuda.new_stream() if gate_exec else None
-        # per lane: (stream, events, TVM stream context, gate or None)
-        self._exec_lanes: list[tuple[int, object, object, object]] = []
+        # per lane: (stream, TVM stream context, gate or None)
+        self._exec_lanes: list[tuple[int, object, object]] = []
         self._add_lanes(1)
         self._load_events = cuda.EventPair()
+        self.clock = cuda.GpuClock(now_ns)
+        self._last_end_ns: dict[int, int] = {}  # lane -> end of its last EXEC (host clock)
         self._weights: dict[str, list] = {}  # model id -> TVM tensors in its cache pages
         self._page_tensors: dict[tuple[int, int, int], list[tuple[int, RawTensor]]] = {}
         self._vms: dict[tuple[int, int, int], object] = {}  # (id(bundle), batch, lane) -> main
         self._checked: set[int] = set()
         self._warm: set[tuple[int, int, int]] = set()
         self._free_slots: dict[tuple[int, int], list[_CudaIO]] = {}
+        self._slot_count: dict[tuple[int, int], int] = {}
+        self._slots_released = threading.Condition()
+        self._all_slots: list[_CudaIO] = []
         self._device_buffers: list[int] = []
         self._host_buffers: list[int] = []
 
@@ -104,8 +122,7 @@ class TvmCudaRuntime(Runtime):
         while len(self._exec_lanes) < lanes:
             stream = cuda.new_stream()
             gate = cuda.StreamGate(self._gate_stream) if self._gate_stream else None
-            self._exec_lanes.append((stream, cuda.EventPair(),
-                                     tvm_ffi.use_raw_stream(self.device, stream), gate))
+            self._exec_lanes.append((stream, tvm_ffi.use_raw_stream(self.device, stream), gate))
 
     # Weights ------------------------------------------------------------------------------
     def _copy_weights(self, model: HostModel, slots: list[int]) -> PhaseTiming:
@@ -163,6 +180,9 @@ class TvmCudaRuntime(Runtime):
                 self._vms[key] = VirtualMachine(lib, self.device, memory_cfg="pooled")["main"]
             if key not in self._warm:
                 self._warm_up(model, batch_size, lane)
+        key = (id(bundle), batch_size)
+        while self._slot_count.get(key, 0) < IO_SLOTS:
+            self.release_slot(self._new_slot(model, batch_size))
 
     def _warm_up(self, model: HostModel, batch_size: int, lane: int) -> None:
         """Run the kernels twice before serving: CUDA modules load on first launch and TVM's
@@ -174,23 +194,36 @@ class TvmCudaRuntime(Runtime):
         weights = self._weights.get(model.model_id) or \
             self._weight_tensors(model, list(range(pages)))
         slot = self.acquire_slot(model, batch_size)
-        stream, events, context, _ = self._exec_lanes[lane]
+        stream, context, _ = self._exec_lanes[lane]
         fn = self._vms[(id(model.bundle), batch_size, lane)]
         for _ in range(2):
             with context:
                 fn(*slot.input_tensors, *weights)
-            events.record_end(stream)
-            events.wait()
+            slot.exec_events.record_end(stream)
+            slot.exec_events.wait()
         self.release_slot(slot)
         self._warm.add((id(model.bundle), batch_size, lane))
 
-    def acquire_slot(self, model: HostModel, batch_size: int) -> IOSlot:
+    def acquire_slot(self, model: HostModel, batch_size: int,
+                     deadline_ns: int | None = None) -> IOSlot | None:
+        """Without a deadline (profiling, tests) a new set is made when none is free."""
         key = (id(model.bundle), batch_size)
-        free = self._free_slots.get(key)
-        if free:
-            slot = free.pop()
-            slot.model_id = model.model_id
-            return slot
+        with self._slots_released:
+            free = self._free_slots.setdefault(key, [])
+            if deadline_ns is not None and self._slot_count.get(key, 0) >= IO_SLOTS:
+                while not free:
+                    left = deadline_ns - now_ns()
+                    if left <= 0:
+                        return None
+                    self._slots_released.wait(left / 1e9)
+            if free:
+                slot = free.pop()
+                slot.model_id = model.model_id
+                return slot
+        return self._new_slot(model, batch_size)
+
+    def _new_slot(self, model: HostModel, batch_size: int) -> _CudaIO:
+        key = (id(model.bundle), batch_size)
         cuda.use_device(self.index)
         slot = _CudaIO(model.model_id, batch_size, key=key)
         for spec in model.manifest.inputs:
@@ -212,6 +245,10 @@ class TvmCudaRuntime(Runtime):
             slot.pinned_outputs.append(_host_array(self._pinned_buffer(nbytes),
                                                    (batch_size, *spec.sample_shape), spec.dtype))
         slot.in_events, slot.out_events = cuda.EventPair(), cuda.EventPair()
+        slot.exec_events = cuda.EventPair()
+        with self._slots_released:
+            self._slot_count[key] = self._slot_count.get(key, 0) + 1
+            self._all_slots.append(slot)
         return slot
 
     def _pinned_buffer(self, nbytes: int) -> int:
@@ -221,17 +258,15 @@ class TvmCudaRuntime(Runtime):
 
     def release_slot(self, slot: IOSlot) -> None:
         slot.outputs = []  # hands the output blocks back to TVM's pool
-        self._free_slots.setdefault(slot.key, []).append(slot)
+        with self._slots_released:
+            self._free_slots.setdefault(slot.key, []).append(slot)
+            self._slots_released.notify()
 
     def copy_input(self, model: HostModel, slot: IOSlot, inputs: list[np.ndarray]) -> PhaseTiming:
         cuda.use_device(self.index)
-        n = inputs[0].shape[0]
         start = now_ns()
         for host, x in zip(slot.pinned_inputs, inputs):
-            host[:n] = x
-            if n < slot.batch_size:
-                host[n:] = 0
-        slot.n = n
+            slot.n = fill_input(host, x)
         ev, stream = slot.in_events, self.input_stream
         ev.record_start(stream)
         for host, ptr in zip(slot.pinned_inputs, slot.dev_input_ptrs):
@@ -242,41 +277,68 @@ class TvmCudaRuntime(Runtime):
         return PhaseTiming(start, end, ev.elapsed_ns())
 
     def execute(self, model: HostModel, slot: IOSlot, lane: int = 0) -> PhaseTiming:
+        return self.finish(self.launch(model, slot, 0, lane))
+
+    def launch(self, model: HostModel, slot: IOSlot, release_at_ns: int = 0, lane: int = 0):
         fn = self._vms.get((id(model.bundle), slot.batch_size, lane))
         weights = self._weights.get(model.model_id)
         if fn is None or weights is None:
             raise RuntimeFault(f"model {model.model_id} batch {slot.batch_size} is not ready")
         cuda.use_device(self.index)
-        stream, ev, context, gate = self._exec_lanes[lane]
-        start = now_ns()
-        if gate is not None:
-            gate.close_on(stream)
+        stream, context, gate = self._exec_lanes[lane]
+        ev = slot.exec_events
+        reference = self.clock.current()
+        if gate is None:
+            wait_until_ns(release_at_ns)  # ungated, launching is starting
+        sequence = gate.close_on(stream) if gate is not None else 0
         try:
             ev.record_start(stream)
             with context:
                 result = fn(*slot.input_tensors, *weights)
             ev.record_end(stream)
+            slot.outputs = [result] if hasattr(result, "data_ptr") else list(result)
+            # the output copy follows EXEC on the GPU, on its own stream, without waiting for
+            # a host thread to notice that EXEC ended
+            cuda.stream_wait_event(self.output_stream, ev.end)
+            self._queue_output(model, slot)
         finally:
-            if gate is not None:
-                gate.open()  # even after an error: a closed gate would block the stream for good
-        ev.wait()
-        end = now_ns()
-        slot.outputs = [result] if hasattr(result, "data_ptr") else list(result)
+            if gate is not None:  # even after an error: a closed gate would block the stream
+                wait_until_ns(release_at_ns)
+                gate.open(sequence)
+        return slot, reference, lane
+
+    def finish(self, handle) -> PhaseTiming:
+        """EXEC's start and end as the GPU saw them, on the host clock."""
+        slot, reference, lane = handle
+        slot.exec_events.wait()
+        ev = slot.exec_events
+        # EXECs on a lane run one after another; two read against different references could
+        # otherwise seem to overlap by the references' few µs of disagreement
+        start = max(self.clock.host_ns(reference, ev.start), self._last_end_ns.get(lane, 0))
+        end = max(self.clock.host_ns(reference, ev.end), start)
+        self._last_end_ns[lane] = end
         return PhaseTiming(start, end, ev.elapsed_ns())
 
-    def copy_output(self, model: HostModel, slot: IOSlot) -> tuple[list[np.ndarray], PhaseTiming]:
-        cuda.use_device(self.index)
+    def _queue_output(self, model: HostModel, slot: _CudaIO) -> None:
         ev, stream = slot.out_events, self.output_stream
-        start = now_ns()
         ev.record_start(stream)
         for host, out, spec in zip(slot.pinned_outputs, slot.outputs, model.manifest.outputs):
             cuda.copy_async(host.ctypes.data, out.data_ptr(), slot.n * spec.sample_bytes, False,
                             stream)
         ev.record_end(stream)
-        ev.wait()
+        slot.output_queued = True
+
+    def copy_output(self, model: HostModel, slot: IOSlot) -> tuple[list[np.ndarray], PhaseTiming]:
+        """Waits for the copy queued behind EXEC (`launch` queues it)."""
+        cuda.use_device(self.index)
+        start = now_ns()
+        if not slot.output_queued:
+            self._queue_output(model, slot)
+        slot.out_events.wait()
+        slot.output_queued = False
         outs = [host[:slot.n].copy() for host in slot.pinned_outputs]
         end = now_ns()
-        return outs, PhaseTiming(start, end, ev.elapsed_ns())
+        return outs, PhaseTiming(start, end, slot.out_events.elapsed_ns())
 
     # Measurements for `cw profile` -------------------------------------------------------
     def copy_bandwidth_gbps(self, nbytes: int, repeats: int = 5) -> float | None:
@@ -310,11 +372,21 @@ class TvmCudaRuntime(Runtime):
         self._weights.clear()
         self._page_tensors.clear()
         self._free_slots.clear()
-        gates = [lane[3]._flag for lane in self._exec_lanes if lane[3] is not None]
+        gates = [lane[2]._flag for lane in self._exec_lanes if lane[2] is not None]
         for ptr in self._device_buffers + gates + ([self.base] if self.base else []):
             cuda.free(ptr)
         for ptr in self._host_buffers:
             cuda.free_host(ptr)
+        for slot in self._all_slots:
+            for events in (slot.in_events, slot.exec_events, slot.out_events):
+                events.destroy()
+        self._load_events.destroy()
+        self.clock.close()
+        streams = [lane[0] for lane in self._exec_lanes] + [self.copy_stream, self.input_stream,
+                                                            self.output_stream]
+        for stream in streams + ([self._gate_stream] if self._gate_stream else []):
+            cuda.destroy_stream(stream)
+        self._exec_lanes, self._all_slots, self._slot_count = [], [], {}
         self._device_buffers, self._host_buffers, self.base = [], [], None
 
     def describe(self) -> dict:

@@ -35,10 +35,20 @@ class SchedulerConfig:
     max_loads_in_flight: int = 2        # per GPU
     estimate_window: int = 10           # rolling window of measurements per estimate
     network_latency_ns: int = 200_000   # one-way controller→worker allowance
+    # ... plus this per byte of an INFER's inputs: a batch's inputs travel with it and are
+    # copied into pinned memory before EXEC can start. Measured on the H100 machine: a batch of
+    # 16 resnet50 images (9.6 MB) sent 4.5 ms ahead never made its 3 ms window (1,500 TOO_LATE
+    # in 20 s); ~0.8 ns/byte end to end through Python and ZeroMQ on loopback.
+    input_ns_per_byte: float = 1.0
     # Between an INFER's planned end and its deadline: the output copy, the result's way back
     # and the controller's answer. 1 ms proved too thin on a loaded 2-core machine (an answer
     # now and then left a few hundred µs after its deadline).
     completion_margin_ns: int = 2_000_000
+    # A margin widened by slow answers falls back to completion_margin_ns once no INFER result
+    # has come from that worker for this long: a margin wider than the SLO rejects every
+    # request, so no result would ever come to narrow it again (seen live on a GPU: one 47 ms
+    # stall at start shut a 10 ms-SLO run down for good)
+    margin_expiry_ns: int = 2_000_000_000
     # Sweeps over every queue cost time per tick; a tick runs them at most this often. A new
     # request is checked on arrival, so these only bound how soon a waiting request that became
     # infeasible is answered, and how soon a hot model gets another copy.
@@ -49,7 +59,7 @@ class SchedulerConfig:
         from cw.errors import UsageError
 
         if min(self.schedule_ahead_ns, self.infer_slack_ns, self.load_slack_ns,
-               self.completion_margin_ns) < 0:
+               self.completion_margin_ns, self.margin_expiry_ns, self.input_ns_per_byte) < 0:
             raise UsageError("scheduler durations must be non-negative")
         if self.max_loads_in_flight < 1 or self.estimate_window < 1:
             raise UsageError("max loads in flight and estimate window must be ≥ 1")
@@ -172,6 +182,10 @@ class RollingQuantile:
         self._values: dict = {}
         self._counts: dict = {}
         self.value: dict = {}  # key -> current estimate; read-only for callers
+
+    def forget(self, key) -> None:
+        for d in (self._values, self._counts, self.value):
+            d.pop(key, None)
 
     def observe(self, key, value: int) -> None:
         window = self._values.get(key)

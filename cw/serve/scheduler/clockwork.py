@@ -70,12 +70,14 @@ class ClockworkScheduler(Scheduler):
         self.cold_demand: dict[str, int] = {}
         self._last_replication_ns: int | None = None
         self._pad: dict[str, list[int]] = {}
+        self._sample_bytes: dict[str, int] = {}  # model -> input bytes per sample
         # How long after its EXEC ends an INFER's result reaches us (output copy, the way back,
         # our own queue): the largest of the last 100 per worker. The time left between a
         # planned end and the deadline is at least this, so that a slow way back (a loaded
         # machine) turns into rejections, not late answers.
         self.answer_delays = RollingQuantile(1000, 0.99, 100)
         self.margin_ns: dict[int, int] = {}  # worker -> completion margin in use
+        self._answer_seen_ns: dict[int, int] = {}  # worker -> when its last result came
 
     # --- events --------------------------------------------------------------------------
     def worker_joined(self, now_ns: int, worker: WorkerInfo) -> list[Decision]:
@@ -148,6 +150,7 @@ class ClockworkScheduler(Scheduler):
         if result.status == Status.OK:
             worker = f.gpu[0]
             self.answer_delays.observe(worker, max(0, now_ns - result.end_ns))
+            self._answer_seen_ns[worker] = now_ns
             self.margin_ns[worker] = max(self.config.completion_margin_ns,
                                          self.answer_delays.value[worker])
             if gpu is not None:
@@ -179,6 +182,7 @@ class ClockworkScheduler(Scheduler):
         c = self.config
         if self._last_sweep_ns is None or now_ns - self._last_sweep_ns >= c.reject_sweep_ns:
             self._last_sweep_ns = now_ns
+            self._expire_margins(now_ns)
             self._reject_infeasible(now_ns, decisions)
         self._plan_infers(now_ns, decisions)
         replicate = (self._last_replication_ns is None
@@ -187,6 +191,13 @@ class ClockworkScheduler(Scheduler):
             self._last_replication_ns = now_ns
         self._plan_loads(now_ns, decisions, replicate)
         return decisions
+
+    def _expire_margins(self, now_ns: int) -> None:
+        for worker, margin in list(self.margin_ns.items()):
+            if (margin > self.config.completion_margin_ns and
+                    now_ns - self._answer_seen_ns.get(worker, now_ns) > self.config.margin_expiry_ns):
+                del self.margin_ns[worker]
+                self.answer_delays.forget(worker)
 
     def _enqueue(self, r: Request) -> None:
         heapq.heappush(self.queues.setdefault(r.model, []), (r.deadline_ns, r.request_id, r))
@@ -209,7 +220,7 @@ class ClockworkScheduler(Scheduler):
             return False, False
         b = info.batch_sizes[0]
         margin, margins = self.config.completion_margin_ns, self.margin_ns
-        floor = now_ns + self.config.network_latency_ns
+        floor = now_ns + self.config.network_latency_ns + int(self._input_ns_per_sample(model))
         cold = []
         get = self.estimates.value.__getitem__
         for gpu in self.gpus.values():
@@ -257,7 +268,10 @@ class ClockworkScheduler(Scheduler):
         (urgency, start, batch size, k requests, estimate, deadline), or None."""
         padded = self._padded(model)
         largest = len(padded) - 1
-        start = max(now_ns + self.config.network_latency_ns, gpu.exec_free_ns, gpu.loaded[model])
+        # the inputs must reach the worker first: more of them (a larger batch) start later
+        floor = max(gpu.exec_free_ns, gpu.loaded[model])
+        reach = now_ns + self.config.network_latency_ns
+        per_sample = self._input_ns_per_sample(model)
         # EDF: the head is the most urgent
         deadline = queue[0][0] - self.margin_ns.get(gpu.worker_id,
                                                     self.config.completion_margin_ns)
@@ -278,9 +292,17 @@ class ClockworkScheduler(Scheduler):
         for k in range(len(prefix), 0, -1):
             b = padded[prefix[k - 1]]
             est = get(("exec", gpu.worker_id, gpu.index, model, b))
+            start = max(floor, reach + int(prefix[k - 1] * per_sample))
             if start + est <= deadline:
                 return deadline - est, start, b, k, est, deadline
         return None
+
+    def _input_ns_per_sample(self, model: str) -> float:
+        nbytes = self._sample_bytes.get(model)
+        if nbytes is None:
+            nbytes = self._sample_bytes[model] = sum(t.sample_bytes
+                                                     for t in self.catalog[model].inputs)
+        return nbytes * self.config.input_ns_per_byte
 
     def _plan_infers(self, now_ns: int, decisions: list[Decision]) -> None:
         if not self.queues:

@@ -1,0 +1,61 @@
+"""One runtime per device of a worker, each with its page cache allocated once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cw.serve.runtime.base import Runtime
+from cw.serve.runtime.host import HostModel
+
+if TYPE_CHECKING:
+    from cw.serve.worker import WorkerConfig
+
+
+def make_runtimes(config: WorkerConfig, models: list[HostModel]) -> list[Runtime]:
+    """One runtime per device, each with its page cache allocated once."""
+    from cw.engine import parse_device
+    from cw.errors import UsageError
+
+    page_sizes = {m.weights.page_size for m in models}
+    if len(page_sizes) != 1:
+        raise UsageError(f"bundles use different page sizes {sorted(page_sizes)}",
+                         "compile every model of a worker with the same --page-size")
+    page_size = page_sizes.pop()
+    runtimes = []
+    for text in config.devices:
+        kind, index = parse_device(text)
+        if config.runtime == "simulated":
+            from cw.serve.runtime.simulated import SimulatedRuntime
+            cache = config.page_cache_bytes or int(21.5 * 2**30)  # Clockwork's V100 figure
+            runtimes.append(SimulatedRuntime(page_size, cache // page_size, config.noise,
+                                             seed=index))
+        elif kind == "cpu":
+            from cw.serve.runtime.tvm_cpu import TvmCpuRuntime
+            cache = config.page_cache_bytes or 2 * 2**30
+            runtimes.append(TvmCpuRuntime(page_size, cache // page_size))
+        else:
+            from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
+            cache = config.page_cache_bytes or default_gpu_cache_bytes(index, models)
+            runtimes.append(TvmCudaRuntime(index, page_size, cache // page_size))
+    return runtimes
+
+
+def default_gpu_cache_bytes(index: int, models: list[HostModel]) -> int:
+    """What the GPU has free, less what the kernels will take besides weights: every distinct
+    bundle's workspace and IO buffers at every batch size (TVM's pool keeps a block per size), plus
+    1 GiB for TVM's modules and CUDA's own needs."""
+    from cw.errors import DeviceError
+    from cw.serve.runtime import cuda_api
+
+    cuda_api.use_device(index)
+    bundles = {id(m.bundle): m.manifest for m in models}.values()
+    from cw.serve.runtime.tvm_cuda import IO_SLOTS
+
+    reserve = 2**30 + sum(k.workspace_bytes + IO_SLOTS * (k.input_bytes + k.output_bytes)
+                          for m in bundles for k in m.kernels)
+    cache = cuda_api.free_bytes() - reserve
+    if cache <= 0:
+        raise DeviceError(f"GPU {index} has too little free memory for the models' kernels "
+                          f"({reserve / 2**20:.0f} MiB needed besides weights)",
+                          "free the GPU or serve fewer models")
+    return cache
