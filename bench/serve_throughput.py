@@ -109,6 +109,11 @@ def main() -> None:
         statuses = collections.Counter(r.status for r in rows)
         messages = collections.Counter(r.status for r in ctl.telemetry.actions)
         print("request statuses:", dict(statuses), "action statuses:", dict(messages))
+        delays = sorted(a.result_ns - a.end_ns for a in ctl.telemetry.actions
+                        if a.kind == "infer" and a.status == "OK")
+        if delays:
+            print(f"EXEC end → result at the controller: p50 {delays[len(delays) // 2] / 1e6:.2f} "
+                  f"ms, p99 {delays[int(0.99 * len(delays))] / 1e6:.2f} ms")
         print(f"offered {n / args.seconds:.0f} r/s for {args.seconds:g} s, {args.workers} "
               f"simulated workers: answered {ok + failed} of {n} ({ok} ok, {failed} failed) in "
               f"{elapsed:.2f} s; SLO attainment {good / max(1, len(rows)):.4f}; late "
