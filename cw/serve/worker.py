@@ -8,10 +8,9 @@ one Result. Message handling (`step`) is separate from the loop (`serve_forever`
 On a runtime that launches asynchronously (CUDA), the EXEC executor hands an EXEC to the runtime
 `launch_lead_ns` before its window opens: it is queued on the GPU behind the one running and
 released at `earliest`; its output copy is queued behind it, and a completion thread waits for
-both and sends the result.
-Whether it can start by `latest` is then decided from the predicted end of the EXECs ahead of it
-(their `expected_ns`, else the last measured duration), since a launched EXEC cannot be taken
-back.
+both and sends the result. Whether it can start by `latest` is decided before it is launched,
+from the predicted end of the EXECs ahead of it (their `expected_ns`, else the last measured
+duration), since a launched EXEC cannot be taken back.
 """
 
 from __future__ import annotations
@@ -333,7 +332,8 @@ class Worker:
 
     def _run_input(self, job: _InferJob) -> None:
         a, model = job.action, job.model
-        rt = self.devices[a.gpu].runtime
+        device = self.devices[a.gpu]
+        rt = device.runtime
         size = model.manifest.kernel_for(a.batch_size).batch_size  # uncompiled sizes pad up
         job.slot = rt.acquire_slot(model, size, self.clock.to_local(a.latest_ns))
         if job.slot is None:
@@ -345,7 +345,6 @@ class Worker:
             job.timings.append(rt.copy_input(model, job.slot, inputs))
         except Exception as e:
             return self._fail_infer(job, e)
-        device = self.devices[a.gpu]
         device.exec.submit(self.clock.to_local(a.earliest_ns) - rt.launch_lead_ns,
                            self.clock.to_local(a.latest_ns), job)
 
