@@ -79,19 +79,21 @@ def tune_cmd(
         print_json({**dataclasses.asdict(report), "short": report.short})
         return
     table = Table(title=f"tuning database {report.db} ({report.target_key})")
-    for col in ("kernel", "batch", "calls", "trials", "best µs"):
+    for col in ("kernel", "batch", "calls", "trials", "best µs", "GFLOP/s"):
         table.add_column(col, justify="right" if col != "kernel" else "left")
     for k in report.kernels:
         table.add_row(k.name, str(k.batch_size), str(k.weight),
                       f"{k.trials_now}" + (f" (+{k.trials_now - k.trials_before})"
                                            if k.trials_now > k.trials_before else ""),
-                      f"{k.best_us:,.1f}" if k.best_us is not None else "-")
+                      f"{k.best_us:,.1f}" if k.best_us is not None else "-",
+                      f"{k.gflops_per_s:,.0f}" if k.gflops_per_s else "-")
     out.print(table)
     for batch in sorted({k.batch_size for k in report.kernels}):
         ks = [k for k in report.kernels if k.batch_size == batch]
         known = [k for k in ks if k.best_us is not None]
-        total_ms = sum(k.weight * k.best_us for k in known) / 1e3
-        out.print(f"batch {batch}: kernels add up to {total_ms:,.2f} ms per inference"
+        total_us = sum(k.weight * k.best_us for k in known)
+        total = f"{total_us / 1e3:,.2f} ms" if total_us >= 1e3 else f"{total_us:,.1f} µs"
+        out.print(f"batch {batch}: kernels add up to {total} per inference"
                   + (f" ({len(ks) - len(known)} kernel(s) without a measurement)"
                      if len(known) < len(ks) else ""))
     if report.short:

@@ -59,6 +59,11 @@ class KernelResult:
     trials_before: int
     trials_now: int
     best_us: float | None   # best measured mean latency, microseconds
+    flops: float = 0.0      # floating-point operations per call (TVM's estimate; 0: unknown)
+
+    @property
+    def gflops_per_s(self) -> float | None:
+        return self.flops / self.best_us / 1e3 if self.best_us and self.flops else None
 
 
 @dataclass
@@ -96,34 +101,70 @@ def _best_us(records) -> float | None:
     return min(means) * 1e6 if means else None
 
 
-def _seed_default_schedule(ms, task, workload, database, builder, runner) -> bool:
-    """Measure cw's own schedule for `task` (CPU NCHWc convolutions) and store it as the
-    kernel's first record: a database record replaces the default schedule at compile time, so
-    the database must hold the default too for its best record never to be worse. Returns
+def _default_schedule(task, rules):
+    """The schedule `cw compile` gives this kernel when no record covers it, as an
+    s_tir.Schedule whose trace can be stored as a record: on the CPU cw's NCHWc convolution
+    schedule (None for other kernels: they keep plain loops), on CUDA the first of the target's
+    default (dlight) rules that applies, as the pipeline's ApplyDefaultSchedule would pick it."""
+    from tvm import s_tir
+
+    mod = task.dispatched[0]
+    if task.target.kind.name == "llvm":
+        try:
+            return cpu_conv.conv_schedule(mod)
+        except s_tir.ScheduleError:
+            return None
+    func = mod["main"]
+    with task.target:
+        for rule in rules:
+            space = rule.apply(func, task.target, False)
+            if space is not None:
+                return space[0] if isinstance(space, list) else space
+    return None
+
+
+def _default_rules(rest_passes) -> list:
+    """The schedule rules of the pipeline's ApplyDefaultSchedule pass (dlight's, on CUDA)."""
+    for p in rest_passes:
+        if hasattr(p, "rules"):
+            return list(p.rules)
+    return []
+
+
+def _seed_default_schedule(ms, task, workload, database, builder, runner, rules) -> bool:
+    """Measure the kernel's default schedule (`_default_schedule`) and store it as its first
+    record: a database record replaces the default schedule at compile time, so the database
+    must hold the default too for its best record never to be worse than no tuning. Returns
     whether a record was added."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    from tvm import s_tir
-
-    try:
-        sch = cpu_conv.conv_schedule(task.dispatched[0])
-    except s_tir.ScheduleError:
-        return False
+    sch = _default_schedule(task, rules)
     if sch is None:
         return False
     (built,) = builder.build([BuilderInput(sch.mod, task.target)])
     if built.error_msg:
         return False
     args_info = ArgInfo.from_prim_func(sch.mod["main"])
-    (future,) = runner.run([RunnerInput(built.artifact_path, "cpu", args_info)])
+    device = "cpu" if task.target.kind.name == "llvm" else task.target.kind.name
+    (future,) = runner.run([RunnerInput(built.artifact_path, device, args_info)])
     result = future.result()
     if result.error_msg or not result.run_secs:
         return False
     database.commit_tuning_record(ms.database.TuningRecord(
         sch.trace, workload, result.run_secs, task.target, args_info))
     return True
+
+
+def _flops(task) -> float:
+    """Floating-point operations of one call of the kernel (0 where TVM cannot count them)."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(task.dispatched[0]))
+    except Exception:  # noqa: BLE001  (an estimate only orders the work)
+        return 0.0
 
 
 def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
@@ -150,18 +191,27 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
     database = ms.database.JSONDatabase(str(db_dir / tuning.WORKLOAD_FILE),
                                         str(db_dir / tuning.RECORD_FILE), allow_missing=True)
     progress("stage", {"text": "extracting kernels"})
-    work: list[tuple[int, object]] = []
+    work: list[tuple[int, object, object, float]] = []
     seen = set()
+    rules: list = []
     for batch in batch_sizes:
-        fused, _ = legalized(bind_batch(imported.mod, onnx_model, batch),
-                             targets.tvm_target(config.target, arch))
+        fused, rest = legalized(bind_batch(imported.mod, onnx_model, batch),
+                                targets.tvm_target(config.target, arch))
+        rules = rules or _default_rules(rest)
         for task in ms.relax_integration.extract_tasks(fused, target):
             workload = database.commit_workload(task.dispatched[0])
             key = str(workload.as_json()[0])  # the structural hash
             if key in seen:
                 continue
             seen.add(key)
-            work.append((batch, task, workload))
+            work.append((batch, task, workload, _flops(task)))
+    # Heaviest first, by share of its batch size's operations per inference (each batch size
+    # counts alike): a time budget that runs out, as a GPU session does, leaves the kernels that
+    # matter least untuned. Stable, so ties keep graph order.
+    per_batch: dict[int, float] = {}
+    for batch, task, _, flops in work:
+        per_batch[batch] = per_batch.get(batch, 0.0) + flops * float(task.weight)
+    work.sort(key=lambda item: -item[3] * float(item[1].weight) / (per_batch[item[0]] or 1.0))
 
     # one pool of builder and runner processes for every kernel: each worker pays for importing
     # TVM once
@@ -171,10 +221,10 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
     results: list[KernelResult] = []
     not_started = 0
     progress("tasks", {"total": len(work)})
-    for i, (batch, task, workload) in enumerate(work):
+    for i, (batch, task, workload, flops) in enumerate(work):
         before = len(database.get_top_k(workload, config.trials))
         result = KernelResult(task.task_name, batch, int(task.weight), before, before,
-                              _best_us(database.get_top_k(workload, 1)))
+                              _best_us(database.get_top_k(workload, 1)), flops)
         results.append(result)
         missing = config.trials - before
         if missing <= 0:
@@ -186,8 +236,8 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
             continue
         progress("kernel_start", {"index": i, "name": task.task_name, "batch_size": batch,
                                   "trials": missing})
-        if before == 0 and config.target == "cpu" and _seed_default_schedule(
-                ms, task, workload, database, builder, runner):
+        if before == 0 and _seed_default_schedule(ms, task, workload, database, builder,
+                                                  runner, rules):
             missing -= 1
         if missing <= 0:
             result.trials_now = len(database.get_top_k(workload, config.trials))

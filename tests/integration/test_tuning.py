@@ -183,3 +183,53 @@ def test_record_lookup_survives_graphs_tvm_cannot_fuse(zoo_onnx, tmp_path, mlp_d
     assert m.kernels[0].kernels_tuned == 0 and m.kernels[0].kernels_total > 0
     if targets.default_cpu_arch() not in (None, targets.GENERIC_CPU):
         assert m.target.arch == targets.GENERIC_CPU
+
+
+def test_cuda_seed_record_reproduces_the_default_schedule(zoo_onnx):
+    """On CUDA, `cw tune` stores each kernel's default (dlight) schedule as its first record, so
+    that the best record is never slower than no tuning. Applied from a database, those records
+    must give exactly the kernels the pipeline's default schedules give. TIR only: no GPU and
+    no CUDA toolkit needed."""
+    from tvm import transform, tirx
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from cw.compile.compiler import bind_batch, import_graph, legalized
+    from cw.compile.tuner import _default_rules, _default_schedule
+    from cw.tvm_env import load_tvm
+
+    tvm = load_tvm()
+    config = CompileConfig(target="cuda", batch_sizes=(2,))
+    onnx_model, imported, _ = import_graph(zoo_onnx("small_cnn"), config)
+    target = targets.tvm_target("cuda", config.resolved_arch)
+    fused, rest = legalized(bind_batch(imported.mod, onnx_model, 2), target)
+    rules = _default_rules(rest)
+    assert rules, "the CUDA pipeline has no default-schedule rules"
+    database = ms.database.MemoryDatabase()
+    tasks = ms.relax_integration.extract_tasks(fused, target)
+    for task in tasks:
+        workload = database.commit_workload(task.dispatched[0])
+        sch = _default_schedule(task, rules)
+        assert sch is not None, task.task_name
+        database.commit_tuning_record(ms.database.TuningRecord(
+            sch.trace, workload, [1e-3], task.target, ArgInfo.from_prim_func(sch.mod["main"])))
+    with target:
+        from_records, tuned, total = tuning.apply_database(fused, database)
+        by_default = transform.Sequential(rest[:1])(fused)
+    assert tuned == total == len(tasks) >= 5
+    for gv, func in from_records.functions.items():
+        if isinstance(func, tirx.PrimFunc):
+            tvm.ir.assert_structural_equal(func.body, by_default[gv.name_hint].body)
+
+
+def test_heaviest_kernels_are_tuned_first(zoo_onnx, tmp_path):
+    report = tune_model(zoo_onnx("small_cnn"), TuneConfig(db=str(tmp_path / "db"),
+                                                          batch_sizes=(1, 4), trials=1,
+                                                          time_budget_s=1e-9))
+    shares = []
+    for k in report.kernels:
+        total = sum(j.flops * j.weight for j in report.kernels if j.batch_size == k.batch_size)
+        shares.append(k.flops * k.weight / total)
+    assert shares == sorted(shares, reverse=True)
+    assert report.kernels[0].flops > 0 and "conv2d" in report.kernels[0].name
+    assert {k.batch_size for k in report.kernels[:2]} == {1, 4}  # batch sizes count alike
