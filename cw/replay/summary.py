@@ -28,8 +28,10 @@ def summarize(requests: list[RequestRow], actions: list[ActionRow], *, duration_
     n = len(requests)
     ok = [r for r in requests if r.status == "OK"]
     good = [r for r in ok if r.deadline_met]
-    late = len(ok) - len(good)
+    # any answer after the deadline, whatever it said: the client needed it by then
+    late = sum(r.completion_ns > r.deadline_ns for r in requests)
     rejected = sum(r.status == "REJECTED" for r in requests)
+    timed_out = sum(r.status == "TIMED_OUT" for r in requests)
     errors = n - len(ok) - rejected
     seconds = duration_ns / NS if duration_ns else 0
     infers = [a for a in actions if a.kind == "infer" and a.status == "OK"]
@@ -39,6 +41,7 @@ def summarize(requests: list[RequestRow], actions: list[ActionRow], *, duration_
         "rejected": rejected,
         "late": late,
         "errors": errors,
+        "timed_out": timed_out,  # among the errors: no result by the deadline, answered at it
         "goodput_rps": round(len(good) / seconds, 3) if seconds else 0.0,
         "offered_rps": round(n / seconds, 3) if seconds else 0.0,
         "throughput_rps": round(len(ok) / seconds, 3) if seconds else 0.0,

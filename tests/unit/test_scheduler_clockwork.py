@@ -467,3 +467,66 @@ def test_a_batch_starts_no_sooner_than_its_inputs_can_reach_the_worker(clock, ns
     assert infer.batch_size == 16
     allowance = infer.earliest_ns - clock.now - h.s.config.network_latency_ns
     assert allowance == pytest.approx(16 * image.sample_bytes * ns_per_byte, abs=1)
+
+
+def _infer_of(h, rid):
+    (d,) = [d for d in of(h.sent, SendInfer) if rid in d.request_ids]
+    return d
+
+
+def test_a_result_still_missing_before_the_deadline_is_answered_timed_out_on_time(clock):
+    """The answer guard: a client hears by its deadline even when the result is stuck (a worker
+    stalled, a slow way back). The late result is then dropped: one answer per request."""
+    h = Harness(clock)
+    h.request()
+    h.load_all()
+    h.complete_infers()
+    h.sent.clear()
+    arrival = clock.now
+    early = h.request(slo_ms=40)
+    clock.advance(10 * MS)
+    late = h.request(slo_ms=60)
+    first, second = _infer_of(h, early), _infer_of(h, late)
+    assert first is not second
+    guard = h.s.config.answer_guard_ns
+    # nothing comes back; the scheduler asks to be woken for the guard, not later
+    assert h.s.next_wakeup_ns(clock.now) <= arrival + 40 * MS - guard
+    clock.now = arrival + 40 * MS - guard - 1
+    h.apply(h.s.tick(clock.now))
+    assert early not in h.finished  # not yet: the result may still come in time
+    clock.now += 1
+    h.apply(h.s.tick(clock.now))
+    assert h.finished[early].status == RequestStatus.TIMED_OUT
+    assert clock.now < arrival + 40 * MS  # answered before its deadline
+    assert late not in h.finished  # its own INFER is not overdue
+    # the first result comes after all: dropped, never a second (late) answer
+    h.sent.remove(first)
+    h.complete(first)
+    assert h.finished[early].status == RequestStatus.TIMED_OUT
+    # the second returns in time: answered OK
+    h.sent.remove(second)
+    h.complete(second)
+    assert h.finished[late].status == RequestStatus.OK
+
+
+def test_part_of_a_batch_times_out_and_the_rest_is_served(clock):
+    h = Harness(clock)
+    h.request()
+    h.load_all()
+    h.complete_infers()
+    h.sent.clear()
+    # the GPU is planned busy for 20 ms: two requests with different deadlines wait, go together
+    h.s.gpus[(0, 0)].exec_free_ns = clock.now + 20 * MS
+    arrival = clock.now
+    tight, loose = h.request(slo_ms=30), h.request(slo_ms=80)
+    assert not of(h.sent, SendInfer)
+    clock.now = arrival + 20 * MS - h.s.config.schedule_ahead_ns + 1
+    h.apply(h.s.tick(clock.now))
+    (batch,) = of(h.sent, SendInfer)
+    assert sorted(batch.request_ids) == sorted([tight, loose])
+    clock.now = arrival + 30 * MS - h.s.config.answer_guard_ns
+    h.apply(h.s.tick(clock.now))
+    assert h.finished[tight].status == RequestStatus.TIMED_OUT and loose not in h.finished
+    h.sent.remove(batch)
+    h.complete(batch)
+    assert h.finished[loose].status == RequestStatus.OK

@@ -49,6 +49,12 @@ class SchedulerConfig:
     # request, so no result would ever come to narrow it again (seen live on a GPU: one 47 ms
     # stall at start shut a 10 ms-SLO run down for good)
     margin_expiry_ns: int = 2_000_000_000
+    # An INFER whose result has not come back this long before a request's deadline: that
+    # request is answered TIMED_OUT at once and its result, should it still come, is dropped, so
+    # that a client always hears by its deadline (a late answer is of no use to it). It must
+    # exceed the time between two ticks (the controller ticks at least every millisecond).
+    # Clockwork only; the baselines answer late, as the systems they stand for do.
+    answer_guard_ns: int = 1_000_000
     # Sweeps over every queue cost time per tick; a tick runs them at most this often. A new
     # request is checked on arrival, so these only bound how soon a waiting request that became
     # infeasible is answered, and how soon a hot model gets another copy.
@@ -59,7 +65,8 @@ class SchedulerConfig:
         from cw.errors import UsageError
 
         if min(self.schedule_ahead_ns, self.infer_slack_ns, self.load_slack_ns,
-               self.completion_margin_ns, self.margin_expiry_ns, self.input_ns_per_byte) < 0:
+               self.completion_margin_ns, self.margin_expiry_ns, self.input_ns_per_byte,
+               self.answer_guard_ns) < 0:
             raise UsageError("scheduler durations must be non-negative")
         if self.max_loads_in_flight < 1 or self.estimate_window < 1:
             raise UsageError("max loads in flight and estimate window must be ≥ 1")

@@ -78,6 +78,10 @@ class ClockworkScheduler(Scheduler):
         self.answer_delays = RollingQuantile(1000, 0.99, 100)
         self.margin_ns: dict[int, int] = {}  # worker -> completion margin in use
         self._answer_seen_ns: dict[int, int] = {}  # worker -> when its last result came
+        # (earliest deadline among its unanswered requests, INFER id) for every INFER sent:
+        # the answer guard (SchedulerConfig.answer_guard_ns). Entries of INFERs that returned
+        # are dropped when they reach the top.
+        self._guards: list[tuple[int, int]] = []
 
     # --- events --------------------------------------------------------------------------
     def worker_joined(self, now_ns: int, worker: WorkerInfo) -> list[Decision]:
@@ -184,6 +188,8 @@ class ClockworkScheduler(Scheduler):
             self._last_sweep_ns = now_ns
             self._expire_margins(now_ns)
             self._reject_infeasible(now_ns, decisions)
+        if self._guards and self._guards[0][0] <= now_ns + c.answer_guard_ns:
+            self._time_out_overdue(now_ns, decisions)
         self._plan_infers(now_ns, decisions)
         replicate = (self._last_replication_ns is None
                      or now_ns - self._last_replication_ns >= c.replication_check_ns)
@@ -191,6 +197,29 @@ class ClockworkScheduler(Scheduler):
             self._last_replication_ns = now_ns
         self._plan_loads(now_ns, decisions, replicate)
         return decisions
+
+    def _time_out_overdue(self, now_ns: int, decisions: list[Decision]) -> None:
+        """Answer TIMED_OUT the requests whose INFER has not returned answer_guard_ns before
+        their deadline; the rest of such a batch keeps waiting for the result."""
+        guards, inflight = self._guards, self.inflight
+        limit = now_ns + self.config.answer_guard_ns
+        while guards and guards[0][0] <= limit:
+            _, action_id = heapq.heappop(guards)
+            f = inflight.get(action_id)
+            if f is None or not f.requests:
+                continue  # returned (or lost with its worker) already
+            waiting = []
+            for r in f.requests:
+                if r.deadline_ns <= limit:
+                    decisions.append(Finish(r.request_id, RequestStatus.TIMED_OUT,
+                                            "no result by its deadline; a late result is "
+                                            "dropped"))
+                    self.cold.discard(r.request_id)
+                else:
+                    waiting.append(r)
+            f.requests = waiting
+            if waiting:
+                heapq.heappush(guards, (min(r.deadline_ns for r in waiting), action_id))
 
     def _expire_margins(self, now_ns: int) -> None:
         for worker, margin in list(self.margin_ns.items()):
@@ -336,6 +365,8 @@ class ClockworkScheduler(Scheduler):
                 decisions.append(SendInfer(action_id, gpu.worker_id, gpu.index, model, b,
                                            [r.request_id for r in requests], start, latest, est))
                 self.inflight[action_id] = _InFlight("infer", gpu.key, model, b, requests)
+                # EDF: the first request popped has the earliest deadline
+                heapq.heappush(self._guards, (requests[0].deadline_ns, action_id))
                 self.last_exec[gpu.key] = action_id
                 gpu.exec_free_ns = start + est
                 gpu.busy_ns += est
@@ -452,8 +483,12 @@ class ClockworkScheduler(Scheduler):
     def next_wakeup_ns(self, now_ns: int) -> int | None:
         """When a tick could next do something no event will prompt: a GPU reaching the planning
         horizon while requests wait. For event-driven (virtual-time) callers."""
+        guards = self._guards
+        while guards and guards[0][1] not in self.inflight:
+            heapq.heappop(guards)  # its INFER returned: nothing to guard
+        guard = guards[0][0] - self.config.answer_guard_ns if guards else None
         if not self.queues:
-            return None
+            return None if guard is None else max(now_ns + 100_000, guard)
         ahead = self.config.schedule_ahead_ns
         # A GPU matters only if it holds a model with waiting requests; a model still loading
         # is woken by its LOAD's result. The earliest head deadline bounds how long an
@@ -461,4 +496,6 @@ class ClockworkScheduler(Scheduler):
         queued = self.queues
         times = [g.exec_free_ns - ahead for g in self.gpus.values() if _holds_any(g, queued)]
         times += [q[0][0] - self.config.completion_margin_ns for q in self.queues.values() if q]
+        if guard is not None:
+            times.append(guard)
         return max(now_ns + 100_000, min(times)) if times else None
