@@ -125,7 +125,7 @@ class Simulation:
                 if nxt > self.now:
                     self._apply(self.scheduler.tick(self.now))
                     dirty = False
-                    self._schedule_tick()
+                    self._schedule_tick(nxt)
         if progress is not None:
             progress(processed, self.now)
         return self.telemetry
@@ -145,9 +145,13 @@ class Simulation:
         self.requests[request_id] = req
         self._apply(self.scheduler.request_arrived(self.now, req))
 
-    def _schedule_tick(self) -> None:
+    def _schedule_tick(self, next_event_ns: int) -> None:
+        """A tick at the scheduler's next wake-up, unless an event comes first: the tick after
+        that event asks again (most wake-ups, e.g. the answer guard's, are moved or dropped by
+        then, and a tick nobody needs any more costs as much as one that is needed)."""
         wake = self.scheduler.next_wakeup_ns(self.now)
-        if wake is not None and (self._next_tick is None or wake < self._next_tick):
+        if wake is not None and wake < next_event_ns and (self._next_tick is None
+                                                          or wake < self._next_tick):
             self._next_tick = wake
             self._push(wake, _TICK, None)
 
