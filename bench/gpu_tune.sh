@@ -41,11 +41,19 @@ run)
     touch "$W/ready"
   fi
   export PYTHONPATH="$W/site:$W/py:$(pwd)" PYTHONUNBUFFERED=1
+  # cw looks for the toolkit under /usr/local/cuda-13* and /usr/local/cuda; elsewhere, say where
+  if [ -z "${CUDA_PATH:-}" ] && ! ls /usr/local/cuda*/bin/nvcc >/dev/null 2>&1 && command -v nvcc >/dev/null; then
+    export CUDA_PATH=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+  fi
+  mkdir -p "$OUT"
+  { echo "== $(date -u +%FT%TZ) nvcc: $(command -v nvcc || echo none), CUDA_PATH=${CUDA_PATH:-unset}";
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
+    python3 -c "from cw.tvm_env import cuda_codegen_problem as p; print('CUDA codegen:', p() or 'ok')"
+  } 2>&1 | tee -a "$OUT/tune.log"
   models=${2:-resnet50,resnet18,densenet121}
   batches=${3:-1,4,16}
   budget=${4:-7m}
   budget_s=$(python3 -c "from cw.units import parse_duration_ns as p; print(int(p('$budget', 'budget') / 1e9))")
-  mkdir -p "$OUT"
   start=$(date +%s)
   for m in ${models//,/ }; do
     left=$(( budget_s - ($(date +%s) - start) ))
