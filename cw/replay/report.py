@@ -216,7 +216,8 @@ def figures(runs: list[Run]) -> list[str]:
 
 SUMMARY_KEYS = [("requests", "requests"), ("offered r/s", "offered_rps"),
                 ("goodput r/s", "goodput_rps"), ("SLO attainment", "slo_attainment"),
-                ("rejected", "rejected"), ("late", "late"), ("timed out", "timed_out"), ("errors", "errors"),
+                ("rejected", "rejected"), ("late", "late"), ("timed out", "timed_out"),
+                ("errors", "errors"),
                 ("p50 ms", ("latency_ms", "p50")), ("p99 ms", ("latency_ms", "p99")),
                 ("p99.99 ms", ("latency_ms", "p9999")), ("max ms", ("latency_ms", "max")),
                 ("mean batch", "mean_batch_size"), ("cold starts", "cold_starts")]

@@ -482,7 +482,8 @@ class ClockworkScheduler(Scheduler):
 
     def next_wakeup_ns(self, now_ns: int) -> int | None:
         """When a tick could next do something no event will prompt: a GPU reaching the planning
-        horizon while requests wait. For event-driven (virtual-time) callers."""
+        horizon while requests wait, or an INFER's answer guard coming due. For event-driven
+        (virtual-time) callers."""
         guards = self._guards
         while guards and guards[0][1] not in self.inflight:
             heapq.heappop(guards)  # its INFER returned: nothing to guard
