@@ -1,10 +1,11 @@
 """Controller throughput over the real ZeroMQ path with simulated worker processes.
 
     python bench/serve_throughput.py --models DIR [--workers 2] [--rate 2000] [--seconds 10]
-        [--slo 100ms] [--ipc]
+        [--slo 100ms] [--ipc] [--no-shm]
 
 `--ipc`: Unix sockets instead of TCP on loopback (with ResNet-50-sized inputs it saved ~8 % of
-the controller's CPU).
+the controller's CPU). `--no-shm`: inputs through the socket even though client, controller and
+workers share this host (by default they go through shared memory, cw/serve/shm.py).
 
 The controller runs in this process, the workers in their own, and an open-loop client in
 another (so that its pacing does not compete with the controller for the GIL). Prints offered
@@ -29,12 +30,13 @@ from cw.serve.launch import ControllerThread, WorkerProcesses, local_address
 from cw.units import parse_duration_ns
 
 
-def client_process(address: str, rate: float, seconds: float, slo_ms: float, results) -> None:
+def client_process(address: str, rate: float, seconds: float, slo_ms: float, results,
+                   shared_memory: bool) -> None:
     from cw.client import Client
     from cw.serve.protocol import RequestStatus
     from cw.replay.live import wait_until
 
-    with Client(address, timeout_s=30) as client:
+    with Client(address, timeout_s=30, shared_memory=shared_memory) as client:
         models = client.models()
         inputs = {m.model_id: np.zeros((1, *m.inputs[0].sample_shape), m.inputs[0].dtype)
                   for m in models}
@@ -77,6 +79,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--slo", default="100ms")
     ap.add_argument("--ipc", action="store_true", help="Unix sockets instead of TCP loopback")
+    ap.add_argument("--no-shm", action="store_true", help="inputs through the socket")
     args = ap.parse_args()
     if args.ipc:
         listen = [f"ipc:///tmp/cw-bench-{os.getpid()}-{side}" for side in ("workers", "clients")]
@@ -92,7 +95,7 @@ def main() -> None:
         client = mp.get_context("spawn").Process(
             target=client_process, args=(local_address(ctl.clients_address), args.rate,
                                          args.seconds, parse_duration_ns(args.slo) / 1e6,
-                                         results))
+                                         results, not args.no_shm))
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         workers_cpu0 = sum(process_cpu_s(w.pid) for w in procs.procs)
         client.start()
@@ -114,7 +117,8 @@ def main() -> None:
         if delays:
             print(f"EXEC end → result at the controller: p50 {delays[len(delays) // 2] / 1e6:.2f} "
                   f"ms, p99 {delays[int(0.99 * len(delays))] / 1e6:.2f} ms")
-        print(f"offered {n / args.seconds:.0f} r/s for {args.seconds:g} s, {args.workers} "
+        print(f"inputs through {'the socket' if args.no_shm else 'shared memory'}: "
+              f"offered {n / args.seconds:.0f} r/s for {args.seconds:g} s, {args.workers} "
               f"simulated workers: answered {ok + failed} of {n} ({ok} ok, {failed} failed) in "
               f"{elapsed:.2f} s; SLO attainment {good / max(1, len(rows)):.4f}; late "
               f"{sum(r.status == 'OK' and not r.deadline_met for r in rows)}; controller CPU "

@@ -6,13 +6,16 @@
         futures = [c.infer_async("resnet50", x) for x in xs]  # many in flight
         y = await c.ainfer("resnet50", x)                 # asyncio
 
-A background thread owns the ZeroMQ socket; calls from any thread are safe.
+A background thread owns the ZeroMQ socket; calls from any thread are safe. On the controller's
+host, inputs go through shared memory (cw/serve/shm.py) instead of the socket, unless
+`shared_memory=False`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import threading
 from concurrent.futures import Future
 
@@ -21,7 +24,10 @@ import numpy as np
 from cw.errors import CwError
 from cw.serve import protocol as p
 from cw.serve.protocol import RequestStatus
+from cw.serve.shm import ShmArena, remove_stale, shm_domain
 from cw.serve.transport import Malformed, ZmqDealer
+
+log = logging.getLogger("cw.client")
 
 
 class RequestFailed(CwError):
@@ -50,9 +56,18 @@ def _buffer(a) -> memoryview:
     return memoryview(np.ascontiguousarray(a)).cast("B")
 
 class Client:
-    def __init__(self, address: str = "tcp://127.0.0.1:7001", timeout_s: float = 30.0):
+    """`shared_memory`: None (default) sends inputs through shared memory when the controller
+    shares this host's /dev/shm, and through the socket otherwise; True insists (an error if it
+    cannot); False always uses the socket."""
+
+    def __init__(self, address: str = "tcp://127.0.0.1:7001", timeout_s: float = 30.0,
+                 shared_memory: bool | None = None):
         self.address = address
         self.timeout_s = timeout_s
+        self.shared_memory = shared_memory
+        self._arena: ShmArena | None = None  # set where the controller shares /dev/shm
+        self._arena_full = False  # /dev/shm ran out of room: the socket from then on
+        self._hello_done = False
         self._dealer = ZmqDealer(address, p.Codec(p.ToClient), p.Codec(p.FromClient))
         self._ids = itertools.count(1)
         self._futures: dict[int, Future] = {}
@@ -70,7 +85,9 @@ class Client:
                 entry = self._futures.pop(msg.request_id, None)
                 if entry is None:
                     continue
-                future, decode = entry
+                future, decode, slots = entry
+                if slots:
+                    self._arena.free(slots)  # the request is over: its input slots are free
                 if future.done():  # cancelled by close()
                     continue
                 if decode is None:
@@ -84,12 +101,13 @@ class Client:
                     future.set_result(result)
         self._dealer.close()
 
-    def _send(self, make, decode=None) -> Future:
+    def _send(self, make, decode=None, slots=None) -> Future:
         """Send `make(request id)`; the future gets the response, or `decode(response)`, set by
-        the I/O thread. (A dict's get/set/pop are atomic: no lock on this per-request path.)"""
+        the I/O thread, which also frees the request's shared-memory `slots`. (A dict's get/set/
+        pop are atomic: no lock on this per-request path.)"""
         rid = next(self._ids)
         future: Future = Future()
-        self._futures[rid] = (future, decode)
+        self._futures[rid] = (future, decode, slots)
         self._dealer.send(make(rid))
         return future
 
@@ -97,9 +115,11 @@ class Client:
         self._stop.set()
         self._thread.join(timeout=2)
         with self._lock:
-            for f, _ in list(self._futures.values()):
+            for f, _, _ in list(self._futures.values()):
                 f.cancel()
             self._futures.clear()
+        if self._arena is not None:
+            self._arena.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -107,11 +127,50 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @property
+    def uses_shared_memory(self) -> bool:
+        """Whether inputs go through shared memory (known after the first call)."""
+        return self._arena is not None and not self._arena_full
+
     # --- API -----------------------------------------------------------------------------
     def models(self) -> list[p.ModelInfo]:
         response = self._wait(self._send(lambda rid: p.ListModels(rid)))
         self._models = {m.model_id: m for m in response.models}
+        if not self._hello_done:
+            self._hello_done = True
+            self._choose_transfer(response.shm_domain)
         return response.models
+
+    def _choose_transfer(self, controller_domain: str) -> None:
+        if self.shared_memory is False:
+            return
+        shared = bool(controller_domain) and controller_domain == shm_domain()
+        if not shared:
+            if self.shared_memory:
+                raise CwError(f"the controller at {self.address} does not share this host's "
+                              "shared memory (/dev/shm)",
+                              "run the client on the controller's host, or pass "
+                              "shared_memory=False")
+            return
+        remove_stale()
+        self._arena = ShmArena()
+
+    def _payload(self, inputs):
+        """The inputs as sent: shared-memory references where possible, else the bytes; and
+        the slots to free when the response comes."""
+        if not self._hello_done:
+            self.models()  # learns whether the controller shares this host (once)
+        if self._arena is not None and not self._arena_full:
+            try:
+                refs = self._arena.put(inputs)
+                return refs, refs
+            except OSError as e:
+                if self.shared_memory:
+                    raise CwError(f"no room for inputs in shared memory: {e}",
+                                  "free space in /dev/shm, or pass shared_memory=False") from None
+                log.warning("shared memory unusable (%s): sending inputs through the socket", e)
+                self._arena_full = True  # its segments stay: requests in flight use them
+        return [_buffer(a) for a in inputs], None
 
     def infer_async(self, model: str, x, slo_ms: float | None = None) -> Future:
         """A future of the output array(s). `x` is an array with a batch axis (or a list of
@@ -121,9 +180,9 @@ class Client:
         slo_ns = 0 if slo_ms is None else int(slo_ms * 1_000_000)
         if model not in self._models:
             self.models()  # output shapes and dtypes, fetched once (not from the I/O thread)
-        payload = [_buffer(a) for a in inputs]
+        payload, slots = self._payload(inputs)
         return self._send(lambda rid: p.InferRequest(rid, model, payload, n, slo_ns),
-                          lambda msg: self._decode(model, msg, n))
+                          lambda msg: self._decode(model, msg, n), slots)
 
     def infer(self, model: str, x, slo_ms: float | None = None):
         return self._wait(self.infer_async(model, x, slo_ms))
@@ -140,9 +199,9 @@ class Client:
         count statuses and need not turn outputs into arrays."""
         inputs = [x] if isinstance(x, np.ndarray) else list(x)
         slo_ns = 0 if slo_ms is None else int(slo_ms * 1_000_000)
-        payload = [_buffer(a) for a in inputs]
+        payload, slots = self._payload(inputs)
         return self._send(lambda rid: p.InferRequest(rid, model, payload, inputs[0].shape[0],
-                                                     slo_ns))
+                                                     slo_ns), None, slots)
 
     # --- helpers -------------------------------------------------------------------------
     def _wait(self, future: Future):

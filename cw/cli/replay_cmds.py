@@ -46,6 +46,9 @@ def replay_cmd(
     runtime: str = typer.Option("simulated", "--runtime",
                                 help="Local live workers: simulated, cpu or cuda (one "
                                      "worker per GPU index, --workers of them)."),
+    shared_memory: bool = typer.Option(True, "--shared-memory/--no-shared-memory",
+                                       help="Live: pass inputs through /dev/shm when the "
+                                            "controller is on this host."),
     noise: float = typer.Option(0.0, "--noise", help="Relative std of simulated durations."),
     seed: int = typer.Option(0, "--seed"),
     out: Path = typer.Option(Path("replay-out"), "--out", help="Output directory."),
@@ -69,7 +72,7 @@ def replay_cmd(
                   start_minute=start_minute, rate_scale=rate_scale, target_rate=target_rate,
                   arrivals=arrivals, mapping=mapping, scheduler=scheduler, noise=noise,
                   seed=seed, simulate=simulate, controller=controller, runtime=runtime, out=out,
-                  force=force)
+                  force=force, shared_memory=shared_memory)
     if preset is not None:
         config = with_preset(preset, **chosen)
     else:

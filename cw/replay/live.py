@@ -187,12 +187,14 @@ def run_live(config, generate_arrivals, progress):
                                          f"{devices[0]} --models {models_dir}` by hand to see "
                                          "its whole output") from None
             address = local_address(ctl.clients_address)
-        with Client(address, timeout_s=10) as client:
+        with Client(address, timeout_s=10,
+                    shared_memory=None if config.shared_memory else False) as client:
             names, inputs = model_inputs(client)
             arr = generate_arrivals(names)
             progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
             advance = lambda i, t: progress("advance", {"requests": i, "virtual_ns": t})  # noqa
-            extra = {"live": True, "controller": config.controller or "local"}
+            extra = {"live": True, "controller": config.controller or "local",
+                     "inputs_via": "shared memory" if client.uses_shared_memory else "socket"}
             if isinstance(arr, ClosedLoop):
                 futures, sent, chosen, start = send_closed_loop(
                     client, arr, inputs, config.slo_ns / 1e6, advance)

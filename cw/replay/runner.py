@@ -58,6 +58,7 @@ class ReplayConfig:
     simulate: bool = True
     controller: str | None = None              # live replay against a running `cw serve`
     runtime: str = "simulated"                 # live local workers: simulated | cpu | cuda
+    shared_memory: bool = True                 # live: inputs via /dev/shm where the host allows
     out: Path = Path("replay-out")
     force: bool = False
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from cw.serve import protocol as p
 from cw.serve.metrics import Metrics
 from cw.serve.protocol import RequestStatus
+from cw.serve.shm import ShmError, ShmReader, ShmRef, shm_domain
 from cw.serve.scheduler.base import (ACTION_KIND, ActionResult, Finish, GpuInfo, Request, Scheduler,
                                      SendInfer, SendLoad, WorkerInfo)
 from cw.serve.telemetry import ActionRow, RequestRow, TelemetryLog
@@ -57,7 +58,7 @@ class _Pending:
     client_request_id: int
     model: str
     n: int
-    inputs: list[bytes]
+    inputs: list  # memoryview (a view into the received frame) or ShmRef
     arrival_ns: int
     deadline_ns: int
     slo_ns: int
@@ -71,6 +72,7 @@ class _Worker:
     simulated: bool
     models: dict[str, p.ModelInfo]
     last_seen_ns: int
+    shares_shm: bool = False  # sees the controller's /dev/shm: gets inputs as ShmRef
 
 
 @dataclass
@@ -97,6 +99,8 @@ class Controller:
         self.pending: dict[int, _Pending] = {}
         self.actions: dict[int, _Action] = {}
         self._started_ns: int | None = None  # for busy fractions
+        self.shm_domain = shm_domain()
+        self.shm = ShmReader()
         self._worker_ids = itertools.count(1)
         self._request_ids = itertools.count(1)
         self._worker_handlers = {p.Register: self._on_register, p.Ping: self._on_ping,
@@ -175,13 +179,15 @@ class Controller:
             self._worker_left(now_ns, self.by_peer[peer], "re-registered")
         wid = next(self._worker_ids)
         self.workers[wid] = _Worker(wid, peer, msg.name, msg.simulated,
-                                    {m.model_id: m for m in msg.models}, now_ns)
+                                    {m.model_id: m for m in msg.models}, now_ns,
+                                    bool(msg.shm_domain) and msg.shm_domain == self.shm_domain)
         self.by_peer[peer] = wid
         self.workers_ep.send(peer, p.Welcome(wid, msg.worker_ns, now_ns))
         log.info("worker %d (%s, %s) joined with %d devices and %d models", wid, msg.name,
                  msg.runtime, len(msg.devices), len(msg.models))
         info = WorkerInfo(wid, msg.name, [GpuInfo(d.index, d.pages, d.page_size)
-                                          for d in msg.devices], list(msg.models), msg.simulated)
+                                          for d in msg.devices], list(msg.models), msg.simulated,
+                          self.workers[wid].shares_shm)
         self._apply(now_ns, self.scheduler.worker_joined(now_ns, info))
 
     def _on_ping(self, now_ns: int, peer: bytes, msg: p.Ping) -> None:
@@ -245,7 +251,8 @@ class Controller:
         self.pending[rid] = _Pending(peer, msg.request_id, msg.model, msg.n, list(msg.inputs),
                                      now_ns, now_ns + slo, slo)
         self._apply(now_ns, self.scheduler.request_arrived(
-            now_ns, Request(rid, msg.model, msg.n, now_ns, now_ns + slo)))
+            now_ns, Request(rid, msg.model, msg.n, now_ns, now_ns + slo,
+                            type(msg.inputs[0]) is ShmRef)))
 
     def _validate(self, msg: p.InferRequest):
         info = self.scheduler.model_info(msg.model)
@@ -261,6 +268,12 @@ class Controller:
             return RequestStatus.BAD_INPUT, (f"{len(msg.inputs)} inputs given, '{msg.model}' "
                                              f"takes {len(info.inputs)}")
         for data, spec in zip(msg.inputs, info.inputs):
+            if type(data) is ShmRef:
+                try:
+                    data = self.shm.view(data)  # checked here, so that a bad one fails alone
+                except ShmError as e:
+                    return RequestStatus.BAD_INPUT, (f"input '{spec.name}': {e} (send the bytes "
+                                                     "instead: Client(shared_memory=False))")
             if len(data) != msg.n * spec.sample_bytes:
                 return RequestStatus.BAD_INPUT, (
                     f"input '{spec.name}' has {len(data)} bytes; {msg.n} sample(s) of "
@@ -268,8 +281,8 @@ class Controller:
         return None
 
     def _on_models(self, now_ns: int, peer: bytes, msg: p.ListModels) -> None:
-        self.clients_ep.send(peer, p.ModelsResponse(msg.request_id,
-                                                    list(self.scheduler.models().values())))
+        self.clients_ep.send(peer, p.ModelsResponse(
+            msg.request_id, list(self.scheduler.models().values()), self.shm_domain))
 
     def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
         self._respond_error(peer, -1, RequestStatus.MALFORMED, f"malformed request: {msg.error}")
@@ -289,8 +302,11 @@ class Controller:
             if isinstance(d, SendInfer):
                 reqs = [self.pending[r] for r in d.request_ids]
                 # each request's bytes as received (views into its frame): copied once, by the
-                # encoder, instead of joined first
+                # encoder, instead of joined first; shared-memory references stay references
+                # for a worker on the clients' host
                 inputs = [[r.inputs[i] for r in reqs] for i in range(len(reqs[0].inputs))]
+                if not w.shares_shm:
+                    inputs = [[self._bytes_of(t) for t in chunks] for chunks in inputs]
                 msg = p.Infer(id=d.action_id, model=d.model, gpu=d.gpu,
                               earliest_ns=d.earliest_ns, latest_ns=d.latest_ns,
                               expected_ns=d.expected_ns, batch_size=d.batch_size,
@@ -304,6 +320,14 @@ class Controller:
                 record.samples = {r: self.pending[r].n for r in d.request_ids}
             self.actions[d.action_id] = record
             self.workers_ep.send(w.peer, msg)
+
+    def _bytes_of(self, tensor):
+        if type(tensor) is not ShmRef:
+            return tensor
+        try:
+            return self.shm.view(tensor)
+        except ShmError:  # its client closed the segment since: nobody waits for this output
+            return bytes(tensor.nbytes)
 
     def _finish(self, now_ns: int, f: Finish) -> None:
         req = self.pending.pop(f.request_id, None)

@@ -10,7 +10,8 @@ round trips, and reports results back on the controller's clock, so the controll
 one clock.
 
 Tensor payloads are `memoryview`s: decoded, they are views into the received frame (no copy);
-to send, any buffer (bytes, a contiguous numpy array's memoryview) will do.
+to send, any buffer (bytes, a contiguous numpy array's memoryview) will do. An input may instead
+be a `ShmRef` to bytes in shared memory, where sender and receiver share a host (cw/serve/shm.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ import enum
 
 import msgspec
 
-PROTOCOL_VERSION = 2  # 2: INFER inputs in one chunk per request
+from cw.serve.shm import ShmRef
+
+PROTOCOL_VERSION = 3  # 2: INFER inputs in one chunk per request; 3: inputs in shared memory
+
+# An input's bytes: in the message, or in a shared-memory segment on the receiver's host.
+Tensor = memoryview | ShmRef
 
 
 class Status(enum.IntEnum):
@@ -80,8 +86,9 @@ class Infer(Action, tag="infer"):
     batch_size: int       # compiled batch size to run
     n: int                # real samples in `inputs` (≤ batch_size; the rest is padding)
     # per model input: the batch's n samples (C-contiguous, the model's dtype) as one chunk per
-    # request, in order: the controller sends each request's bytes as they came, uncopied
-    inputs: list[list[memoryview]]
+    # request, in order: the controller sends each request's bytes as they came, uncopied, or
+    # the client's shared-memory reference where the worker shares the client's host
+    inputs: list[list[Tensor]]
 
 
 class Pong(msgspec.Struct, frozen=True, tag="pong"):
@@ -139,6 +146,7 @@ class Register(msgspec.Struct, frozen=True, tag="register"):
     devices: list[DeviceDesc]
     models: list[ModelInfo]
     worker_ns: int
+    shm_domain: str = ""  # the /dev/shm it sees (shm.shm_domain()); "" for none
 
 
 class Ping(msgspec.Struct, frozen=True, tag="ping"):
@@ -172,7 +180,7 @@ FromWorker = Register | Ping | Result
 class InferRequest(msgspec.Struct, frozen=True, tag="infer"):
     request_id: int        # chosen by the client, echoed in the response
     model: str
-    inputs: list[memoryview]  # per model input: n samples, C-contiguous
+    inputs: list[Tensor]   # per model input: n samples, C-contiguous
     n: int                 # samples in this request (1 for a single request)
     slo_ns: int = 0        # 0: the controller's default SLO
 
@@ -197,6 +205,7 @@ class InferResponse(msgspec.Struct, frozen=True, tag="infer_response"):
 class ModelsResponse(msgspec.Struct, frozen=True, tag="models_response"):
     request_id: int
     models: list[ModelInfo]
+    shm_domain: str = ""  # the controller's /dev/shm: clients there may send ShmRef inputs
 
 
 class ErrorResponse(msgspec.Struct, frozen=True, tag="error"):

@@ -32,6 +32,7 @@ from cw.serve.protocol import (PROTOCOL_VERSION, DeviceDesc, Goodbye, Infer, Loa
                                Welcome)
 from cw.serve.runtime.base import SPIN_NS, IOSlot, PhaseTiming, Runtime, now_ns
 from cw.serve.runtime.host import HostModel
+from cw.serve.shm import ShmError, ShmReader, ShmRef, shm_domain
 from cw.serve.simdevice import SimulatedDevice
 from cw.serve.transport import Malformed
 
@@ -87,6 +88,7 @@ class _InferJob:
     slot: IOSlot | None = None
     timings: list = field(default_factory=list)
     padded: int = 0  # the compiled batch size it runs at (simulated device)
+    inputs: list = field(default_factory=list)  # action.inputs with shared memory mapped
 
 
 class _Device:
@@ -137,6 +139,7 @@ class Worker:
         self.transport = transport
         self.models = {m.model_id: m for m in models}
         self.clock = ClockSync()
+        self.shm = ShmReader()  # clients' input segments, for INFERs that carry ShmRef
         self.worker_id: int | None = None
         self.devices = [_Device(i, rt, self) for i, rt in enumerate(runtimes)]
         self._handlers = {Load: self._on_weights, Unload: self._on_weights, Infer: self._on_infer,
@@ -165,7 +168,8 @@ class Worker:
             PROTOCOL_VERSION, self.config.name, rt.name, rt.simulated,
             [DeviceDesc(d.index, d.runtime.name, d.runtime.cache.page_size,
                         d.runtime.cache.num_pages) for d in self.devices],
-            [model_info(m) for m in self.models.values()], self._last_register_ns))
+            [model_info(m) for m in self.models.values()], self._last_register_ns,
+            shm_domain()))
 
     def step(self, timeout_ms: int = 50) -> None:
         """One tick: receive and handle messages, advance simulated devices, ping /
@@ -182,7 +186,12 @@ class Worker:
             if handler is None:
                 log.warning("unexpected message type %s from the controller", type(msg).__name__)
                 continue
-            handler(msg)
+            try:
+                handler(msg)
+            except Exception as e:  # a bug of ours: the action still gets its one result
+                log.exception("handling %s failed", type(msg).__name__)
+                if isinstance(msg, (Load, Unload, Infer)):
+                    self._send(msg, Status.RUNTIME_ERROR, now_ns(), message=f"worker error: {e}")
         for sim in sims:
             sim.advance(now_ns())
         now = now_ns()
@@ -304,24 +313,39 @@ class Worker:
 
     def _on_infer(self, action: Infer) -> None:
         received = now_ns()
-        problem = self._check(action) or self._check_inputs(action)
+        problem = self._check(action)
+        if problem is None:
+            inputs = [[self._bytes_of(t) for t in chunks] for chunks in action.inputs]
+            problem = self._check_inputs(action, inputs)
         if problem:
             return self._send(action, problem[0], received, message=problem[1])
-        job = _InferJob(action, self.models[action.model], received)
+        job = _InferJob(action, self.models[action.model], received, inputs=inputs)
         if self.devices[action.gpu].sim is not None:
             return self.devices[action.gpu].sim.submit_infer(now_ns(), job)
         earliest = self.clock.to_local(action.earliest_ns)
         self.devices[action.gpu].input.submit(earliest - self.config.input_lead_ns,
                                               self.clock.to_local(action.latest_ns), job)
 
-    def _check_inputs(self, action: Infer) -> tuple[Status, str] | None:
+    def _bytes_of(self, tensor):
+        """A request's input bytes; shared memory mapped on first sight. A segment that is gone
+        was closed by its client, which therefore waits for no output: zeros stand in, so that
+        the requests batched with it still run."""
+        if type(tensor) is not ShmRef:
+            return tensor
+        try:
+            return self.shm.view(tensor)
+        except ShmError as e:
+            log.warning("INFER input: %s; running its request on zeros", e)
+            return memoryview(bytes(tensor.nbytes))
+
+    def _check_inputs(self, action: Infer, inputs: list) -> tuple[Status, str] | None:
         m = self.models[action.model].manifest
         if not 1 <= action.n <= action.batch_size or action.batch_size > m.batch_sizes[-1]:
             return Status.BAD_INPUT, (f"n={action.n}, batch_size={action.batch_size}; compiled "
                                       f"batch sizes {m.batch_sizes}")
-        if len(action.inputs) != len(m.inputs):
-            return Status.BAD_INPUT, f"{len(action.inputs)} inputs given, the model has {len(m.inputs)}"
-        for chunks, spec in zip(action.inputs, m.inputs):
+        if len(inputs) != len(m.inputs):
+            return Status.BAD_INPUT, f"{len(inputs)} inputs given, the model has {len(m.inputs)}"
+        for chunks, spec in zip(inputs, m.inputs):
             nbytes = sum(len(c) for c in chunks)
             if nbytes != action.n * spec.sample_bytes or any(len(c) % spec.sample_bytes
                                                              for c in chunks):
@@ -340,7 +364,7 @@ class Worker:
             return self._send(a, Status.TOO_LATE, job.received_ns, job.timings,
                               message="no free IO buffers before latest_ns")
         inputs = [[np.frombuffer(c, dtype=s.dtype).reshape(-1, *s.sample_shape) for c in chunks]
-                  for chunks, s in zip(a.inputs, model.manifest.inputs)]
+                  for chunks, s in zip(job.inputs, model.manifest.inputs)]
         try:
             job.timings.append(rt.copy_input(model, job.slot, inputs))
         except Exception as e:

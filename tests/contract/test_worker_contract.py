@@ -167,6 +167,42 @@ def test_inputs_in_chunks_one_per_request(ctl, zoo_onnx):
     assert bad.status == Status.BAD_INPUT and bad.message
 
 
+def test_inputs_by_reference_from_shared_memory(ctl, zoo_onnx):
+    """Protocol 3: a chunk may be a ShmRef to a client's segment on the worker's host. One whose
+    segment is gone (its client closed) runs on zeros; the requests batched with it do not
+    notice."""
+    from cw.serve.shm import ShmArena, shm_domain
+    from cw.verify import max_relative_error, onnx_reference
+
+    if not shm_domain():
+        pytest.skip("no /dev/shm here")
+    assert ctl.registration.shm_domain == shm_domain()
+    _loaded(ctl)
+    x = random_input((3, 3, 32, 32), seed=4)
+    expected = onnx_reference(zoo_onnx("small_cnn"), [x])[0]
+    arena, gone = ShmArena(), ShmArena()
+    try:
+        (ref,) = arena.put([x[:2]])
+        (r,) = ctl.wait(ctl.send(Infer, "small_cnn", batch_size=4, n=3,
+                                 inputs=[[ref, x[2:].tobytes()]]))
+        assert r.status == Status.OK, r.message
+        got = np.frombuffer(r.outputs[0], dtype=np.float32).reshape(3, 10)
+        if r.simulated:
+            assert not got.any()
+        else:
+            assert max_relative_error(got, expected) < 1e-4
+        (lost,) = gone.put([x[:1]])
+        gone.close()
+        (r,) = ctl.wait(ctl.send(Infer, "small_cnn", batch_size=4, n=3,
+                                 inputs=[[lost, arena.put([x[1:]])[0]]]))
+        assert r.status == Status.OK, r.message
+        if not r.simulated:
+            got = np.frombuffer(r.outputs[0], dtype=np.float32).reshape(3, 10)
+            assert max_relative_error(got[1:], expected[1:]) < 1e-4
+    finally:
+        arena.close()
+
+
 def test_uncompiled_batch_size_pads_up(ctl):
     _loaded(ctl)
     x = random_input((2, 3, 32, 32))
@@ -194,6 +230,22 @@ def test_bad_actions_get_one_error_and_worker_keeps_serving(ctl, case):
     _loaded(ctl)
     (ok,) = ctl.wait(ctl.infer("small_cnn", [x]))
     assert ok.status == Status.OK
+
+
+def test_an_unexpected_error_handling_an_action_still_answers_it(ctl, monkeypatch):
+    """One result per action, even when the worker itself fails on it."""
+    _loaded(ctl)
+
+    def broken(*args):
+        raise RuntimeError("injected")
+
+    x = random_input((1, 3, 32, 32))
+    with monkeypatch.context() as m:
+        m.setattr(ctl.worker, "_check_inputs", broken)
+        (r,) = ctl.wait(ctl.send(Infer, "small_cnn", batch_size=1, n=1, inputs=[[x.tobytes()]]))
+    assert r.status == Status.RUNTIME_ERROR and "injected" in r.message
+    (r,) = ctl.wait(ctl.send(Infer, "small_cnn", batch_size=1, n=1, inputs=[[x.tobytes()]]))
+    assert r.status == Status.OK, r.message
 
 
 def test_malformed_message_is_logged_and_serving_continues(ctl, caplog):

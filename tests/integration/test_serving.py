@@ -11,7 +11,9 @@ from cw.client import Client, RequestFailed
 from cw.engine import LocalModel
 from cw.serve.controller import ControllerConfig
 from cw.serve.launch import ControllerThread, build_worker
+from cw.serve import protocol as p
 from cw.serve.protocol import RequestStatus
+from cw.serve.shm import ShmRef, shm_domain
 from cw.serve.worker import WorkerConfig
 from tests.conftest import random_input
 
@@ -119,6 +121,37 @@ def test_cpu_worker_and_cw_infer_match_cw_run(models_dir, tmp_path, cli):
         ctl.close()
 
 
+@pytest.mark.skipif(not shm_domain(), reason="no /dev/shm here")
+@pytest.mark.parametrize("worker_shares_shm", [True, False])
+def test_inputs_through_shared_memory_give_the_outputs_of_the_socket(models_dir, tmp_path,
+                                                                      monkeypatch,
+                                                                      worker_shares_shm):
+    if not worker_shares_shm:  # as a worker in a container with a /dev/shm of its own
+        monkeypatch.setattr("cw.serve.worker.shm_domain", lambda: "")
+    ctl = start(tmp_path)
+    w = WorkerThread(ctl.workers_address, models_dir, "tvm", "cpu0")
+    try:
+        ctl.wait_for_workers(1)
+        local = LocalModel(models_dir / "mlp")
+        xs = [random_input((1 + s % 3, 64), seed=s) for s in range(6)]
+        with Client(ctl.clients_address, shared_memory=True) as via_shm, \
+                Client(ctl.clients_address, shared_memory=False) as via_socket:
+            futures = [(x, via_shm.infer_async("mlp", x, slo_ms=2000),
+                        via_socket.infer_async("mlp", x, slo_ms=2000)) for x in xs]
+            for x, a, b in futures:
+                expected = local.run([x])[0]
+                assert np.array_equal(a.result(timeout=30), expected)
+                assert np.array_equal(b.result(timeout=30), expected)
+            assert via_shm._arena is not None and via_socket._arena is None
+        (registered,) = ctl.controller.workers.values()
+        assert registered.shares_shm == worker_shares_shm
+        # the worker read the clients' segments itself, or got their bytes from the controller
+        assert bool(w.worker.shm._maps) == worker_shares_shm
+    finally:
+        w.close()
+        ctl.close()
+
+
 def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
     ctl = start(tmp_path)
     w = WorkerThread(ctl.workers_address, models_dir, "simulated", "sim")
@@ -139,6 +172,13 @@ def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
                 r = client.infer_response(model, x, slo)
                 assert r.status == expected, (model, x.shape, slo, r)
                 assert r.message
+            if shm_domain():  # references to shared memory that is not there
+                good = client._arena.put([random_input((1, 64))])[0]
+                for ref in (ShmRef("cw-1-1-ab-0", 0, 256), ShmRef(good.segment, 1 << 40, 256),
+                            ShmRef("../../etc/passwd", 0, 256)):
+                    r = client._send(lambda rid: p.InferRequest(rid, "mlp", [ref], 1, 0)
+                                     ).result(timeout=10)
+                    assert r.status == RequestStatus.BAD_INPUT and "shared-memory" in r.message
             client._dealer.send_raw(b"\xc1 not msgpack")
             time.sleep(0.2)
             assert client.infer_response("mlp", random_input((1, 64)), 1000).status == \

@@ -16,9 +16,9 @@ def model(name, pages=2, load_ns=8 * MS, exec_ns=None):
                      dict(exec_ns or EXEC), "profile")
 
 
-def worker(wid, models, gpus=1, pages=10):
+def worker(wid, models, gpus=1, pages=10, shares_memory=False):
     return WorkerInfo(wid, f"w{wid}", [GpuInfo(i, pages, 16 * 2**20) for i in range(gpus)],
-                      models)
+                      models, shares_memory=shares_memory)
 
 
 class Clock:
@@ -41,7 +41,8 @@ def of(decisions, cls):
 
 
 class Harness:
-    def __init__(self, clock, config=SchedulerConfig(), models=("m",), workers=1, pages=10):
+    def __init__(self, clock, config=SchedulerConfig(), models=("m",), workers=1, pages=10,
+                 shares_memory=False):
         self.clock = clock
         self.s = make_scheduler("clockwork", config)
         self.ids = iter(range(1, 10**9))
@@ -49,7 +50,8 @@ class Harness:
         self.sent = []
         for w in range(workers):
             infos = [model(m) if isinstance(m, str) else m for m in models]
-            self.event(self.s.worker_joined(clock.now, worker(w, infos, pages=pages)))
+            self.event(self.s.worker_joined(clock.now, worker(w, infos, pages=pages,
+                                                              shares_memory=shares_memory)))
 
     def event(self, decisions):
         """Apply an event's immediate decisions, then tick, as the controller does."""
@@ -467,6 +469,32 @@ def test_a_batch_starts_no_sooner_than_its_inputs_can_reach_the_worker(clock, ns
     assert infer.batch_size == 16
     allowance = infer.earliest_ns - clock.now - h.s.config.network_latency_ns
     assert allowance == pytest.approx(16 * image.sample_bytes * ns_per_byte, abs=1)
+
+
+@pytest.mark.parametrize("shares_memory", [True, False])
+def test_inputs_in_shared_memory_are_allowed_the_time_of_a_copy_not_of_the_socket(
+        clock, shares_memory):
+    """By-reference inputs (cw/serve/shm.py) reach a worker on the clients' host with one
+    memory copy; to a worker elsewhere the controller sends their bytes through the socket."""
+    from cw.serve.protocol import TensorInfo
+
+    image = TensorInfo("x", "float32", [3, 224, 224], 3 * 224 * 224 * 4)
+    big = ModelInfo("big", "big", 2 * 16 * 2**20, 2, [1, 2, 4, 8, 16], [image], [], 8 * MS,
+                    dict(EXEC), "profile")
+    config = SchedulerConfig(input_ns_per_byte=1.0, shm_input_ns_per_byte=0.25)
+    h = Harness(clock, config, models=(big,), shares_memory=shares_memory)
+    by_reference = [i % 4 != 0 for i in range(16)]  # 12 from clients on the host, 4 not
+    for ref in by_reference:
+        h.apply(h.s.request_arrived(clock.now, Request(next(h.ids), "big", 1, clock.now,
+                                                       clock.now + 100 * MS, ref)))
+    h.apply(h.s.tick(clock.now))
+    h.load_all()
+    (infer,) = of(h.sent, SendInfer)
+    assert infer.batch_size == 16
+    allowance = infer.earliest_ns - clock.now - config.network_latency_ns
+    rate = 0.25 if shares_memory else 1.0
+    expected = image.sample_bytes * (12 * rate + 4 * 1.0)
+    assert allowance == pytest.approx(expected, abs=1)
 
 
 def _infer_of(h, rid):

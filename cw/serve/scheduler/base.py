@@ -40,6 +40,10 @@ class SchedulerConfig:
     # 16 resnet50 images (9.6 MB) sent 4.5 ms ahead never made its 3 ms window (1,500 TOO_LATE
     # in 20 s); ~0.8 ns/byte end to end through Python and ZeroMQ on loopback.
     input_ns_per_byte: float = 1.0
+    # ... and per byte of inputs a worker reads from shared memory on the clients' host
+    # (cw/serve/shm.py): one copy into pinned memory, no socket. Not yet measured on the GPU
+    # machine; a 600 KB copy takes 0.04-0.1 ns/byte on the build machine: this leaves room.
+    shm_input_ns_per_byte: float = 0.25
     # Between an INFER's planned end and its deadline: the output copy, the result's way back
     # and the controller's answer. 1 ms proved too thin on a loaded 2-core machine (an answer
     # now and then left a few hundred µs after its deadline).
@@ -66,7 +70,7 @@ class SchedulerConfig:
 
         if min(self.schedule_ahead_ns, self.infer_slack_ns, self.load_slack_ns,
                self.completion_margin_ns, self.margin_expiry_ns, self.input_ns_per_byte,
-               self.answer_guard_ns) < 0:
+               self.shm_input_ns_per_byte, self.answer_guard_ns) < 0:
             raise UsageError("scheduler durations must be non-negative")
         if self.max_loads_in_flight < 1 or self.estimate_window < 1:
             raise UsageError("max loads in flight and estimate window must be ≥ 1")
@@ -86,6 +90,7 @@ class WorkerInfo(msgspec.Struct, frozen=True):
     gpus: list[GpuInfo]
     models: list[ModelInfo]
     simulated: bool = False
+    shares_memory: bool = False  # reads inputs from the clients' shared memory (same host)
 
 
 class Request(msgspec.Struct, frozen=True, gc=False):
@@ -94,6 +99,7 @@ class Request(msgspec.Struct, frozen=True, gc=False):
     n: int
     arrival_ns: int
     deadline_ns: int
+    by_reference: bool = False  # inputs in shared memory: a worker that shares it reads them
 
 
 class ActionResult(msgspec.Struct, frozen=True, gc=False):
@@ -221,6 +227,7 @@ class Gpu:
     loads_in_flight: int = 0
     last_used_ns: dict[str, int] = field(default_factory=dict)
     busy_ns: int = 0                # planned EXEC time, for utilisation metrics
+    shares_memory: bool = False     # its worker reads by-reference inputs from shared memory
 
     @property
     def key(self) -> tuple[int, int]:

@@ -87,8 +87,9 @@ class ClockworkScheduler(Scheduler):
     def worker_joined(self, now_ns: int, worker: WorkerInfo) -> list[Decision]:
         self.workers[worker.worker_id] = worker
         for g in worker.gpus:
-            self.gpus[(worker.worker_id, g.index)] = Gpu(worker.worker_id, g.index, g.pages,
-                                                         g.pages, now_ns, now_ns)
+            self.gpus[(worker.worker_id, g.index)] = Gpu(
+                worker.worker_id, g.index, g.pages, g.pages, now_ns, now_ns,
+                shares_memory=worker.shares_memory)
         for m in worker.models:
             self.catalog.setdefault(m.model_id, m)
             self.holders.setdefault(m.model_id, set()).add(worker.worker_id)
@@ -115,7 +116,8 @@ class ClockworkScheduler(Scheduler):
 
     def request_arrived(self, now_ns: int, request: Request) -> list[Decision]:
         model = request.model
-        feasible, resident = self._feasibility(now_ns, model, request.deadline_ns)
+        feasible, resident = self._feasibility(now_ns, model, request.deadline_ns,
+                                               request.by_reference)
         if not feasible:
             if model in self.catalog and not resident:
                 self.cold_demand[model] = now_ns
@@ -237,10 +239,11 @@ class ClockworkScheduler(Scheduler):
     def _earliest_start(self, now_ns: int, gpu: Gpu, model: str) -> int:
         return max(now_ns + self.config.network_latency_ns, gpu.exec_free_ns, gpu.loaded[model])
 
-    def _could_finish(self, now_ns: int, model: str, deadline_ns: int) -> bool:
-        return self._feasibility(now_ns, model, deadline_ns)[0]
+    def _could_finish(self, now_ns: int, model: str, request: Request) -> bool:
+        return self._feasibility(now_ns, model, request.deadline_ns, request.by_reference)[0]
 
-    def _feasibility(self, now_ns: int, model: str, deadline_ns: int) -> tuple[bool, bool]:
+    def _feasibility(self, now_ns: int, model: str, deadline_ns: int,
+                     by_reference: bool) -> tuple[bool, bool]:
         """(whether some GPU could still run a batch-1 of `model` by the deadline, whether some
         GPU holds it). Called for every arrival, so it stops at the first GPU that can, trying
         resident copies first."""
@@ -249,10 +252,14 @@ class ClockworkScheduler(Scheduler):
             return False, False
         b = info.batch_sizes[0]
         margin, margins = self.config.completion_margin_ns, self.margin_ns
-        floor = now_ns + self.config.network_latency_ns + int(self._input_ns_per_sample(model))
+        reach = now_ns + self.config.network_latency_ns
+        floor_socket = reach + int(self._input_ns_per_sample(model))
+        floor_shared = reach + int(self._input_ns_per_sample(model, True)) if by_reference \
+            else floor_socket
         cold = []
         get = self.estimates.value.__getitem__
         for gpu in self.gpus.values():
+            floor = floor_shared if gpu.shares_memory else floor_socket
             ready = gpu.loaded.get(model)
             if ready is None:
                 cold.append(gpu)
@@ -266,6 +273,7 @@ class ClockworkScheduler(Scheduler):
             if gpu.worker_id not in holders or info.pages > gpu.pages:
                 continue
             load = get(("load", gpu.worker_id, gpu.index, model))
+            floor = floor_shared if gpu.shares_memory else floor_socket
             ready = max(floor, gpu.weights_free_ns) + load
             if max(ready, gpu.exec_free_ns) + get(("exec", gpu.worker_id, gpu.index, model, b)) \
                     <= deadline_ns - margins.get(gpu.worker_id, margin):
@@ -275,7 +283,7 @@ class ClockworkScheduler(Scheduler):
     def _reject_infeasible(self, now_ns: int, decisions: list[Decision]) -> None:
         for model in list(self.queues):
             queue = self.queues[model]
-            while queue and not self._could_finish(now_ns, model, queue[0][0]):
+            while queue and not self._could_finish(now_ns, model, queue[0][2]):
                 _, _, r = heapq.heappop(queue)
                 self.cold.discard(r.request_id)
                 decisions.append(Finish(r.request_id, RequestStatus.REJECTED,
@@ -301,6 +309,8 @@ class ClockworkScheduler(Scheduler):
         floor = max(gpu.exec_free_ns, gpu.loaded[model])
         reach = now_ns + self.config.network_latency_ns
         per_sample = self._input_ns_per_sample(model)
+        per_sample_ref = self._input_ns_per_sample(model, True) if gpu.shares_memory \
+            else per_sample
         # EDF: the head is the most urgent
         deadline = queue[0][0] - self.margin_ns.get(gpu.worker_id,
                                                     self.config.completion_margin_ns)
@@ -311,27 +321,32 @@ class ClockworkScheduler(Scheduler):
             head = sorted(queue)
         else:
             head = heapq.nsmallest(largest, queue)
-        samples, prefix = 0, []
+        samples, input_ns, prefix, inputs_ns = 0, 0.0, [], []
         for _, _, r in head:
             if samples + r.n > largest:
                 break
             samples += r.n
+            input_ns += r.n * (per_sample_ref if r.by_reference else per_sample)
             prefix.append(samples)
+            inputs_ns.append(input_ns)
         get = self.estimates.value.__getitem__
         for k in range(len(prefix), 0, -1):
             b = padded[prefix[k - 1]]
             est = get(("exec", gpu.worker_id, gpu.index, model, b))
-            start = max(floor, reach + int(prefix[k - 1] * per_sample))
+            start = max(floor, reach + int(inputs_ns[k - 1]))
             if start + est <= deadline:
                 return deadline - est, start, b, k, est, deadline
         return None
 
-    def _input_ns_per_sample(self, model: str) -> float:
+    def _input_ns_per_sample(self, model: str, shared: bool = False) -> float:
+        """Time to get one sample's inputs to a worker: through the socket, or (`shared`) from
+        shared memory on the worker's host."""
         nbytes = self._sample_bytes.get(model)
         if nbytes is None:
             nbytes = self._sample_bytes[model] = sum(t.sample_bytes
                                                      for t in self.catalog[model].inputs)
-        return nbytes * self.config.input_ns_per_byte
+        return nbytes * (self.config.shm_input_ns_per_byte if shared
+                         else self.config.input_ns_per_byte)
 
     def _plan_infers(self, now_ns: int, decisions: list[Decision]) -> None:
         if not self.queues:
