@@ -41,11 +41,13 @@ def refill(path: Path) -> None:
     (path / HOLLOW).unlink(missing_ok=True)
     print(f"refilled {path}: {total / 2**20:.1f} MiB of pattern weights (timing only)")
 
-TEST_BUNDLES = {"small_cnn": (1, 4), "mlp": (1, 2)}
+# name, batch sizes, precision: as tests/conftest.py's bundle_dirname names them
+TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
+                ("small_cnn", (1, 4), "fp16")]
 
 
 def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
-          hollow: bool = False) -> None:
+          hollow: bool = False, precision: str = "fp32") -> None:
     import model_zoo
     from cw.bundle import open_bundle
     from cw.compile.compiler import CompileConfig, compile_model
@@ -57,7 +59,8 @@ def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
             onnx_path = Path(tmp) / f"{name}.onnx"
             model_zoo.export(name, onnx_path)
             compile_model(onnx_path, out, CompileConfig(target="cuda", arch=arch,
-                                                        batch_sizes=batch_sizes, name=name))
+                                                        batch_sizes=batch_sizes, name=name,
+                                                        precision=precision))
         print(f"staged {out}")
     if hollow:
         weights = out / open_bundle(out, verify=False).manifest.weights.file
@@ -83,8 +86,10 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.tests:
-        for name, sizes in TEST_BUNDLES.items():
-            stage(name, out / f"{name}-{'_'.join(map(str, sizes))}", sizes, args.arch)
+        for name, sizes, precision in TEST_BUNDLES:
+            suffix = "" if precision == "fp32" else f"-{precision}"
+            stage(name, out / f"{name}-{'_'.join(map(str, sizes))}{suffix}", sizes, args.arch,
+                  precision=precision)
     sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     for name in filter(None, args.models.split(",")):
         stage(name, out / name, sizes, args.arch)

@@ -85,6 +85,7 @@ class Target(msgspec.Struct, frozen=True):
     arch: str | None
     tvm_target: str
     tuning: str = ""  # tuning databases applied, most important first ("" when none)
+    precision: str = "fp32"  # "fp16": convolutions and matmuls in fp16, summed in fp32
 
 
 class Source(msgspec.Struct, frozen=True):

@@ -60,6 +60,12 @@ def zoo_onnx(zoo_dir):
     return export
 
 
+def bundle_dirname(name: str, batch_sizes, precision: str = "fp32") -> str:
+    """As bench/gpu_stage.py --tests names the bundles it stages."""
+    return f"{name}-{'_'.join(map(str, batch_sizes))}" + ("" if precision == "fp32"
+                                                            else f"-{precision}")
+
+
 @pytest.fixture(scope="session")
 def cpu_bundle(zoo_onnx, tmp_path_factory):
     """`cpu_bundle(name, batch_sizes)` compiles a zoo model for the CPU once per session."""
@@ -68,11 +74,12 @@ def cpu_bundle(zoo_onnx, tmp_path_factory):
     built: dict = {}
     root = tmp_path_factory.mktemp("bundles")
 
-    def get(name: str, batch_sizes=(1, 4)) -> Path:
-        key = (name, tuple(batch_sizes))
+    def get(name: str, batch_sizes=(1, 4), precision="fp32") -> Path:
+        key = (name, tuple(batch_sizes), precision)
         if key not in built:
-            out = root / f"{name}-{'_'.join(map(str, batch_sizes))}"
-            compile_model(zoo_onnx(name), out, CompileConfig(batch_sizes=tuple(batch_sizes)))
+            out = root / bundle_dirname(name, batch_sizes, precision)
+            compile_model(zoo_onnx(name), out, CompileConfig(batch_sizes=tuple(batch_sizes),
+                                                             precision=precision))
             built[key] = out
         return built[key]
 
@@ -107,18 +114,19 @@ def cuda_bundle(zoo_onnx, tmp_path_factory):
     built: dict = {}
     root = tmp_path_factory.mktemp("cuda-bundles")
 
-    def get(name: str, batch_sizes=(1, 4)) -> Path:
-        key = (name, tuple(batch_sizes))
+    def get(name: str, batch_sizes=(1, 4), precision="fp32") -> Path:
+        key = (name, tuple(batch_sizes), precision)
         if key in built:
             return built[key]
-        dirname = f"{name}-{'_'.join(map(str, batch_sizes))}"
+        dirname = bundle_dirname(name, batch_sizes, precision)
         out = root / dirname
         staged = os.environ.get("CW_TEST_CUDA_BUNDLES")
         if staged and (Path(staged) / dirname).is_dir():
             shutil.copytree(Path(staged) / dirname, out)  # tests write profile.json into it
         elif cuda_codegen_problem() is None:
             compile_model(zoo_onnx(name), out, CompileConfig(target="cuda",
-                                                             batch_sizes=tuple(batch_sizes)))
+                                                             batch_sizes=tuple(batch_sizes),
+                                                             precision=precision))
         else:
             pytest.fail(f"no CUDA bundle {dirname}: this TVM cannot compile CUDA "
                         f"({cuda_codegen_problem()}) and $CW_TEST_CUDA_BUNDLES does not hold it")

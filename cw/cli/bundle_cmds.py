@@ -29,7 +29,8 @@ def inspect_cmd(
         return
     out = console()
     t = info["target"]
-    out.print(f"[bold]{info['name']}[/] ({bundle}) — {t['kind']}{' ' + t['arch'] if t['arch'] else ''}, "
+    out.print(f"[bold]{info['name']}[/] ({bundle}) — {t['kind']}{' ' + t['arch'] if t['arch'] else ''}"
+              f" {t.get('precision', 'fp32')}, "
               f"TVM {info['tvm_version']}, cw {info['cw_version']}, schema {info['schema_version']}")
     out.print(f"source {info['source']['file']} (opset {info['source']['opset']}, sha256 "
               f"{info['source']['sha256'][:12]}…)")

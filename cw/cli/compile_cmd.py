@@ -36,6 +36,10 @@ def compile_cmd(
     conv_layout: str = typer.Option(_DEFAULTS.conv_layout, "--conv-layout",
                                     help="CPU convolutions: nchwc (blocked channels, cw's "
                                          "schedule) or nchw (TVM's loops)."),
+    precision: str = typer.Option(_DEFAULTS.precision, "--precision",
+                                  help="fp32, or fp16: convolutions and matmuls with fp16 "
+                                       "weights and inputs, fp32 sums (check it with `cw run "
+                                       "--verify`)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing bundle."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
     verbose: bool = typer.Option(False, "-v", "--verbose",
@@ -55,7 +59,8 @@ def compile_cmd(
                            page_size=parse_size(page_size, "page size"), name=name, force=force,
                            input_shapes=parse_input_shapes(input_shape or []),
                            tune_dbs=tuple(str(p) for p in tune_db or ()),
-                           use_committed_records=not untuned, conv_layout=conv_layout)
+                           use_committed_records=not untuned, conv_layout=conv_layout,
+                           precision=precision)
     out = console()
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -104,7 +109,9 @@ def render_summary(manifest, path) -> None:
     w = manifest.weights
     out = console()
     out.print(f"[green]compiled[/] {manifest.name} for {manifest.target.kind}"
-              f"{' ' + manifest.target.arch if manifest.target.arch else ''} → {path}")
+              f"{' ' + manifest.target.arch if manifest.target.arch else ''}"
+              f"{' in ' + manifest.target.precision if manifest.target.precision != 'fp32' else ''}"
+              f" → {path}")
     out.print(f"weights {format_bytes(w.total_bytes)} in {len(w.pages)} page(s) of "
               f"{format_bytes(w.page_size)}, {len(w.tensors)} tensors")
     if manifest.target.tuning:

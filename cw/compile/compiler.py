@@ -38,6 +38,7 @@ class CompileConfig:
     tune_dbs: tuple[str, ...] = ()   # MetaSchedule databases from `cw tune`, before cw's own
     use_committed_records: bool = True
     conv_layout: str = "nchwc"       # CPU: "nchwc" (blocked, cw's schedule) or "nchw" (TVM's)
+    precision: str = "fp32"          # "fp32" | "fp16" (convolutions and matmuls, fp32 sums)
 
     def __post_init__(self):
         if self.target not in ("cpu", "cuda"):
@@ -45,6 +46,13 @@ class CompileConfig:
         if self.conv_layout not in ("nchwc", "nchw"):
             raise UsageError(f"unknown convolution layout '{self.conv_layout}'",
                              "use --conv-layout nchwc (default) or nchw")
+        if self.precision == "tf32":
+            raise UsageError("--precision tf32 is not offered: TVM 0.27's CUDA schedules have no "
+                             "TF32 tensor-core path, so it would compute exactly as fp32",
+                             "use --precision fp32 (default) or fp16")
+        if self.precision not in ("fp32", "fp16"):
+            raise UsageError(f"unknown precision '{self.precision}'",
+                             "use --precision fp32 (default) or fp16")
         if not self.batch_sizes or min(self.batch_sizes) < 1 or max(self.batch_sizes) > MAX_BATCH:
             raise UsageError(f"batch sizes must be within 1..{MAX_BATCH}",
                              "e.g. --batch-sizes 1,2,4,8,16")
@@ -248,7 +256,13 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
     normalize.slim(onnx_model, progress)
     blocked = config.target == "cpu" and config.conv_layout == "nchwc"
     progress("stage", {"text": "importing into TVM Relax"})
-    imported = frontend.import_model(onnx_model, blocked_convs=blocked)
+    imported = frontend.import_model(onnx_model, blocked_convs=blocked,
+                                     fp16=config.precision == "fp16")
+    if config.precision == "fp16":
+        onnx_model.notes.append("precision fp16: convolutions and matrix products take fp16 "
+                                "inputs and weights and sum in fp32; inputs and outputs stay "
+                                "fp32" + ("; slow on the CPU, which has no fp16 arithmetic"
+                                          if config.target == "cpu" else ""))
     return onnx_model, imported, batch_sizes
 
 
@@ -356,7 +370,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                           onnx_model.model.producer_name),
             cw_version=cw.__version__, tvm_version=plain(tvm.__version__),
             target=Target(config.target, arch, plain(target),
-                          tuning=sources.describe() if database is not None else ""),
+                          tuning=sources.describe() if database is not None else "",
+                          precision=config.precision),
             inputs=inputs_spec, outputs=outputs_spec, batch_sizes=list(batch_sizes),
             kernels=kernels, weights=weights, files=writer.checksums(),
             notes=onnx_model.notes)

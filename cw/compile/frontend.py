@@ -171,9 +171,11 @@ def _check_operators(path: Path, model: onnx.ModelProto) -> None:
                              "export the model with standard ONNX operators")
 
 
-def import_model(onnx_model: OnnxModel, blocked_convs: bool = False) -> ImportedModel:
+def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
+                 fp16: bool = False) -> ImportedModel:
     """Import into Relax and evaluate the weight-only computation once, on the CPU.
-    `blocked_convs`: convolutions in NCHWc layouts (CPU targets, cw/compile/cpu_conv.py)."""
+    `blocked_convs`: convolutions in NCHWc layouts (CPU targets, cw/compile/cpu_conv.py).
+    `fp16`: convolutions and matrix products in fp16 with fp32 sums (TVM's ToMixedPrecision)."""
     tvm = load_tvm()
     from tvm import relax
     from tvm.relax.frontend import onnx as relax_onnx
@@ -206,6 +208,10 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False) -> Imported
             first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
             onnx_model.notes.append("convolutions kept in NCHW, without cw's NCHWc schedule: "
                                     f"TVM's layout conversion failed ({first[:120]})")
+    if fp16:
+        # before lifting: the weights' casts to fp16 are then lifted with the rest, so the
+        # bundle stores fp16 weights (half the bytes to LOAD) instead of casting on every run
+        mod = relax.transform.ToMixedPrecision(out_dtype="float32")(mod)
     # BatchNorm statistics and weight transposes depend on the weights only: lift them into a
     # function run once below instead of on every inference.
     mod = relax.transform.LiftTransformParams()(mod)

@@ -172,7 +172,9 @@ def test_bad_flag_values(cli, zoo_onnx, tmp_path):
     for args, text in [(("--batch-sizes", "0,2"), "batch sizes"),
                        (("--page-size", "lots"), "page size"),
                        (("--target", "tpu"), "unknown target"),
-                       (("--input-shape", "nope"), "--input-shape")]:
+                       (("--input-shape", "nope"), "--input-shape"),
+                       (("--precision", "tf32"), "tf32 is not offered"),
+                       (("--precision", "int8"), "unknown precision")]:
         line = _one_error_line(cli("compile", zoo_onnx("mlp"), "-o", tmp_path / "out", *args))
         assert text in line
     _nothing_written(tmp_path)

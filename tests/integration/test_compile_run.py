@@ -27,6 +27,28 @@ def test_tiny_models_verify_at_batch_1_and_3(name, cpu_bundle, zoo_onnx):
         assert result.relative_error <= TOLERANCE
 
 
+def test_fp16_bundle_stores_fp16_weights_and_stays_close_to_onnxruntime(cpu_bundle, zoo_onnx):
+    """--precision fp16: convolutions and matmuls in fp16 with fp32 sums; inputs and outputs
+    stay fp32. On the GPU, tests/gpu checks the same bundle and its predictability."""
+    from cw.verify import max_relative_error, onnx_reference
+
+    paths = {p: cpu_bundle("small_cnn", precision=p) for p in ("fp32", "fp16")}
+    manifests = {p: open_bundle(path).manifest for p, path in paths.items()}
+    assert manifests["fp16"].target.precision == "fp16"
+    assert manifests["fp32"].target.precision == "fp32"
+    dtypes = {t.dtype for t in manifests["fp16"].weights.tensors}
+    assert "float16" in dtypes
+    assert manifests["fp16"].weights.total_bytes < 0.6 * manifests["fp32"].weights.total_bytes
+    assert [s.dtype for s in manifests["fp16"].inputs] == ["float32"]
+    x = random_input((3, 3, 32, 32), seed=11)
+    ref = onnx_reference(zoo_onnx("small_cnn"), [x])[0]
+    y = {p: LocalModel(path).run([x])[0] for p, path in paths.items()}
+    assert y["fp16"].dtype == np.float32
+    err = {p: max_relative_error(out, ref) for p, out in y.items()}
+    assert err["fp16"] < 1e-2
+    assert err["fp16"] > 10 * err["fp32"]  # it did compute in fp16
+
+
 def test_manifest_describes_the_bundle(cpu_bundle):
     path = cpu_bundle("small_cnn")
     m = open_bundle(path).manifest
