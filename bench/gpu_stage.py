@@ -2,7 +2,7 @@
 
     python bench/gpu_stage.py --out .gpu/bundles --tests                 # what tests/gpu needs
     python bench/gpu_stage.py --out .gpu/bundles --models resnet18,mobilenet_v2 \\
-        [--batch-sizes 1,2,4,8,16] [--arch sm_90] [--hollow resnet152]
+        [--batch-sizes 1,2,4,8,16] [--arch sm_90] [--hollow resnet152] [--precision fp32,fp16]
     python bench/gpu_stage.py --refill .gpu/bundles/resnet152      # on the GPU machine
 
 `--hollow NAME` stages a bundle without its weights file, for models too large to carry (a call
@@ -78,6 +78,8 @@ def main() -> None:
     ap.add_argument("--models", default="", help="zoo names, comma-separated")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16")
     ap.add_argument("--arch", default=None, help="default: cw's CUDA default (sm_90)")
+    ap.add_argument("--precision", default="fp32",
+                    help="fp32,fp16: --models bundles to stage (fp16 ones as NAME-fp16)")
     args = ap.parse_args()
     if args.refill:
         return refill(args.refill)
@@ -92,7 +94,9 @@ def main() -> None:
                   precision=precision)
     sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     for name in filter(None, args.models.split(",")):
-        stage(name, out / name, sizes, args.arch)
+        for precision in args.precision.split(","):
+            stage(name, out / (name if precision == "fp32" else f"{name}-{precision}"), sizes,
+                  args.arch, precision=precision)
     for name in filter(None, args.hollow.split(",")):
         stage(name, out / name, sizes, args.arch, hollow=True)
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())

@@ -9,13 +9,15 @@
 # (default 1,4,16); BUDGET: no kernel starts after it, for all models together (default 7m, so
 # that a call ends inside the device's 10-minute limit). The database lives in /tmp/cwtune/db
 # while the machine is warm; every run leaves it in $OUT/db.tar.xz after each model.
-# TRIALS: measured candidates per kernel (default 64). TARGET=cpu runs the same on a CPU (to
+# TRIALS: measured candidates per kernel (default 64). PRECISION=fp16 tunes the kernels of
+# `cw compile --precision fp16` (into the same database). TARGET=cpu runs the same on a CPU (to
 # check the staging anywhere).
 set -euo pipefail
 W=${CW_TUNE_WORK:-/tmp/cwtune}
 OUT=${OUT:-$W/out}
 TARGET=${TARGET:-cuda}
 TRIALS=${TRIALS:-64}
+PRECISION=${PRECISION:-fp32}
 case "${1:-}" in
 receive)
   mkdir -p "$W"
@@ -59,9 +61,9 @@ run)
     left=$(( budget_s - ($(date +%s) - start) ))
     if [ "$left" -le 0 ]; then echo "budget spent before $m" | tee -a "$OUT/tune.log"; break; fi
     [ -f "$W/$m.onnx" ] || python3 -c "import model_zoo; model_zoo.export('$m', '$W/$m.onnx')"
-    echo "== $m, batch sizes $batches, ${left}s left ($(date -u +%FT%TZ))" | tee -a "$OUT/tune.log"
+    echo "== $m ($PRECISION), batch sizes $batches, ${left}s left ($(date -u +%FT%TZ))" | tee -a "$OUT/tune.log"
     python3 -m cw tune "$W/$m.onnx" --db "$W/db" --target "$TARGET" --batch-sizes "$batches" \
-      --trials "$TRIALS" --time-budget "${left}s" 2>&1 | tee -a "$OUT/tune.log" || echo "cw tune failed on $m" | tee -a "$OUT/tune.log"
+      --trials "$TRIALS" --precision "$PRECISION" --time-budget "${left}s" 2>&1 | tee -a "$OUT/tune.log" || echo "cw tune failed on $m" | tee -a "$OUT/tune.log"
     tar -C "$W" -cJf "$OUT/db.tar.xz.tmp" db && mv "$OUT/db.tar.xz.tmp" "$OUT/db.tar.xz"
   done
   ;;

@@ -9,7 +9,7 @@ CPU, on the build machine (compiles the bundles, then measures):
 
 GPU, on the GPU machine, with bundles compiled on the build machine for sm_90:
     python bench/kernels.py --device cuda --bundles DIR --models resnet18,resnet50,densenet121 \\
-        --batch-sizes 1,4,16
+        --batch-sizes 1,4,16 [--precision fp32,fp16]
 
 Variants (CPU): `generic` = x86-64 code, NCHW convolutions, no tuning records (what cw first
 did), `avx2-untuned` = the same as x86-64-v3 code, `default` = what `cw compile` does (NCHWc
@@ -135,40 +135,52 @@ def gpu_main(args) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     print(f"device: {torch.cuda.get_device_name(0)}; {args.rounds} rounds × {args.runs} runs, "
-          "median GPU time; ratio = cw / PyTorch CUDA graph; fp32, TF32 off")
-    header = ["model", "batch", "PyTorch eager ms", "PyTorch CUDA graph ms", "cw ms",
-              "cw / graph", "cw max rel. err"]
+          "median GPU time; ratio = cw / PyTorch CUDA graph at the same precision (fp16: "
+          "PyTorch runs the graph in half, cw's bundle from `cw compile --precision fp16`); "
+          "error vs PyTorch fp32; TF32 off")
+    header = ["model", "precision", "batch", "PyTorch eager ms", "PyTorch CUDA graph ms",
+              "cw ms", "cw / graph", "cw max rel. err"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for name in args.models.split(","):
-        bundle = Path(args.bundles) / name
         onnx_path = Path(args.bundles) / f"{name}.onnx"
         if not onnx_path.exists():
             model_zoo.export(name, onnx_path)
-        cw_model = LocalModel(bundle, device="cuda:0")
-        ref_model = TorchOnnx(onnx_path, device="cuda")
-        for batch in args.batch_sizes:
-            x = np.random.default_rng(batch).standard_normal(
-                (batch, *model_zoo.get(name).input_shape)).astype(np.float32)
-            xt = torch.from_numpy(x).cuda()
-            ref = [ref_model(xt).float().cpu().numpy()]
-            err = max(max_relative_error(y, r) for y, r in zip(cw_model.run([x]), ref))
-            replay, _ = capture_cuda_graph(ref_model, xt)
-            times = {"eager": [], "graph": [], "cw": []}
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            for _ in range(args.rounds):
-                for kind, fn in (("eager", lambda: ref_model(xt)), ("graph", replay)):
-                    with torch.no_grad():
-                        for _ in range(args.runs):
-                            start.record()
-                            fn()
-                            end.record()
-                            end.synchronize()
-                            times[kind].append(start.elapsed_time(end) / 1e3)
-                times["cw"] += time_cw(cw_model, x, args.runs)
-            eager, graph, cw = (median_ms(times[k]) for k in ("eager", "graph", "cw"))
-            print(f"| {name} | {batch} | {eager:.2f} | {graph:.2f} | {cw:.2f} | "
-                  f"×{cw / graph:.2f} | {err:.0e} |", flush=True)
+        fp32_model = TorchOnnx(onnx_path, device="cuda")
+        for precision in args.precision.split(","):
+            # bench/gpu_stage.py names them so: NAME for fp32, NAME-fp16 for fp16
+            bundle = Path(args.bundles) / (name if precision == "fp32" else f"{name}-{precision}")
+            if not bundle.exists():
+                print(f"| {name} | {precision} | – | no bundle {bundle} |", flush=True)
+                continue
+            cw_model = LocalModel(bundle, device="cuda:0")
+            dtype = torch.float16 if precision == "fp16" else torch.float32
+            ref_model = fp32_model if precision == "fp32" else TorchOnnx(onnx_path, "cuda", dtype)
+            for batch in args.batch_sizes:
+                x = np.random.default_rng(batch).standard_normal(
+                    (batch, *model_zoo.get(name).input_shape)).astype(np.float32)
+                xt = torch.from_numpy(x).cuda()
+                with torch.no_grad():
+                    ref = [fp32_model(xt).float().cpu().numpy()]
+                err = max(max_relative_error(y, r) for y, r in zip(cw_model.run([x]), ref))
+                xt = xt.to(dtype)
+                replay, _ = capture_cuda_graph(ref_model, xt)
+                times = {"eager": [], "graph": [], "cw": []}
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                for _ in range(args.rounds):
+                    for kind, fn in (("eager", lambda: ref_model(xt)), ("graph", replay)):
+                        with torch.no_grad():
+                            for _ in range(args.runs):
+                                start.record()
+                                fn()
+                                end.record()
+                                end.synchronize()
+                                times[kind].append(start.elapsed_time(end) / 1e3)
+                    times["cw"] += time_cw(cw_model, x, args.runs)
+                eager, graph, cw = (median_ms(times[k]) for k in ("eager", "graph", "cw"))
+                print(f"| {name} | {precision} | {batch} | {eager:.2f} | {graph:.2f} | "
+                      f"{cw:.2f} | ×{cw / graph:.2f} | {err:.0e} |", flush=True)
 
 
 def main() -> None:
@@ -179,6 +191,8 @@ def main() -> None:
     ap.add_argument("--variants", default="generic,default", help="CPU: " + ",".join(VARIANTS))
     ap.add_argument("--tune-db", help="CPU: also a variant compiled with this tuning database")
     ap.add_argument("--bundles", help="GPU: directory with one CUDA bundle per model")
+    ap.add_argument("--precision", default="fp32",
+                    help="GPU: fp32,fp16 — which bundles to time (fp16: NAME-fp16 in --bundles)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--out", default="/tmp/cw-kernels")

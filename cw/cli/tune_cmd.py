@@ -32,6 +32,9 @@ def tune_cmd(
     num_cores: int = typer.Option(None, "--num-cores", help="CPU threads (default: all)."),
     input_shape: list[str] = typer.Option(None, "--input-shape",
                                           help="NAME=DIMS, N for the batch (repeatable)."),
+    precision: str = typer.Option(_DEFAULTS.precision, "--precision",
+                                  help="Tune the kernels of `cw compile --precision` fp32 or "
+                                       "fp16."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ):
     """Search schedules for a model's kernels with TVM MetaSchedule, measuring each candidate on
@@ -41,6 +44,7 @@ def tune_cmd(
     Examples:
       [bold]cw tune r18.onnx --db r18-tuning --batch-sizes 1 --trials 64[/]
       [bold]cw tune r50.onnx --db r50-h100 --target cuda --time-budget 25m[/]
+      [bold]cw tune r50.onnx --db r50-h100 --target cuda --precision fp16[/]
     """
     from cw.compile.frontend import parse_input_shapes
 
@@ -48,7 +52,8 @@ def tune_cmd(
     config = TuneConfig(db=str(db), target=target, arch=arch,
                         batch_sizes=parse_batch_sizes(batch_sizes), trials=trials,
                         time_budget_s=budget_s, num_cores=num_cores,
-                        input_shapes=parse_input_shapes(input_shape or []))
+                        input_shapes=parse_input_shapes(input_shape or []),
+                        precision=precision)
     out = console()
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -105,7 +110,8 @@ def tune_cmd(
                   "the same command again to continue")
     else:
         out.print(f"[green]done[/] in {report.seconds:.0f} s; apply with "
-                  f"[bold]cw compile {model} -o BUNDLE --tune-db {report.db}[/]")
+                  f"[bold]cw compile {model} -o BUNDLE --tune-db {report.db}"
+                  + (f" --precision {precision}" if precision != "fp32" else "") + "[/]")
 
 
 @app.command("tune-compact")

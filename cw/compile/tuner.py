@@ -36,6 +36,7 @@ class TuneConfig:
     num_cores: int | None = None               # CPU: threads the kernels may use (default: all)
     seed: int = 0
     input_shapes: dict[str, list] = field(default_factory=dict)
+    precision: str = "fp32"                    # the kernels of `cw compile --precision`
 
     def __post_init__(self):
         if self.trials < 1:
@@ -44,11 +45,13 @@ class TuneConfig:
             raise UsageError("trials per round must be at least 1", "e.g. 16")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
             raise UsageError("--time-budget must be positive", "e.g. --time-budget 25m")
-        CompileConfig(target=self.target, arch=self.arch, batch_sizes=self.batch_sizes)
+        self.compile_config()  # the same checks as cw compile's
 
     def compile_config(self) -> CompileConfig:
+        # fp16 kernels are other workloads than fp32's: a database tuned for one precision
+        # leaves the other's kernels untuned (cw compile counts them as such)
         return CompileConfig(target=self.target, arch=self.arch, batch_sizes=self.batch_sizes,
-                             input_shapes=self.input_shapes)
+                             input_shapes=self.input_shapes, precision=self.precision)
 
 
 @dataclass

@@ -106,6 +106,30 @@ def test_compact_keeps_the_best_record_per_kernel(mlp_db, tmp_path, cli):
     assert _lines(tmp_path / "c" / tuning.RECORD_FILE) == 3
 
 
+def test_fp16_tuning_serves_fp16_bundles_only(mlp_db, zoo_onnx, tmp_path, cli):
+    """fp16 kernels are workloads of their own: `cw tune --precision fp16` tunes them, `cw
+    compile --precision fp16` applies the records, and an fp32 database leaves them untuned."""
+    fp32_db, _ = mlp_db
+    db = tmp_path / "fp16-db"
+    r = cli("tune", zoo_onnx("mlp"), "--db", db, "--batch-sizes", "1", "--trials", "1",
+            "--precision", "fp16")
+    assert r.code == 0, r.err
+    assert "--precision fp16" in r.out  # the hint says how to apply it
+    for tune_db, tuned in ((db, True), (fp32_db, False)):
+        m = compile_model(zoo_onnx("mlp"), tmp_path / f"b-{tuned}",
+                          CompileConfig(batch_sizes=(1,), precision="fp16",
+                                        use_committed_records=False,
+                                        tune_dbs=(str(tune_db),)))
+        k = m.kernels[0]
+        assert (k.kernels_tuned == k.kernels_total) if tuned else k.kernels_tuned == 0
+    fp32 = compile_model(zoo_onnx("mlp"), tmp_path / "b32",
+                         CompileConfig(batch_sizes=(1,), use_committed_records=False,
+                                       tune_dbs=(str(db),)))
+    assert fp32.kernels[0].kernels_tuned == 0
+    with pytest.raises(UsageError, match="tf32"):
+        TuneConfig(db=str(tmp_path / "x"), precision="tf32")
+
+
 def test_bad_tune_db_is_one_clear_error(zoo_onnx, tmp_path, cli):
     r = cli("compile", zoo_onnx("mlp"), "-o", tmp_path / "b", "--tune-db", tmp_path)
     assert r.code != 0
