@@ -18,7 +18,7 @@ from pathlib import Path
 from cw.serve import protocol as p
 from cw.serve.metrics import Metrics
 from cw.serve.protocol import RequestStatus
-from cw.serve.shm import ShmError, ShmReader, ShmRef, shm_domain
+from cw.serve.shm import ShmError, ShmReader, ShmRef, remove_stale, shm_domain
 from cw.serve.scheduler.base import (ACTION_KIND, ActionResult, Finish, GpuInfo, Request, Scheduler,
                                      SendInfer, SendLoad, WorkerInfo)
 from cw.serve.telemetry import ActionRow, RequestRow, TelemetryLog
@@ -42,6 +42,9 @@ class ControllerConfig:
     # Messages handled per socket per loop iteration. Each iteration stamps one time for what it
     # handles and then ticks; a flood handled in one go would be planned with a stale clock.
     max_messages_per_step: int = 64
+    # How often to let go of clients' shared-memory segments that are gone, and to remove those
+    # of clients that died (their memory stays taken until then).
+    shm_sweep_ns: int = 2_000 * MS
 
     def __post_init__(self):
         from cw.errors import UsageError
@@ -101,6 +104,7 @@ class Controller:
         self._started_ns: int | None = None  # for busy fractions
         self.shm_domain = shm_domain()
         self.shm = ShmReader()
+        self._last_shm_sweep_ns: int | None = None
         self._worker_ids = itertools.count(1)
         self._request_ids = itertools.count(1)
         self._worker_handlers = {p.Register: self._on_register, p.Ping: self._on_ping,
@@ -156,9 +160,20 @@ class Controller:
                 log.exception("controller step failed")
             if now - last_gauges > 200 * MS:
                 last_gauges = now
-                self._update_gauges(now)
-                self.telemetry.flush()
+                self.housekeeping(now)
         self.shutdown(clock())
+
+    def housekeeping(self, now_ns: int) -> None:
+        """What the loop does a few times a second, off the per-message path: gauges, telemetry
+        to disk, and now and then the clients' shared-memory segments that are gone."""
+        self._update_gauges(now_ns)
+        self.telemetry.flush()
+        if self._last_shm_sweep_ns is None or \
+                now_ns - self._last_shm_sweep_ns >= self.config.shm_sweep_ns:
+            self._last_shm_sweep_ns = now_ns
+            if self.shm_domain:
+                remove_stale()  # a client killed mid-run left its segments behind
+                self.shm.sweep()
 
     def shutdown(self, now_ns: int) -> None:
         for rid in list(self.pending):

@@ -32,7 +32,8 @@ import msgspec
 SHM_DIR = "/dev/shm"
 _NAME = re.compile(r"cw-(\d+)-(\d+)-[0-9a-f]+-\d+")  # cw-PIDNS-PID-TOKEN-N
 _SLOT_ALIGN = 4096
-_SEGMENT_BYTES = 32 << 20  # slots of one size are carved from segments of about this size
+_SEGMENT_BYTES = 32 << 20  # slots of one size are carved from segments of up to this size
+_FIRST_SEGMENT_BYTES = 1 << 20  # and the first of them this small (a one-shot `cw infer`)
 
 
 class ShmRef(msgspec.Struct, frozen=True, array_like=True):
@@ -62,8 +63,11 @@ class ShmArena:
     thread frees. Segments live until `close` (or the process's exit, via `remove_stale` in the
     next client)."""
 
-    def __init__(self, segment_bytes: int = _SEGMENT_BYTES):
+    def __init__(self, segment_bytes: int = _SEGMENT_BYTES,
+                 first_segment_bytes: int = _FIRST_SEGMENT_BYTES):
         self.segment_bytes = segment_bytes
+        self.first_segment_bytes = first_segment_bytes
+        self._slots: dict[int, int] = collections.defaultdict(int)  # slot size -> slots made
         self._prefix = f"cw-{_pid_namespace()}-{os.getpid()}-{secrets.token_hex(4)}"
         self._lock = threading.Lock()
         self._free: dict[int, list[ShmRef]] = collections.defaultdict(list)  # slot size -> free
@@ -105,7 +109,12 @@ class ShmArena:
         return ShmRef(ref.segment, ref.offset, nbytes)
 
     def _grow(self, size: int, free: list) -> None:
-        count = max(1, self.segment_bytes // size)
+        # Geometric: a client that sends a few requests holds a few slots, one that keeps many
+        # in flight gets there in a few segments (every reader maps each segment once).
+        made = self._slots[size]
+        count = max(4, self.first_segment_bytes // size, made)
+        count = max(1, min(count, self.segment_bytes // size))
+        self._slots[size] = made + count
         name = f"{self._prefix}-{len(self._maps)}"
         path = os.path.join(SHM_DIR, name)
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
@@ -131,6 +140,7 @@ class ShmArena:
                     pass
             self._maps.clear()  # mappings close once no array views them
             self._free.clear()
+            self._slots.clear()
 
 
 def _slot_size(nbytes: int) -> int:
@@ -138,7 +148,12 @@ def _slot_size(nbytes: int) -> int:
 
 
 class ShmReader:
-    """Maps other processes' segments on first sight and hands out views of references."""
+    """Maps other processes' segments on first sight and hands out views of references.
+
+    A mapping keeps its segment's memory even after the client unlinks it (closes its arena or
+    is cleaned up after dying): `sweep` drops the mappings of segments that are gone, and a
+    long-running reader calls it now and then, or clients that come and go would pin up to
+    `max_segments` of their segments in /dev/shm."""
 
     def __init__(self, max_segments: int = 1024):
         self.max_segments = max_segments
@@ -172,6 +187,18 @@ class ShmReader:
         if len(self._maps) > self.max_segments:
             self._maps.popitem(last=False)  # closed once no view of it is left
         return m
+
+    def sweep(self) -> int:
+        """Forget the mappings of segments no longer in /dev/shm; how many. A view handed out
+        before stays readable (the mapping closes when the last view goes)."""
+        gone = [name for name in self._maps
+                if not os.path.exists(os.path.join(SHM_DIR, name))]
+        for name in gone:
+            del self._maps[name]
+        return len(gone)
+
+    def __len__(self) -> int:
+        return len(self._maps)
 
 
 def remove_stale() -> int:

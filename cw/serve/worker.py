@@ -53,6 +53,7 @@ class WorkerConfig:
     input_lead_ns: int = 5_000_000        # input copies may start this long before earliest
     horizon_ns: int = 10_000_000_000      # windows starting further ahead are TOO_EARLY
     ping_interval_ns: int = 500_000_000
+    shm_sweep_ns: int = 2_000_000_000     # how often to let go of clients' segments that are gone
     noise: float = 0.0                    # simulated runtime: relative std of durations
 
     def __post_init__(self):
@@ -146,6 +147,7 @@ class Worker:
                           Pong: self._on_pong, Welcome: self._on_welcome,
                           Goodbye: self._on_goodbye, Malformed: self._on_malformed}
         self._last_ping_ns = 0
+        self._last_shm_sweep_ns = 0
         self._last_register_ns = 0
         self.stopped = False
 
@@ -200,6 +202,9 @@ class Worker:
         if now - self._last_ping_ns > self.config.ping_interval_ns:
             self._last_ping_ns = now
             self.transport.send(Ping(now))
+        if now - self._last_shm_sweep_ns > self.config.shm_sweep_ns:
+            self._last_shm_sweep_ns = now
+            self.shm.sweep()
 
     def serve_forever(self, stop: threading.Event) -> None:
         self.register()

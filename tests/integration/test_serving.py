@@ -19,10 +19,10 @@ from tests.conftest import random_input
 
 
 class WorkerThread:
-    def __init__(self, controller_address, models_dir, runtime, name):
+    def __init__(self, controller_address, models_dir, runtime, name, **config):
         self.worker = build_worker(WorkerConfig(controller=controller_address,
                                                 models_dir=models_dir, runtime=runtime,
-                                                name=name))
+                                                name=name, **config))
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.worker.serve_forever, args=(self.stop,),
                                        daemon=True)
@@ -128,8 +128,9 @@ def test_inputs_through_shared_memory_give_the_outputs_of_the_socket(models_dir,
                                                                       worker_shares_shm):
     if not worker_shares_shm:  # as a worker in a container with a /dev/shm of its own
         monkeypatch.setattr("cw.serve.worker.shm_domain", lambda: "")
-    ctl = start(tmp_path)
-    w = WorkerThread(ctl.workers_address, models_dir, "tvm", "cpu0")
+    sweep_ns = 50_000_000
+    ctl = start(tmp_path, shm_sweep_ns=sweep_ns)
+    w = WorkerThread(ctl.workers_address, models_dir, "tvm", "cpu0", shm_sweep_ns=sweep_ns)
     try:
         ctl.wait_for_workers(1)
         local = LocalModel(models_dir / "mlp")
@@ -143,10 +144,18 @@ def test_inputs_through_shared_memory_give_the_outputs_of_the_socket(models_dir,
                 assert np.array_equal(a.result(timeout=30), expected)
                 assert np.array_equal(b.result(timeout=30), expected)
             assert via_shm._arena is not None and via_socket._arena is None
+            # the worker read the clients' segments itself, or got their bytes from the
+            # controller
+            assert bool(len(w.worker.shm)) == worker_shares_shm
+            assert len(ctl.controller.shm) >= 1
         (registered,) = ctl.controller.workers.values()
         assert registered.shares_shm == worker_shares_shm
-        # the worker read the clients' segments itself, or got their bytes from the controller
-        assert bool(w.worker.shm._maps) == worker_shares_shm
+        # The client closed and unlinked its segments: both let go of their mappings, which
+        # would otherwise keep the memory taken for as long as they run.
+        deadline = time.monotonic() + 10
+        while (len(ctl.controller.shm) or len(w.worker.shm)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(ctl.controller.shm) == 0 and len(w.worker.shm) == 0
     finally:
         w.close()
         ctl.close()

@@ -50,6 +50,42 @@ def test_close_removes_the_segments(arena):
         ShmReader().view(ref)
 
 
+def test_a_sweep_lets_go_of_segments_that_are_gone_and_keeps_views_readable():
+    a, b = ShmArena(), ShmArena()
+    try:
+        x = np.arange(100, dtype=np.float32)
+        ra, rb = a.put([x])[0], b.put([x * 2])[0]
+        reader = ShmReader()
+        held = reader.view(ra)
+        reader.view(rb)
+        assert reader.sweep() == 0 and len(reader) == 2
+        a.close()
+        assert reader.sweep() == 1 and len(reader) == 1
+        assert np.array_equal(np.frombuffer(held, np.float32), x)  # a view from before
+        with pytest.raises(ShmError, match="cannot open"):
+            reader.view(ra)
+        assert np.array_equal(np.frombuffer(reader.view(rb), np.float32), x * 2)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_segments_start_small_and_grow_geometrically():
+    a = ShmArena(segment_bytes=8 << 20, first_segment_bytes=1 << 20)
+    try:
+        image = np.zeros((3, 224, 224), np.float32)  # 602 KB: four slots in the first segment
+        held = [a.put([image])[0] for _ in range(40)]
+        sizes = [os.path.getsize(os.path.join(SHM_DIR, s))
+                 for s in sorted({r.segment for r in held}, key=lambda n: int(n.rsplit("-", 1)[1]))]
+        slot = sizes[0] // 4
+        assert slot >= image.nbytes and sizes[0] == 4 * slot  # 2.4 MB, not a whole segment
+        assert sizes[1:4] == [4 * slot, 8 * slot, 13 * slot]  # doubling, up to 8 MiB
+        small = a.put([np.zeros(10, np.float32)])[0]  # tiny slots: the first 1 MiB of them
+        assert os.path.getsize(os.path.join(SHM_DIR, small.segment)) == 1 << 20
+    finally:
+        a.close()
+
+
 def test_bad_references_raise_instead_of_reading_elsewhere(arena):
     ref = arena.put([np.zeros(10, np.float32)])[0]
     reader = ShmReader()
