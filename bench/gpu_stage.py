@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 HOLLOW = "HOLLOW"  # marker file: the weights were left behind
+PATTERN = "PATTERN_WEIGHTS"  # marker file: refilled, times right, computes nonsense
 
 
 def refill(path: Path) -> None:
@@ -39,6 +40,8 @@ def refill(path: Path) -> None:
     data = (np.random.default_rng(0).standard_normal(-(-total // 4)) * 0.02).astype(np.float32)
     replace_file_in_bundle(bundle, bundle.manifest.weights.file, data.tobytes()[:total])
     (path / HOLLOW).unlink(missing_ok=True)
+    (path / PATTERN).write_text("pattern weights from bench/gpu_stage.py --refill: for timing "
+                                "only, never for accuracy\n")
     print(f"refilled {path}: {total / 2**20:.1f} MiB of pattern weights (timing only)")
 
 # name, batch sizes, precision: as tests/conftest.py's bundle_dirname names them
@@ -79,7 +82,8 @@ def main() -> None:
     ap.add_argument("--batch-sizes", default="1,2,4,8,16")
     ap.add_argument("--arch", default=None, help="default: cw's CUDA default (sm_90)")
     ap.add_argument("--precision", default="fp32",
-                    help="fp32,fp16: --models bundles to stage (fp16 ones as NAME-fp16)")
+                    help="fp32,fp16: --models and --hollow bundles to stage (fp16 ones as "
+                         "NAME-fp16)")
     args = ap.parse_args()
     if args.refill:
         return refill(args.refill)
@@ -98,7 +102,9 @@ def main() -> None:
             stage(name, out / (name if precision == "fp32" else f"{name}-{precision}"), sizes,
                   args.arch, precision=precision)
     for name in filter(None, args.hollow.split(",")):
-        stage(name, out / name, sizes, args.arch, hollow=True)
+        for precision in args.precision.split(","):
+            stage(name, out / (name if precision == "fp32" else f"{name}-{precision}"), sizes,
+                  args.arch, hollow=True, precision=precision)
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"{out}: {total / 2**20:.1f} MiB")
 
