@@ -2,6 +2,9 @@
 sample (80 zoo model instances), wall time and virtual/wall ratio.
 
     python bench/sim_speed.py [--seconds 120] [--rate 1000] [--gpus 6] [--scheduler clockwork]
+    python bench/sim_speed.py --scheduler clockwork,clipper,batch-timeout --jobs 1|2
+
+Several schedulers: `cw replay --scheduler a,b,c` (cw/replay/compare.py), `--jobs` at a time.
 
 To compare two checkouts, run it in each, one after the other (PYTHONPATH=CHECKOUT).
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from pathlib import Path
 
 from cw.replay.runner import ReplayConfig, replay
@@ -21,7 +25,21 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1000)
     ap.add_argument("--gpus", type=int, default=6)
     ap.add_argument("--scheduler", default="clockwork")
+    ap.add_argument("--jobs", type=int, default=None, help="several schedulers: at a time")
     args = ap.parse_args()
+    if "," in args.scheduler:
+        from cw.replay.compare import replay_side_by_side
+
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.perf_counter()
+            summaries = replay_side_by_side(
+                ReplayConfig(duration_s=args.seconds, target_rate=args.rate, workers=args.gpus,
+                             out=Path(tmp) / "out"), args.scheduler.split(","), jobs=args.jobs)
+            wall = time.perf_counter() - start
+        print(f"{args.scheduler} ({args.jobs or 'one per core'} at a time), {args.rate:g} r/s, "
+              f"{args.gpus} GPUs: {summaries[0]['requests']} requests each, {wall:.2f} s wall in "
+              f"all, virtual/wall ×{len(summaries) * args.seconds / wall:.1f} summed over runs")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         s = replay(ReplayConfig(duration_s=args.seconds, target_rate=args.rate,
                                 workers=args.gpus, scheduler=args.scheduler,

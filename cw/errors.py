@@ -12,6 +12,10 @@ class CwError(Exception):
         self.message = message
         self.hint = hint
 
+    def __reduce__(self):
+        # keeps the hint when the error crosses a process boundary (parallel replays)
+        return self.__class__, (self.message, self.hint)
+
     def one_line(self) -> str:
         message = " ".join(self.message.split())  # one line, whatever a library put in it
         if len(message) > 400:

@@ -38,7 +38,10 @@ def replay_cmd(
     arrivals: str = typer.Option(_D.arrivals, "--arrivals", help="poisson, exact or gamma:CV."),
     mapping: str = typer.Option(_D.mapping, "--map", help="contiguous or stripe."),
     slo: str = typer.Option(None, "--slo", help="Latency objective (100ms)."),
-    scheduler: str = typer.Option(_D.scheduler, "--scheduler"),
+    scheduler: str = typer.Option(_D.scheduler, "--scheduler",
+                                  help="clockwork, clipper, batch-timeout or fifo; several, "
+                                       "comma-separated, replay the same workload side by side "
+                                       "(OUT/NAME/ each, OUT/compare.html)."),
     workers: int = typer.Option(None, "--workers", help=f"Workers ({_D.workers})."),
     simulate: bool = typer.Option(False, "--simulate", help="Virtual time, simulated workers."),
     controller: str = typer.Option(None, "--controller",
@@ -64,13 +67,17 @@ def replay_cmd(
       [bold]cw replay --simulate --workload poisson --rate 1000 --models 80[/]
       [bold]cw replay --simulate --preset fig5 --slo 25ms --duration 1m[/]
       [bold]cw replay --simulate --preset fig6 --duration 1h[/]
+      [bold]cw replay --trace azure --simulate --scheduler clockwork,clipper,batch-timeout[/]
     """
+    from cw.replay.compare import parse_schedulers
+
+    schedulers = parse_schedulers(scheduler)
     chosen = dict(models=models, copies=copies, workload=workload, concurrency=concurrency,
                   workers=workers, slo_ns=parse_duration_ns(slo, "--slo") if slo else None,
                   trace=trace, rate=rate,
                   duration_s=parse_duration_ns(duration, "--duration") / 1e9,
                   start_minute=start_minute, rate_scale=rate_scale, target_rate=target_rate,
-                  arrivals=arrivals, mapping=mapping, scheduler=scheduler, noise=noise,
+                  arrivals=arrivals, mapping=mapping, scheduler=schedulers[0], noise=noise,
                   seed=seed, simulate=simulate, controller=controller, runtime=runtime, out=out,
                   force=force, shared_memory=shared_memory)
     if preset is not None:
@@ -82,17 +89,41 @@ def replay_cmd(
                         TimeElapsedColumn(), console=console(), transient=True, disable=as_json)
     task = None
 
+    current = ""  # the policy running, when several run one after another
+    runs = None   # a bar over the policies, when several run
+
     def on_event(event, info):
-        nonlocal task
-        if event == "start":
-            mode = "simulated" if simulate else "live"
-            task = progress.add_task(f"replaying {info['requests']} requests ({mode})",
+        nonlocal task, current, runs
+        if event == "run_start":
+            current = f"{info['scheduler']}: "
+            if runs is None:
+                runs = progress.add_task(f"{info['total']} policies", total=info["total"])
+        elif event == "start":
+            mode = "simulated" if config.simulate else "live"
+            task = progress.add_task(f"{current}replaying {info['requests']} requests ({mode})",
                                      total=info["duration_ns"])
         elif event == "advance" and task is not None:
             progress.update(task, completed=info["virtual_ns"])
+        elif event == "run_done":
+            progress.advance(runs)
+            if not as_json:
+                console().print(f"  {info['scheduler']}: done")
 
     with progress:
-        summary = replay(config, on_event)
+        if len(schedulers) > 1:
+            from cw.replay.compare import COMPARE_FILE, replay_side_by_side
+
+            summaries = replay_side_by_side(config, schedulers, on_event)
+        else:
+            summaries = [replay(config, on_event)]
+    if len(schedulers) > 1:
+        if as_json:
+            print_json(summaries)
+            return
+        render_summaries(summaries)
+        console().print(f"wrote {out}/{{{','.join(schedulers)}}}/ and {out}/{COMPARE_FILE}")
+        return
+    (summary,) = summaries
     if as_json:
         print_json(summary)
         return
@@ -111,7 +142,9 @@ def render_summaries(summaries: list[dict]) -> None:
                                     else ""))
     table.add_column("")
     for s in summaries:
-        table.add_column(f"{s.get('scheduler')} ({s.get('name', '')})", justify="right")
+        name, policy = s.get("name", ""), s.get("scheduler")
+        table.add_column(policy if name in ("", policy) else f"{policy} ({name})",
+                         justify="right")
     for label, key in SUMMARY_KEYS:
         table.add_row(label, *["n/a" if summary_value(s, key) is None else
                                str(summary_value(s, key)) for s in summaries])

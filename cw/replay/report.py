@@ -106,7 +106,8 @@ class Run:
             requests = read_csv(d / "requests.csv", RequestRow)
             actions = read_csv(d / "actions.csv", ActionRow)
         self.summary, self.requests, self.actions = summary, requests, actions
-        self.label = f"{self.summary.get('scheduler', '?')} ({self.summary.get('name', d.name)})"
+        policy, name = self.summary.get("scheduler", "?"), self.summary.get("name", d.name)
+        self.label = policy if name == policy else f"{policy} ({name})"
 
 
 def _per_bucket(times_ns, weights=None, bucket_s=10.0, t_end_s=None):

@@ -3,6 +3,7 @@ report in an output directory written atomically."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -21,7 +22,7 @@ from cw.replay.summary import summarize
 from cw.replay.traces import load_trace
 from cw.serve.estimates import Estimates
 from cw.serve.protocol import ModelInfo, TensorInfo
-from cw.serve.scheduler import SchedulerConfig, make_scheduler
+from cw.serve.scheduler import SCHEDULERS, SchedulerConfig, make_scheduler
 from cw.serve.telemetry import TelemetryLog
 
 MS = 1_000_000
@@ -75,6 +76,10 @@ class ReplayConfig:
             raise UsageError(f"--concurrency {self.concurrency} must be ≥ 1")
         if self.rate is not None and self.rate <= 0:
             raise UsageError(f"--rate {self.rate:g} must be positive")
+        if self.scheduler not in SCHEDULERS:
+            raise UsageError(f"unknown scheduler '{self.scheduler}'",
+                             f"choose from {', '.join(SCHEDULERS)} (several, comma-separated, "
+                             "to compare them)")
         if self.runtime not in LIVE_RUNTIMES:
             raise UsageError(f"unknown --runtime '{self.runtime}'",
                              f"use one of {', '.join(LIVE_RUNTIMES)}")
@@ -145,11 +150,38 @@ def resolve_models(spec: str, copies: int) -> tuple[list[ModelInfo], dict[str, E
     return infos, durations
 
 
+def check_output(out: Path, force: bool) -> None:
+    if out.exists() and not force:
+        raise UsageError(f"output {out} already exists", "pass --force or choose another --out")
+
+
+@contextlib.contextmanager
+def atomic_output(out: Path, force: bool):
+    """A fresh directory beside `out` to write into; it becomes `out` (replacing it, with
+    `force`) when the block ends, and is removed if the block fails: `out` is never
+    half-written."""
+    check_output(out, force)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as e:
+        raise UsageError(f"cannot write to {out.parent}: {e.strerror}",
+                         "choose a writable --out") from None
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = None) -> dict:
     progress = progress or (lambda event, info: None)
     out = Path(config.out)
-    if out.exists() and not config.force:
-        raise UsageError(f"output {out} already exists", "pass --force or choose another --out")
+    check_output(out, config.force)  # before the work, not after it
     if config.simulate and config.controller:
         raise UsageError("--simulate runs in virtual time; it cannot drive a --controller",
                          "drop one of the two")
@@ -176,13 +208,7 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
     infos, durations = (resolve_models(config.models, config.copies) if config.simulate
                         else ([], {}))
     arr = generate([m.model_id for m in infos]) if config.simulate else None
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    except OSError as e:
-        raise UsageError(f"cannot write to {out.parent}: {e.strerror}",
-                         "choose a writable --out") from None
-    try:
+    with atomic_output(out, config.force) as tmp:
         wall = time.perf_counter()
         if config.simulate:
             telemetry = _simulate(config, infos, durations, arr, tmp, progress)
@@ -217,13 +243,6 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
                    if wall and config.simulate else None})
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         write_report([Run(tmp, summary, requests, actions)], tmp / "report.html")
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return summary
 
 

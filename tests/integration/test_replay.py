@@ -52,6 +52,39 @@ def test_same_seed_same_result_and_side_by_side_report(cli, tmp_path):
     assert "clockwork (a)" in page and "clockwork (c)" in page
 
 
+def test_several_policies_side_by_side_in_one_command(cli, tmp_path):
+    out, alone = tmp_path / "cmp", tmp_path / "fifo-alone"
+    args = ("replay", "--simulate", "--duration", "20s", "--target-rate", "300", "--slo", "25ms")
+    r = cli(*args, "--scheduler", "clockwork,fifo", "--out", out, "--json")
+    assert r.code == 0, r.err
+    summaries = json.loads(r.out)
+    assert [s["scheduler"] for s in summaries] == ["clockwork", "fifo"]
+    assert summaries[0]["requests"] == summaries[1]["requests"] > 5000  # the same arrivals
+    for s in summaries:
+        assert json.loads((out / s["scheduler"] / "summary.json").read_text()) == s
+    # each run (here in a process of its own) is exactly a replay with that one policy
+    r = cli(*args, "--scheduler", "fifo", "--out", alone)
+    assert r.code == 0, r.err
+    assert (out / "fifo" / "requests.csv").read_text() == (alone / "requests.csv").read_text()
+    assert (out / "fifo" / "actions.csv").read_text() == (alone / "actions.csv").read_text()
+    page = (out / "compare.html").read_text()
+    assert "clockwork" in page and "fifo" in page and page.count("<svg") >= 7
+    # one after another (as live replays run) gives the same
+    from cw.replay.compare import replay_side_by_side
+    from cw.replay.runner import ReplayConfig
+
+    events = []
+    replay_side_by_side(ReplayConfig(duration_s=20, target_rate=300, slo_ns=25_000_000,
+                                     out=tmp_path / "seq"), ["fifo", "clockwork"],
+                        lambda e, i: events.append((e, i.get("scheduler"))), jobs=1)
+    assert (tmp_path / "seq" / "fifo" / "requests.csv").read_text() == \
+        (alone / "requests.csv").read_text()
+    assert [e for e in events if e[0].startswith("run_")] == [
+        ("run_start", "fifo"), ("run_done", "fifo"),
+        ("run_start", "clockwork"), ("run_done", "clockwork")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp", "fifo-alone", "seq"]
+
+
 def test_synthetic_workloads_and_presets(cli, tmp_path):
     r = cli("replay", "--simulate", "--workload", "poisson", "--rate", "300", "--models", "16",
             "--duration", "20s", "--out", tmp_path / "p", "--json")
@@ -79,6 +112,11 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--arrivals", "weibull"), "unknown --arrivals"),
     (("--models", "mlp"), "no published timings"),
     (("--slo", "0ms"), "--slo must be positive"),
+    (("--scheduler", "clockwork,nope"), "unknown scheduler 'nope'"),
+    (("--scheduler", "fifo,fifo"), "names a policy twice"),
+    (("--scheduler", "clockwork,fifo", "--controller", "tcp://127.0.0.1:1"),
+     "need controllers of their own"),
+    (("--scheduler", "clockwork,fifo", "--models", "mlp"), "no published timings"),
 ])
 def test_bad_input_one_line_nothing_written(cli, tmp_path, args, text):
     out = tmp_path / "out"

@@ -1,0 +1,83 @@
+"""Several serving policies side by side on one workload: `cw replay --scheduler a,b,c`.
+
+Each policy replays the same arrivals (same trace, options and seed) into OUT/<policy>/, exactly
+as a `cw replay` with that one policy would, and OUT/compare.html overlays them. Simulated
+replays run in parallel processes, one per core (they share nothing and each is one busy Python
+thread); live ones run one after another, since each needs the machine's cores and GPUs to itself.
+OUT appears whole or not at all.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from cw.errors import UsageError
+from cw.replay.report import write_report
+from cw.replay.runner import ReplayConfig, atomic_output, replay
+from cw.serve.scheduler import SCHEDULERS
+
+COMPARE_FILE = "compare.html"
+
+
+def parse_schedulers(spec: str) -> list[str]:
+    """`clockwork,clipper` → the policies, checked: known, each once."""
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise UsageError("--scheduler is empty", f"give one or more of {', '.join(SCHEDULERS)}")
+    for name in names:
+        if name not in SCHEDULERS:
+            raise UsageError(f"unknown scheduler '{name}' in --scheduler {spec}",
+                             f"choose from {', '.join(SCHEDULERS)}")
+    if len(set(names)) < len(names):
+        raise UsageError(f"--scheduler {spec} names a policy twice", "name each once")
+    return names
+
+
+def replay_side_by_side(config: ReplayConfig, schedulers: list[str],
+                        progress: Callable[[str, dict], None] | None = None,
+                        jobs: int | None = None) -> list[dict]:
+    """One replay per policy into `config.out`/<policy>/ and `config.out`/compare.html; their
+    summaries, in the order given. `jobs`: simulated replays at once (default: one per core).
+    `progress` gets "run_start" and "run_done" ({"scheduler", "index", "total"}) events, and a
+    sequential run's own replay events too."""
+    progress = progress or (lambda event, info: None)
+    if config.controller:
+        raise UsageError("several --scheduler policies need controllers of their own; the "
+                         f"running `cw serve` at {config.controller} has one",
+                         "drop --controller (cw starts one per policy), or give one --scheduler")
+    with atomic_output(Path(config.out), config.force) as tmp:
+        configs = [replace(config, scheduler=s, out=tmp / s, force=False) for s in schedulers]
+        jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
+        if config.simulate and jobs > 1:
+            summaries = _in_parallel(configs, jobs, progress)
+        else:
+            summaries = []
+            for i, c in enumerate(configs):
+                progress("run_start", {"scheduler": c.scheduler, "index": i,
+                                       "total": len(configs)})
+                summaries.append(replay(c, progress))
+                progress("run_done", {"scheduler": c.scheduler, "index": i,
+                                      "total": len(configs)})
+        write_report([tmp / s for s in schedulers], tmp / COMPARE_FILE)
+    return summaries
+
+
+def _in_parallel(configs: list[ReplayConfig], jobs: int, progress) -> list[dict]:
+    # spawn, not fork: the caller may run threads (a progress display), and a forked child
+    # would inherit their locks mid-use
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = []
+        for i, c in enumerate(configs):
+            progress("run_start", {"scheduler": c.scheduler, "index": i, "total": len(configs)})
+            futures.append(pool.submit(replay, c))
+        summaries = []
+        for i, (c, f) in enumerate(zip(configs, futures)):
+            summaries.append(f.result())  # a run's error (a UsageError, say) is raised here
+            progress("run_done", {"scheduler": c.scheduler, "index": i, "total": len(configs)})
+        return summaries
