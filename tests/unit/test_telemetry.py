@@ -64,3 +64,28 @@ def test_latency_buckets_are_inclusive_upper_bounds():
     assert m.latency_buckets[1] == 2
     assert m.latency_buckets[2:-1] == [1] * (len(LATENCY_BUCKETS_MS) - 2)
     assert m.latency_buckets[-1] == 1
+
+
+def test_columns_are_read_by_name_and_bad_rows_name_their_line(tmp_path):
+    import pytest
+
+    from cw.errors import UsageError
+
+    rows = [request_row(i) for i in range(3)]
+    # another order and a column cw does not know, as a spreadsheet might save it
+    columns = list(reversed(REQUEST_COLUMNS)) + ["note"]
+    with open(tmp_path / "r.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(columns)
+        for r in rows:
+            values = dict(zip(REQUEST_COLUMNS, msgspec.structs.astuple(r)))
+            w.writerow([values.get(c, "x") for c in columns])
+    assert read_csv(tmp_path / "r.csv", RequestRow) == rows
+    text = (tmp_path / "r.csv").read_text().splitlines()
+    text[2] = text[2].replace("True", "maybe", 1)
+    (tmp_path / "bad.csv").write_text("\n".join(text) + "\n")
+    with pytest.raises(UsageError, match=r"bad\.csv:3: bad telemetry row"):
+        read_csv(tmp_path / "bad.csv", RequestRow)
+    (tmp_path / "short.csv").write_text(",".join(REQUEST_COLUMNS[:-1]) + "\n")
+    with pytest.raises(UsageError, match="lacks columns simulated"):
+        read_csv(tmp_path / "short.csv", RequestRow)
