@@ -29,6 +29,7 @@ import json, pathlib, sys
 for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     s = json.loads(f.read_text())
     print(f"{f.stem:>12}: requests {s['requests']}, goodput {s['goodput_rps']} r/s, "
-          f"SLO attainment {s['slo_attainment']}, rejected {s['rejected']}, late {s['late']}, "
+          f"SLO attainment {s['slo_attainment']}, rejected {s['rejected']}, late {s['late']} "
+          f"{s.get('late_by_status', '')}, "
           f"latency ms {s['latency_ms']}, mean batch {s['mean_batch_size']}")
 PY

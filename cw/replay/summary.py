@@ -29,7 +29,13 @@ def summarize(requests: list[RequestRow], actions: list[ActionRow], *, duration_
     ok = [r for r in requests if r.status == "OK"]
     good = [r for r in ok if r.deadline_met]
     # any answer after the deadline, whatever it said: the client needed it by then
-    late = sum(r.completion_ns > r.deadline_ns for r in requests)
+    late_rows = [r for r in requests if r.completion_ns > r.deadline_ns]
+    late = len(late_rows)
+    # what a late answer said tells why it was late: OK (the work overran its prediction),
+    # REJECTED or TIMED_OUT (the controller itself answered late: a stalled process)
+    late_by_status: dict[str, int] = {}
+    for r in late_rows:
+        late_by_status[r.status] = late_by_status.get(r.status, 0) + 1
     rejected = sum(r.status == "REJECTED" for r in requests)
     timed_out = sum(r.status == "TIMED_OUT" for r in requests)
     errors = n - len(ok) - rejected
@@ -40,6 +46,9 @@ def summarize(requests: list[RequestRow], actions: list[ActionRow], *, duration_
         "completed_in_slo": len(good),
         "rejected": rejected,
         "late": late,
+        "late_by_status": dict(sorted(late_by_status.items())),
+        "late_overshoot_ms": percentiles_ms([r.completion_ns - r.deadline_ns
+                                             for r in late_rows]),
         "errors": errors,
         "timed_out": timed_out,  # among the errors: no result by the deadline, answered at it
         "goodput_rps": round(len(good) / seconds, 3) if seconds else 0.0,
