@@ -1,7 +1,7 @@
 """Controller throughput over the real ZeroMQ path with simulated worker processes.
 
     python bench/serve_throughput.py --models DIR [--workers 2] [--rate 2000] [--seconds 10]
-        [--slo 100ms] [--ipc] [--no-shm]
+        [--slo 100ms] [--ipc] [--no-shm] [--log-dir DIR]
 
 `--ipc`: Unix sockets instead of TCP on loopback (with ResNet-50-sized inputs it saved ~8 % of
 the controller's CPU). `--no-shm`: inputs through the socket even though client, controller and
@@ -80,12 +80,16 @@ def main() -> None:
     ap.add_argument("--slo", default="100ms")
     ap.add_argument("--ipc", action="store_true", help="Unix sockets instead of TCP loopback")
     ap.add_argument("--no-shm", action="store_true", help="inputs through the socket")
+    ap.add_argument("--log-dir", default=None,
+                    help="the controller writes its telemetry CSVs here, as `cw serve "
+                         "--log-dir` and live replays do")
     args = ap.parse_args()
     if args.ipc:
         listen = [f"ipc:///tmp/cw-bench-{os.getpid()}-{side}" for side in ("workers", "clients")]
     else:
         listen = ["tcp://127.0.0.1:*"] * 2
-    ctl = ControllerThread(ControllerConfig(workers_listen=listen[0], clients_listen=listen[1]),
+    ctl = ControllerThread(ControllerConfig(workers_listen=listen[0], clients_listen=listen[1],
+                                            log_dir=Path(args.log_dir) if args.log_dir else None),
                            keep_telemetry=True).start()
     procs = WorkerProcesses(local_address(ctl.workers_address), Path(args.models), args.workers,
                             "simulated", ["cpu"], args.copies)
@@ -121,7 +125,9 @@ def main() -> None:
               f"offered {n / args.seconds:.0f} r/s for {args.seconds:g} s, {args.workers} "
               f"simulated workers: answered {ok + failed} of {n} ({ok} ok, {failed} failed) in "
               f"{elapsed:.2f} s; SLO attainment {good / max(1, len(rows)):.4f}; late "
-              f"{sum(r.status == 'OK' and not r.deadline_met for r in rows)}; controller CPU "
+              f"{sum(r.completion_ns > r.deadline_ns for r in rows)} (OK "
+              f"{sum(r.status == 'OK' and r.completion_ns > r.deadline_ns for r in rows)}); "
+              f"telemetry {'to ' + args.log_dir if args.log_dir else 'in memory'}; controller CPU "
               f"{cpu / max(1, n) * 1e6:.0f} µs/request; client send lateness p99 "
               f"{late_p99:.2f} ms; sent at {n / sent_s:.0f} r/s; CPU per request: client "
               f"{client_cpu / max(1, n) * 1e6:.0f} µs, workers {workers_cpu / max(1, n) * 1e6:.0f} "
