@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from cw.errors import UsageError
-from cw.replay.report import write_report
+from cw.replay.report import RunSeries, run_series, shared_axis, write_report
 from cw.replay.runner import ReplayConfig, atomic_output, replay
 from cw.serve.scheduler import SCHEDULERS
 
@@ -54,20 +54,34 @@ def replay_side_by_side(config: ReplayConfig, schedulers: list[str],
         configs = [replace(config, scheduler=s, out=tmp / s, force=False) for s in schedulers]
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
         if config.simulate and jobs > 1:
-            summaries = _in_parallel(configs, jobs, progress)
+            results = _in_parallel(configs, jobs, progress)
         else:
-            summaries = []
+            results = []
             for i, c in enumerate(configs):
                 progress("run_start", {"scheduler": c.scheduler, "index": i,
                                        "total": len(configs)})
-                summaries.append(replay(c, progress))
+                results.append(_replay_with_series(c, progress))
                 progress("run_done", {"scheduler": c.scheduler, "index": i,
                                       "total": len(configs)})
-        write_report([tmp / s for s in schedulers], tmp / COMPARE_FILE)
-    return summaries
+        write_report([series for _, series in results], tmp / COMPARE_FILE)
+    return [summary for summary, _ in results]
 
 
-def _in_parallel(configs: list[ReplayConfig], jobs: int, progress) -> list[dict]:
+def _replay_with_series(config: ReplayConfig, progress=None) -> tuple[dict, RunSeries]:
+    """A replay's summary and its plots' series, taken from the rows in memory: reading an
+    hour's telemetry back from CSV would take about a minute per run."""
+    taken = []
+
+    def take(run) -> None:
+        dur, bucket = shared_axis([run.summary])  # the same for every run: same arrivals
+        taken.append(run_series(run, dur, bucket))
+
+    summary = replay(config, progress, on_run=take)
+    return summary, taken[0]
+
+
+def _in_parallel(configs: list[ReplayConfig], jobs: int,
+                 progress) -> list[tuple[dict, RunSeries]]:
     # spawn, not fork: the caller may run threads (a progress display), and a forked child
     # would inherit their locks mid-use
     context = multiprocessing.get_context("spawn")
@@ -75,9 +89,9 @@ def _in_parallel(configs: list[ReplayConfig], jobs: int, progress) -> list[dict]
         futures = []
         for i, c in enumerate(configs):
             progress("run_start", {"scheduler": c.scheduler, "index": i, "total": len(configs)})
-            futures.append(pool.submit(replay, c))
-        summaries = []
+            futures.append(pool.submit(_replay_with_series, c))
+        results = []
         for i, (c, f) in enumerate(zip(configs, futures)):
-            summaries.append(f.result())  # a run's error (a UsageError, say) is raised here
+            results.append(f.result())  # a run's error (a UsageError, say) is raised here
             progress("run_done", {"scheduler": c.scheduler, "index": i, "total": len(configs)})
-        return summaries
+        return results

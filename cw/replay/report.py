@@ -121,20 +121,30 @@ def _per_bucket(times_ns, weights=None, bucket_s=10.0, t_end_s=None):
     return edges[:-1], counts
 
 
-def figures(runs: list[Run]) -> list[str]:
-    figs = []
-    dur = max(r.summary.get("duration_s", 0) for r in runs) or 1
-    bucket = max(1.0, dur / 60)
-    slo_ms = runs[0].summary.get("slo_ms")
+class RunSeries:
+    """What a report needs of one run: its label, summary and the (label, x, y) series of each
+    figure, long ones thinned as the plots thin them. Small enough to pass between processes,
+    so that parallel replays send these instead of millions of rows."""
 
-    def series(fn):
-        out = []
-        for r in runs:
-            for label, x, y in fn(r):
-                out.append((label if len(runs) == 1 else f"{r.label}: {label}", x, y))
-        return out
+    def __init__(self, label: str, summary: dict, figures: list[list[tuple]]):
+        self.label, self.summary, self.figures = label, summary, figures
 
-    def load(r):
+
+def _thin(x, y, points: int = 2000):
+    if len(x) <= points:
+        return x, y
+    idx = np.linspace(0, len(x) - 1, points).astype(int)
+    return np.asarray(x)[idx], np.asarray(y)[idx]
+
+
+def shared_axis(summaries: list[dict]) -> tuple[float, float]:
+    """(duration, bucket) seconds: runs side by side share their time buckets."""
+    dur = max(s.get("duration_s", 0) for s in summaries) or 1
+    return dur, max(1.0, dur / 60)
+
+
+def run_series(r: Run, dur: float, bucket: float) -> RunSeries:
+    def load():
         arr = [q.arrival_ns for q in r.requests]
         ok = [q.completion_ns for q in r.requests if q.status == "OK"]
         good = [q.completion_ns for q in r.requests if q.deadline_met]
@@ -143,10 +153,8 @@ def figures(runs: list[Run]) -> list[str]:
             x, c = _per_bucket(times, bucket_s=bucket, t_end_s=dur)
             res.append((label, x, c / bucket))
         return res
-    figs.append(_svg("Offered load, throughput and goodput", series(load), "time (s)",
-                     "requests/s", steps=True))
 
-    def lat_time(r):
+    def lat_time():
         ok = [q for q in r.requests if q.status == "OK"]
         if not ok:
             return []
@@ -164,30 +172,24 @@ def figures(runs: list[Run]) -> list[str]:
                 mx.append(sel.max())
         xs = np.array(xs)
         return [("p50", xs, np.array(p50)), ("p99", xs, np.array(p99)), ("max", xs, np.array(mx))]
-    figs.append(_svg("Latency over time", series(lat_time), "time (s)", "latency (ms)"))
 
-    def lat_cdf(r):
+    def lat_cdf():
         x, y = _cdf([q.latency_ns / 1e6 for q in r.requests if q.status == "OK"])
         return [("latency", x, y)]
-    figs.append(_svg("Latency CDF (dashed: SLO)", series(lat_cdf), "latency (ms)",
-                     "fraction of served requests", vline=slo_ms))
 
-    def batches(r):
+    def batches():
         b = np.array([a.batch_size for a in r.actions if a.kind == "infer" and a.status == "OK"])
         sizes = np.arange(1, 17)
         return [("INFERs", sizes, np.array([(b == s).sum() for s in sizes]))]
-    figs.append(_svg("Batch sizes", series(batches), "batch size", "INFER actions", steps=True))
 
-    def cold(r):
+    def cold():
         x1, c1 = _per_bucket([q.arrival_ns for q in r.requests if q.cold_start],
                              bucket_s=bucket, t_end_s=dur)
         x2, c2 = _per_bucket([a.sent_ns for a in r.actions if a.kind == "load"],
                              bucket_s=bucket, t_end_s=dur)
         return [("cold starts", x1, c1), ("loads", x2, c2)]
-    figs.append(_svg(f"Cold starts and loads per {bucket:g} s", series(cold), "time (s)", "count",
-                     steps=True))
 
-    def busy(r):
+    def busy():
         res = []
         for kind, label in (("infer", "GPU (EXEC)"), ("load", "PCIe (LOAD)")):
             acts = [a for a in r.actions if a.kind == kind and a.status == "OK"]
@@ -196,10 +198,8 @@ def figures(runs: list[Run]) -> list[str]:
             gpus = max(1, len({(a.worker, a.gpu) for a in r.actions}))
             res.append((label, x, c / (bucket * 1e9 * gpus)))
         return res
-    figs.append(_svg("Busy fraction (mean over GPUs)", series(busy), "time (s)", "fraction",
-                     steps=True))
 
-    def pred(r):
+    def pred():
         res = []
         for kind in ("infer", "load"):
             err = [a.prediction_error_ns / 1e3 for a in r.actions
@@ -210,8 +210,30 @@ def figures(runs: list[Run]) -> list[str]:
                      if a.kind == "infer" and a.status == "OK"])
         res.append(("infer completion error", x, y))
         return res
-    figs.append(_svg("Prediction and completion error CDFs", series(pred),
-                     "measured − expected (µs)", "fraction of actions"))
+
+    return RunSeries(r.label, r.summary,
+                     [[(label, *_thin(x, y)) for label, x, y in fn()]
+                      for fn in (load, lat_time, lat_cdf, batches, cold, busy, pred)])
+
+
+def figures(runs: list[RunSeries], bucket: float) -> list[str]:
+    slo_ms = runs[0].summary.get("slo_ms")
+    specs = [  # title, x label, y label, options; in run_series's order
+        ("Offered load, throughput and goodput", "time (s)", "requests/s", {"steps": True}),
+        ("Latency over time", "time (s)", "latency (ms)", {}),
+        ("Latency CDF (dashed: SLO)", "latency (ms)", "fraction of served requests",
+         {"vline": slo_ms}),
+        ("Batch sizes", "batch size", "INFER actions", {"steps": True}),
+        (f"Cold starts and loads per {bucket:g} s", "time (s)", "count", {"steps": True}),
+        ("Busy fraction (mean over GPUs)", "time (s)", "fraction", {"steps": True}),
+        ("Prediction and completion error CDFs", "measured − expected (µs)",
+         "fraction of actions", {}),
+    ]
+    figs = []
+    for i, (title, xlabel, ylabel, options) in enumerate(specs):
+        series = [(label if len(runs) == 1 else f"{r.label}: {label}", x, y)
+                  for r in runs for label, x, y in r.figures[i]]
+        figs.append(_svg(title, series, xlabel, ylabel, **options))
     return figs
 
 
@@ -234,7 +256,9 @@ def _cell(value) -> str:
     return "n/a" if value is None else str(value)
 
 
-def render(runs: list[Run]) -> str:
+def render(runs: list[Run | RunSeries]) -> str:
+    dur, bucket = shared_axis([r.summary for r in runs])
+    runs = [r if isinstance(r, RunSeries) else run_series(r, dur, bucket) for r in runs]
     head = "".join(f"<th>{html.escape(r.label)}</th>" for r in runs)
     rows = ""
     for label, key in SUMMARY_KEYS:
@@ -254,13 +278,13 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}figure{{display:i
 margin:6px}}.sim{{background:#fff3cd;padding:6px;border:1px solid #e0c060}}</style></head><body>
 <h1>cw replay report</h1>{banner}<p>{meta}</p>
 <table><tr><th></th>{head}</tr>{rows}</table>
-{''.join(figures(runs))}
+{''.join(figures(runs, bucket))}
 </body></html>
 """
 
 
-def write_report(runs: list[Run | str | Path], out: str | Path) -> Path:
-    runs = [r if isinstance(r, Run) else Run(r) for r in runs]
+def write_report(runs: list[Run | RunSeries | str | Path], out: str | Path) -> Path:
+    runs = [r if isinstance(r, (Run, RunSeries)) else Run(r) for r in runs]
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(render(runs))

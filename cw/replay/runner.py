@@ -178,7 +178,11 @@ def atomic_output(out: Path, force: bool):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = None) -> dict:
+def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = None,
+           on_run: Callable[[Run], None] | None = None) -> dict:
+    """Replays `config` into `config.out`; its summary. `on_run` sees the run (summary and
+    rows in memory) before it is written: how side-by-side replays take its plots' series
+    without reading the CSVs back."""
     progress = progress or (lambda event, info: None)
     out = Path(config.out)
     check_output(out, config.force)  # before the work, not after it
@@ -242,7 +246,10 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
                    "speedup": round(arr.duration_ns / 1e9 / wall, 1)
                    if wall and config.simulate else None})
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        write_report([Run(tmp, summary, requests, actions)], tmp / "report.html")
+        run = Run(tmp, summary, requests, actions)
+        if on_run is not None:
+            on_run(run)
+        write_report([run], tmp / "report.html")
     return summary
 
 

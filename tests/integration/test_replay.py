@@ -69,6 +69,11 @@ def test_several_policies_side_by_side_in_one_command(cli, tmp_path):
     assert (out / "fifo" / "actions.csv").read_text() == (alone / "actions.csv").read_text()
     page = (out / "compare.html").read_text()
     assert "clockwork" in page and "fifo" in page and page.count("<svg") >= 7
+    # built from the runs' rows in memory: the same page as from their files
+    r = cli("report", out / "clockwork", out / "fifo", "-o", tmp_path / "again.html")
+    assert r.code == 0, r.err
+    assert (tmp_path / "again.html").read_text() == page
+    (tmp_path / "again.html").unlink()
     # one after another (as live replays run) gives the same
     from cw.replay.compare import replay_side_by_side
     from cw.replay.runner import ReplayConfig
