@@ -85,7 +85,7 @@ def replay_cmd(
     else:
         config = ReplayConfig(**{k: v for k, v in chosen.items() if v is not None})
     progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("{task.percentage:>3.0f}% of trace time"),
+                        TextColumn("{task.percentage:>3.0f}%"),
                         TimeElapsedColumn(), console=console(), transient=True, disable=as_json)
     task = None
 
