@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from cw.errors import UsageError
-from cw.replay.report import RunSeries, run_series, shared_axis, write_report
+from cw.replay.report import RunSeries, write_report
 from cw.replay.runner import ReplayConfig, atomic_output, replay
 from cw.serve.scheduler import SCHEDULERS
 
@@ -70,13 +70,9 @@ def replay_side_by_side(config: ReplayConfig, schedulers: list[str],
 def _replay_with_series(config: ReplayConfig, progress=None) -> tuple[dict, RunSeries]:
     """A replay's summary and its plots' series, taken from the rows in memory: reading an
     hour's telemetry back from CSV would take about a minute per run."""
-    taken = []
-
-    def take(run) -> None:
-        dur, bucket = shared_axis([run.summary])  # the same for every run: same arrivals
-        taken.append(run_series(run, dur, bucket))
-
-    summary = replay(config, progress, on_run=take)
+    # each run's time buckets follow its own duration: the same for all, as the arrivals are
+    taken: list[RunSeries] = []
+    summary = replay(config, progress, on_series=taken.append)
     return summary, taken[0]
 
 

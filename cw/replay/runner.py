@@ -17,7 +17,7 @@ from typing import Callable
 from cw.errors import UsageError
 from cw.replay import arrivals as arrivals_mod
 from cw.replay import workloads
-from cw.replay.report import Run, write_report
+from cw.replay.report import Run, RunSeries, run_series, shared_axis, write_report
 from cw.replay.summary import summarize
 from cw.replay.traces import load_trace
 from cw.serve.estimates import Estimates
@@ -179,10 +179,9 @@ def atomic_output(out: Path, force: bool):
 
 
 def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = None,
-           on_run: Callable[[Run], None] | None = None) -> dict:
-    """Replays `config` into `config.out`; its summary. `on_run` sees the run (summary and
-    rows in memory) before it is written: how side-by-side replays take its plots' series
-    without reading the CSVs back."""
+           on_series: Callable[[RunSeries], None] | None = None) -> dict:
+    """Replays `config` into `config.out`; its summary. `on_series` gets the series its report
+    plots: how side-by-side replays overlay runs without reading their CSVs back."""
     progress = progress or (lambda event, info: None)
     out = Path(config.out)
     check_output(out, config.force)  # before the work, not after it
@@ -246,10 +245,10 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
                    "speedup": round(arr.duration_ns / 1e9 / wall, 1)
                    if wall and config.simulate else None})
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        run = Run(tmp, summary, requests, actions)
-        if on_run is not None:
-            on_run(run)
-        write_report([run], tmp / "report.html")
+        series = run_series(Run(tmp, summary, requests, actions), *shared_axis([summary]))
+        if on_series is not None:
+            on_series(series)
+        write_report([series], tmp / "report.html")
     return summary
 
 
