@@ -42,9 +42,11 @@ class ControllerConfig:
     # Messages handled per socket per loop iteration. Each iteration stamps one time for what it
     # handles and then ticks; a flood handled in one go would be planned with a stale clock.
     max_messages_per_step: int = 64
-    # How often to let go of clients' shared-memory segments that are gone, and to remove those
-    # of clients that died (their memory stays taken until then).
+    # How often to let go of clients' shared-memory segments that are gone (a stat per mapped
+    # segment), and to remove those of clients that died, whose memory stays taken until then
+    # (a listing of /dev/shm, which other programs may fill: less often).
     shm_sweep_ns: int = 2_000 * MS
+    shm_stale_check_ns: int = 30_000 * MS
 
     def __post_init__(self):
         from cw.errors import UsageError
@@ -105,6 +107,7 @@ class Controller:
         self.shm_domain = shm_domain()
         self.shm = ShmReader()
         self._last_shm_sweep_ns: int | None = None
+        self._last_stale_check_ns: int | None = None
         self._worker_ids = itertools.count(1)
         self._request_ids = itertools.count(1)
         self._worker_handlers = {p.Register: self._on_register, p.Ping: self._on_ping,
@@ -168,12 +171,17 @@ class Controller:
         to disk, and now and then the clients' shared-memory segments that are gone."""
         self._update_gauges(now_ns)
         self.telemetry.flush()
+        if not self.shm_domain:
+            return
+        if self._last_stale_check_ns is None or \
+                now_ns - self._last_stale_check_ns >= self.config.shm_stale_check_ns:
+            self._last_stale_check_ns = now_ns
+            remove_stale()  # a client killed mid-run left its segments behind
+            self._last_shm_sweep_ns = None  # let go of them now
         if self._last_shm_sweep_ns is None or \
                 now_ns - self._last_shm_sweep_ns >= self.config.shm_sweep_ns:
             self._last_shm_sweep_ns = now_ns
-            if self.shm_domain:
-                remove_stale()  # a client killed mid-run left its segments behind
-                self.shm.sweep()
+            self.shm.sweep()
 
     def shutdown(self, now_ns: int) -> None:
         for rid in list(self.pending):

@@ -118,3 +118,31 @@ def test_references_travel_in_requests_next_to_plain_bytes():
     back = codec.decoder.decode(codec.encode(msg))
     assert bytes(back.inputs[0][0]) == b"abcd"
     assert back.inputs[0][1] == ShmRef("cw-1-2-ab-0", 8, 4)
+
+
+def test_the_controller_removes_dead_clients_segments_and_lets_go_of_closed_ones(arena):
+    from cw.serve.controller import Controller, ControllerConfig
+    from cw.serve.scheduler import make_scheduler
+    from cw.serve.transport import InprocHub, InprocRouter
+
+    ms = 1_000_000
+    hub = InprocHub()
+    ctl = Controller(ControllerConfig(),
+                     InprocRouter(hub, "w", p.Codec(p.FromWorker), p.Codec(p.ToWorker)),
+                     InprocRouter(hub, "c", p.Codec(p.FromClient), p.Codec(p.ToClient)),
+                     make_scheduler("clockwork"))
+    live = arena.put([np.zeros(10, np.float32)])[0]
+    code = ("import numpy as np, os; from cw.serve.shm import ShmArena; a = ShmArena(); "
+            "print(a.put([np.zeros(4, np.float32)])[0].segment); os._exit(0)")
+    dead = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    ctl.shm.view(live)
+    ctl.shm.view(ShmRef(dead, 0, 16))  # a request of the client before it died
+    ctl.housekeeping(0)
+    assert not os.path.exists(os.path.join(SHM_DIR, dead))
+    assert os.path.exists(os.path.join(SHM_DIR, live.segment)) and len(ctl.shm) == 1
+    arena.close()
+    ctl.housekeeping(1_000 * ms)  # sooner than shm_sweep_ns: still mapped
+    assert len(ctl.shm) == 1
+    ctl.housekeeping(2_000 * ms)
+    assert len(ctl.shm) == 0
