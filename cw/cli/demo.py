@@ -63,3 +63,6 @@ def demo_cmd(
     render_summaries([summary])
     out.print(f"[green]ok[/]: {summary['requests']} requests replayed in virtual time "
               f"(×{summary['speedup']} faster than real time); open {replay_dir}/report.html")
+    out.print("next: the same trace under several policies side by side, [bold]cw replay --trace "
+              "azure --simulate --scheduler clockwork,clipper,batch-timeout --slo 25ms "
+              "--target-rate 400 --duration 2m --out compare[/]")
