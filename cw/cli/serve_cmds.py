@@ -224,6 +224,9 @@ def infer_cmd(
     from cw.errors import UsageError
     from cw.serve.protocol import RequestStatus
 
+    # Local mistakes first: no need to wait on a controller to hear of a missing file.
+    x = _load_npy(input) if input is not None else None
+    slo_ms = parse_duration_ns(slo, "--slo") / 1e6 if slo else None
     with Client(controller, timeout_s=10) as client:
         models = {m.model_id: m for m in client.models()}
         if list_models or model is None:
@@ -239,19 +242,16 @@ def infer_cmd(
             raise UsageError(f"no model '{model}' at {controller}",
                              f"servable: {', '.join(sorted(models)) or 'none'}")
         info = models[model]
-        if input is not None:
-            x = np.load(input, allow_pickle=False)
-        elif random:
+        if x is None and random:
             spec = info.inputs[0]
             x = np.random.default_rng(0).standard_normal((1, *spec.sample_shape)).astype(spec.dtype)
-        else:
+        elif x is None:
             raise UsageError("no input", "give --input X.npy or --random")
         spec = info.inputs[0]
         if x.dtype != np.dtype(spec.dtype) or list(x.shape[1:]) != spec.sample_shape:
             raise UsageError(f"input has shape {list(x.shape)} and dtype {x.dtype}; '{model}' "
                              f"takes [B, {', '.join(map(str, spec.sample_shape))}] {spec.dtype}",
                              "B is the batch size")
-        slo_ms = parse_duration_ns(slo, "--slo") / 1e6 if slo else None
         start = time.perf_counter()
         response = client.infer_response(model, x, slo_ms)
         if response.status != RequestStatus.OK:
@@ -275,3 +275,17 @@ def infer_cmd(
     else:
         out.print(np.array2string(y if isinstance(y, np.ndarray) else y[0], precision=4,
                                   threshold=20))
+
+
+def _load_npy(path: Path):
+    import numpy as np
+
+    from cw.errors import UsageError
+
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise UsageError(f"no such input file: {path}", "give an existing .npy file") from None
+    except (OSError, ValueError):
+        raise UsageError(f"{path} is not a .npy array",
+                         "save the input with numpy.save") from None

@@ -204,3 +204,23 @@ def test_live_replay_on_a_gpu_this_machine_lacks_fails_fast(cli, cpu_bundle, tmp
     assert "worker 0 exited" in line
     assert time.monotonic() - t0 < 60  # not the 120 s join timeout
     _nothing_written(tmp_path)
+
+
+def test_infer_input_checked_before_reaching_a_controller(cli, tmp_path):
+    """A missing or unreadable input is told at once, not after waiting on a controller (none
+    listens at this address: the client would wait its 10 s and blame the controller)."""
+    import time
+
+    address = "tcp://127.0.0.1:9"
+    t0 = time.monotonic()
+    line = _one_error_line(cli("infer", "mlp", "--input", tmp_path / "x.npy",
+                               "--controller", address))
+    assert "no such input file" in line and "x.npy" in line
+    (tmp_path / "bad.npy").write_text("not numpy")
+    line = _one_error_line(cli("infer", "mlp", "--input", tmp_path / "bad.npy",
+                               "--controller", address))
+    assert "is not a .npy array" in line
+    line = _one_error_line(cli("infer", "mlp", "--random", "--slo", "soon",
+                               "--controller", address))
+    assert "--slo" in line
+    assert time.monotonic() - t0 < 8
