@@ -21,7 +21,7 @@ from cw.serve.scheduler.base import (ACTION_KIND, ActionResult, Finish, GpuInfo,
                                      SendInfer, SendLoad, SendUnload, WorkerInfo)
 from cw.serve.telemetry import ActionRow, RequestRow, TelemetryLog
 
-_ARRIVAL, _DELIVER, _RESULT, _TICK = 0, 1, 2, 3
+_ARRIVAL, _RESULT, _TICK = 0, 2, 3  # at one instant: arrivals, then results, then ticks
 
 
 @dataclass
@@ -103,9 +103,6 @@ class Simulation:
             else:
                 t, kind, _, payload = pop(events)
                 self.now = t
-                if kind == _DELIVER:
-                    self._deliver(payload)
-                    continue  # the worker's side: nothing for the scheduler yet
                 if kind == _RESULT:
                     self._result(*payload)
                 elif kind == _ARRIVAL:  # a closed-loop client's next request
@@ -161,48 +158,52 @@ class Simulation:
                 self._finish(d)
             else:
                 self.actions[d.action_id] = self.now
-                self._push(self.now + self.config.network_ns, _DELIVER, d)
+                # Every action takes the same time to reach its worker, so actions arrive in the
+                # order they were sent, and only arrivals change a simulated worker's state:
+                # handling one now, as of its arrival time, gives the result it would get then,
+                # without an event of its own.
+                self._deliver(d, self.now + self.config.network_ns)
 
     # --- the simulated worker ------------------------------------------------------------
-    def _deliver(self, d) -> None:
+    def _deliver(self, d, t: int) -> None:
+        """The worker's side of action `d`, arriving at `t`."""
         gpu = self.gpus.get((d.worker_id, d.gpu))
         est = self.durations[d.model]
-        t = self.now
         if isinstance(d, SendUnload):
             start = max(t, d.earliest_ns)
             if d.model in gpu.ready_ns:
                 del gpu.ready_ns[d.model]
                 gpu.free_pages += self.models[d.model].pages
-            return self._reply(d, Status.OK, start, start, 0)
+            return self._reply(d, t, Status.OK, start, start, 0)
         if isinstance(d, SendLoad):
             start = max(t, d.earliest_ns, gpu.weights_free_ns)
             if start > d.latest_ns:
-                return self._reply(d, Status.TOO_LATE, start, start, 0)
+                return self._reply(d, t, Status.TOO_LATE, start, start, 0)
             if d.model in gpu.ready_ns:
-                return self._reply(d, Status.ALREADY_LOADED, start, start, 0)
+                return self._reply(d, t, Status.ALREADY_LOADED, start, start, 0)
             pages = self.models[d.model].pages
             if pages > gpu.free_pages:
-                return self._reply(d, Status.NO_PAGES, start, start, 0)
+                return self._reply(d, t, Status.NO_PAGES, start, start, 0)
             dur = self._noisy(est.load_ns)
             gpu.free_pages -= pages
             gpu.weights_free_ns = start + dur
             gpu.ready_ns[d.model] = start + dur
-            return self._reply(d, Status.OK, start, start + dur, dur)
+            return self._reply(d, t, Status.OK, start, start + dur, dur)
         start = max(t + est.input_ns[d.batch_size], d.earliest_ns, gpu.exec_free_ns)
         ready = gpu.ready_ns.get(d.model)
         if ready is None:
-            return self._reply(d, Status.NOT_LOADED, start, start, 0)
+            return self._reply(d, t, Status.NOT_LOADED, start, start, 0)
         start = max(start, ready)  # the live worker waits for an in-flight LOAD too
         if start > d.latest_ns:
-            return self._reply(d, Status.TOO_LATE, start, start, 0)
+            return self._reply(d, t, Status.TOO_LATE, start, start, 0)
         dur = self._noisy(est.exec_ns[d.batch_size])
         gpu.exec_free_ns = start + dur
         gpu.busy_ns += dur
-        self._reply(d, Status.OK, start, start + dur, dur, extra=est.output_ns[d.batch_size])
+        self._reply(d, t, Status.OK, start, start + dur, dur, extra=est.output_ns[d.batch_size])
 
-    def _reply(self, d, status, start, end, device_ns, extra=0) -> None:
+    def _reply(self, d, t, status, start, end, device_ns, extra=0) -> None:
         result = ActionResult(d.action_id, status, start, end, device_ns)
-        self._push(max(end, self.now) + extra + self.config.network_ns, _RESULT, (d, result))
+        self._push(max(end, t) + extra + self.config.network_ns, _RESULT, (d, result))
 
     # --- the controller's side -----------------------------------------------------------
     def _result(self, d, result: ActionResult) -> None:

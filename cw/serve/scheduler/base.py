@@ -228,10 +228,10 @@ class Gpu:
     last_used_ns: dict[str, int] = field(default_factory=dict)
     busy_ns: int = 0                # planned EXEC time, for utilisation metrics
     shares_memory: bool = False     # its worker reads by-reference inputs from shared memory
+    key: tuple[int, int] = field(init=False)  # (worker_id, index): built once, read per INFER
 
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.worker_id, self.index)
+    def __post_init__(self):
+        self.key = (self.worker_id, self.index)
 
 
 class Scheduler(ABC):

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
+from operator import attrgetter
+
+import msgspec
 
 from cw.serve.protocol import ModelInfo, RequestStatus, Status
 from cw.serve.scheduler.base import (ActionResult, Decision, Estimator, Finish, Gpu, Request,
@@ -35,12 +37,11 @@ def _holds_any(gpu: Gpu, models) -> bool:
     return False
 
 
-def _exec_free(gpu: Gpu) -> int:
-    return gpu.exec_free_ns
+_exec_free = attrgetter("exec_free_ns")
 
 
-@dataclass
-class _InFlight:
+class _InFlight(msgspec.Struct, gc=False):
+    """An action sent and not yet answered (built for every action: a struct's __init__ is C)."""
     kind: str
     gpu: tuple[int, int]
     model: str
@@ -69,8 +70,8 @@ class ClockworkScheduler(Scheduler):
         # loaded, or a model whose LOAD + EXEC exceeds the SLO would stay cold forever.
         self.cold_demand: dict[str, int] = {}
         self._last_replication_ns: int | None = None
-        self._pad: dict[str, list[int]] = {}
-        self._sample_bytes: dict[str, int] = {}  # model -> input bytes per sample
+        # model -> (padded, ns per sample through the socket, ns per sample from shared memory)
+        self._facts: dict[str, tuple[list[int], float, float]] = {}
         # How long after its EXEC ends an INFER's result reaches us (output copy, the way back,
         # our own queue): the largest of the last 100 per worker. The time left between a
         # planned end and the deadline is at least this, so that a slow way back (a loaded
@@ -253,9 +254,9 @@ class ClockworkScheduler(Scheduler):
         b = info.batch_sizes[0]
         margin, margins = self.config.completion_margin_ns, self.margin_ns
         reach = now_ns + self.config.network_latency_ns
-        floor_socket = reach + int(self._input_ns_per_sample(model))
-        floor_shared = reach + int(self._input_ns_per_sample(model, True)) if by_reference \
-            else floor_socket
+        _, per_sample, per_sample_shared = self._facts.get(model) or self._model_facts(model)
+        floor_socket = reach + int(per_sample)
+        floor_shared = reach + int(per_sample_shared) if by_reference else floor_socket
         cold = []
         get = self.estimates.value.__getitem__
         for gpu in self.gpus.values():
@@ -291,33 +292,43 @@ class ClockworkScheduler(Scheduler):
             if not queue:
                 del self.queues[model]  # only models with waiting requests stay
 
-    def _padded(self, model: str) -> list[int]:
-        """padded[n]: the smallest compiled batch size that holds n samples."""
-        table = self._pad.get(model)
-        if table is None:
-            sizes = self.catalog[model].batch_sizes
-            table = [next(s for s in sizes if s >= n) for n in range(sizes[-1] + 1)]
-            self._pad[model] = table
-        return table
+    def _model_facts(self, model: str) -> tuple[list[int], float, float]:
+        """(padded, ns per sample, ns per sample from shared memory) of a catalogued model, built
+        once: padded[n] is the smallest compiled batch size that holds n samples; a sample's
+        inputs take the first time to reach a worker through the socket, the second to be read
+        from shared memory on the worker's host."""
+        info = self.catalog[model]
+        sizes = info.batch_sizes
+        padded = [next(s for s in sizes if s >= n) for n in range(sizes[-1] + 1)]
+        nbytes = sum(t.sample_bytes for t in info.inputs)
+        facts = self._facts[model] = (padded, nbytes * self.config.input_ns_per_byte,
+                                      nbytes * self.config.shm_input_ns_per_byte)
+        return facts
 
     def _best_batch(self, now_ns: int, gpu: Gpu, model: str, queue: list):
         """The largest feasible batch of the most urgent requests in `queue`, as
         (urgency, start, batch size, k requests, estimate, deadline), or None."""
-        padded = self._padded(model)
+        padded, per_sample, per_sample_shared = self._facts.get(model) or self._model_facts(model)
         largest = len(padded) - 1
         # the inputs must reach the worker first: more of them (a larger batch) start later
         floor = max(gpu.exec_free_ns, gpu.loaded[model])
         reach = now_ns + self.config.network_latency_ns
-        per_sample = self._input_ns_per_sample(model)
-        per_sample_ref = self._input_ns_per_sample(model, True) if gpu.shares_memory \
-            else per_sample
+        per_sample_ref = per_sample_shared if gpu.shares_memory else per_sample
         # EDF: the head is the most urgent
         deadline = queue[0][0] - self.margin_ns.get(gpu.worker_id,
                                                     self.config.completion_margin_ns)
-        # The common case is one waiting request: no need to sort the heap for it.
-        if len(queue) == 1:
-            head = queue
-        elif len(queue) <= largest:
+        get = self.estimates.value.__getitem__
+        if len(queue) == 1:  # the common case: one request, nothing to sort or add up
+            r = queue[0][2]
+            if r.n > largest:
+                return None
+            b = padded[r.n]
+            est = get(("exec", gpu.worker_id, gpu.index, model, b))
+            start = max(floor, reach + int(r.n * (per_sample_ref if r.by_reference
+                                                  else per_sample)))
+            return (deadline - est, start, b, 1, est, deadline) if start + est <= deadline \
+                else None
+        if len(queue) <= largest:
             head = sorted(queue)
         else:
             head = heapq.nsmallest(largest, queue)
@@ -329,7 +340,6 @@ class ClockworkScheduler(Scheduler):
             input_ns += r.n * (per_sample_ref if r.by_reference else per_sample)
             prefix.append(samples)
             inputs_ns.append(input_ns)
-        get = self.estimates.value.__getitem__
         for k in range(len(prefix), 0, -1):
             b = padded[prefix[k - 1]]
             est = get(("exec", gpu.worker_id, gpu.index, model, b))
@@ -337,16 +347,6 @@ class ClockworkScheduler(Scheduler):
             if start + est <= deadline:
                 return deadline - est, start, b, k, est, deadline
         return None
-
-    def _input_ns_per_sample(self, model: str, shared: bool = False) -> float:
-        """Time to get one sample's inputs to a worker: through the socket, or (`shared`) from
-        shared memory on the worker's host."""
-        nbytes = self._sample_bytes.get(model)
-        if nbytes is None:
-            nbytes = self._sample_bytes[model] = sum(t.sample_bytes
-                                                     for t in self.catalog[model].inputs)
-        return nbytes * (self.config.shm_input_ns_per_byte if shared
-                         else self.config.input_ns_per_byte)
 
     def _plan_infers(self, now_ns: int, decisions: list[Decision]) -> None:
         if not self.queues:
@@ -360,6 +360,8 @@ class ClockworkScheduler(Scheduler):
             # One INFER per GPU per pass, earliest-free GPU first, so that work spreads.
             planned, touched = set(), set()
             for gpu in sorted(candidates, key=_exec_free):
+                if not queues:
+                    break  # all planned: the GPUs left would find nothing
                 loaded = gpu.loaded
                 best = None
                 for m, queue in queues.items():
@@ -390,7 +392,7 @@ class ClockworkScheduler(Scheduler):
             # The next pass needs only the GPUs that got work (they may take more) and those
             # holding a model whose queue head moved (a later head may now be feasible there):
             # any other GPU would find the same nothing again.
-            if not planned:
+            if not planned or not queues:
                 break
             touched.intersection_update(queues)
             candidates = [g for g in candidates if g.exec_free_ns < horizon and (
