@@ -4,8 +4,9 @@
         [--slos 25ms,100ms] [--models DIR] [--out /tmp/cw-compare]
 
 Prints a markdown table for docs/benchmarks.md. Simulated workers take their durations from the
-models' profiles: by default Clockwork's Table 1 (V100) figures for the zoo models; with
-`--models DIR`, the profile.json of each bundle in DIR (e.g. measured by `cw profile` on a GPU).
+models' profiles: for the zoo models by name, the GPU machine's committed profiles where a model
+has one and Clockwork's Table 1 (V100) figures elsewhere (`--zoo-timings paper`: Table 1 for
+all); with `--models DIR`, the profile.json of each bundle in DIR.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main() -> None:
     ap.add_argument("--slos", default="25ms,100ms")
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
     ap.add_argument("--models", default=None, help="a directory of profiled bundles")
+    ap.add_argument("--zoo-timings", default="measured", help="measured or paper")
     ap.add_argument("--out", default="/tmp/cw-compare")
     args = ap.parse_args()
     print("| SLO | scheduler | offered r/s | goodput r/s | SLO attainment | rejected | late | "
@@ -38,7 +40,8 @@ def main() -> None:
             s = replay(ReplayConfig(
                 duration_s=parse_duration_ns(args.duration) / 1e9, target_rate=args.target_rate,
                 workers=args.workers, copies=args.copies, slo_ns=parse_duration_ns(slo),
-                scheduler=name, out=Path(args.out) / f"{name}-{slo}", force=True,
+                scheduler=name, zoo_timings=args.zoo_timings,
+                out=Path(args.out) / f"{name}-{slo}", force=True,
                 **({"models": args.models} if args.models else {})))
             lat = s["latency_ms"]
             print(f"| {slo} | {name} | {s['offered_rps']:.1f} | {s['goodput_rps']:.1f} | "

@@ -1,5 +1,7 @@
 """Virtual-time simulation speed: `cw replay --simulate` on the bundled 1,000-function Azure
-sample (80 zoo model instances), wall time and virtual/wall ratio.
+sample (80 zoo model instances), wall time and virtual/wall ratio. The instances run for the
+paper's Table 1 figures (`--zoo-timings paper`, as every run in docs/benchmarks.md before the
+measured zoo profiles existed), so that figures stay comparable across versions.
 
     python bench/sim_speed.py [--seconds 120] [--rate 1000] [--gpus 6] [--scheduler clockwork]
     python bench/sim_speed.py --scheduler clockwork,clipper,batch-timeout --jobs 1|2
@@ -26,6 +28,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1000)
     ap.add_argument("--gpus", type=int, default=6)
     ap.add_argument("--scheduler", default="clockwork")
+    ap.add_argument("--zoo-timings", default="paper", help="paper or measured")
     ap.add_argument("--jobs", type=int, default=None, help="several schedulers: at a time")
     ap.add_argument("--sim-only", action="store_true",
                     help="time Simulation.run alone (no CSVs, summary or report), best of --repeat")
@@ -40,7 +43,8 @@ def main() -> None:
             start = time.perf_counter()
             summaries = replay_side_by_side(
                 ReplayConfig(duration_s=args.seconds, target_rate=args.rate, workers=args.gpus,
-                             out=Path(tmp) / "out"), args.scheduler.split(","), jobs=args.jobs)
+                             zoo_timings=args.zoo_timings, out=Path(tmp) / "out"),
+                args.scheduler.split(","), jobs=args.jobs)
             wall = time.perf_counter() - start
         print(f"{args.scheduler} ({args.jobs or 'one per core'} at a time), {args.rate:g} r/s, "
               f"{args.gpus} GPUs: {summaries[0]['requests']} requests each, {wall:.2f} s wall in "
@@ -49,7 +53,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         s = replay(ReplayConfig(duration_s=args.seconds, target_rate=args.rate,
                                 workers=args.gpus, scheduler=args.scheduler,
-                                out=Path(tmp) / "out"))
+                                zoo_timings=args.zoo_timings, out=Path(tmp) / "out"))
     print(f"{args.scheduler}, {args.rate:g} r/s, {args.gpus} GPUs: {s['requests']} requests, "
           f"{s['wall_s']} s wall, virtual/wall ×{s['speedup']}, SLO attainment "
           f"{s['slo_attainment']}, late {s['late']}")
@@ -65,8 +69,8 @@ def sim_only(args) -> None:
     from cw.serve.scheduler.base import SchedulerConfig
 
     config = ReplayConfig(duration_s=args.seconds, target_rate=args.rate, workers=args.gpus,
-                          scheduler=args.scheduler)
-    infos, durations = resolve_models(config.models, config.copies)
+                          scheduler=args.scheduler, zoo_timings=args.zoo_timings)
+    infos, durations = resolve_models(config.models, config.copies, config.zoo_timings)
     arr = arrivals.generate(load_trace(config.trace), [m.model_id for m in infos],
                             duration_s=config.duration_s, start_minute=config.start_minute,
                             rate_scale=None, target_rate=config.target_rate,

@@ -22,6 +22,10 @@ def replay_cmd(
                                help="Bundle directory, zoo names, or a number of instances "
                                     f"(default: {_D.models})."),
     copies: int = typer.Option(None, "--copies", help=f"Instances of each model ({_D.copies})."),
+    zoo_timings: str = typer.Option(_D.zoo_timings, "--zoo-timings",
+                                    help="Zoo names, simulated: measured (the GPU machine's "
+                                         "committed profiles where a model has one, else the "
+                                         "paper's Table 1) or paper (Table 1 for all)."),
     workload: str = typer.Option(None, "--workload",
                                  help="trace (default), poisson, closed or fig6."),
     rate: float = typer.Option(None, "--rate", help="poisson: total r/s (200 per GPU)."),
@@ -72,7 +76,8 @@ def replay_cmd(
     from cw.replay.compare import parse_schedulers
 
     schedulers = parse_schedulers(scheduler)
-    chosen = dict(models=models, copies=copies, workload=workload, concurrency=concurrency,
+    chosen = dict(models=models, copies=copies, zoo_timings=zoo_timings, workload=workload,
+                  concurrency=concurrency,
                   workers=workers, slo_ns=parse_duration_ns(slo, "--slo") if slo else None,
                   trace=trace, rate=rate,
                   duration_s=parse_duration_ns(duration, "--duration") / 1e9,
@@ -136,7 +141,7 @@ def replay_cmd(
 
 
 def render_summaries(summaries: list[dict]) -> None:
-    from cw.replay.report import SUMMARY_KEYS, summary_value
+    from cw.replay.report import SUMMARY_KEYS, summary_value, timings_note
 
     table = Table(title="replay" + (" (SIMULATED)" if any(s.get("simulated") for s in summaries)
                                     else ""))
@@ -149,6 +154,10 @@ def render_summaries(summaries: list[dict]) -> None:
         table.add_row(label, *["n/a" if summary_value(s, key) is None else
                                str(summary_value(s, key)) for s in summaries])
     console().print(table)
+    # where simulated durations came from (the same models for every run of one command)
+    for note in dict.fromkeys(timings_note(s.get("timings")) for s in summaries):
+        if note:
+            console().print(f"durations: {note}")
 
 
 @app.command("report")

@@ -256,6 +256,20 @@ def _cell(value) -> str:
     return "n/a" if value is None else str(value)
 
 
+TIMING_SOURCES = {"profile": "from their bundles' profile.json",
+                  "zoo-profile": "measured on the GPU machine (model_zoo/profiles)",
+                  "paper": "from Clockwork's Table 1 (V100)",
+                  "default": "from size-based defaults (no profile)"}
+
+
+def timings_note(timings: dict | None) -> str:
+    """Where a simulation's durations came from: "50 instances measured on ..., 30 ..."."""
+    if not timings:
+        return ""
+    return ", ".join(f"{n} instance{'s' * (n != 1)} {TIMING_SOURCES.get(source, source)}"
+                     for source, n in timings.items())
+
+
 def render(runs: list[Run | RunSeries]) -> str:
     dur, bucket = shared_axis([r.summary for r in runs])
     runs = [r if isinstance(r, RunSeries) else run_series(r, dur, bucket) for r in runs]
@@ -269,7 +283,9 @@ def render(runs: list[Run | RunSeries]) -> str:
     meta = "<br>".join(
         html.escape(f"{r.label}: trace {r.summary.get('trace')}, runtime "
                     f"{r.summary.get('runtime')}, SLO {r.summary.get('slo_ms')} ms, seed "
-                    f"{r.summary.get('seed')}, {r.summary.get('duration_s')} s") for r in runs)
+                    f"{r.summary.get('seed')}, {r.summary.get('duration_s')} s"
+                    + (f"; durations: {timings_note(r.summary['timings'])}"
+                       if r.summary.get("timings") else "")) for r in runs)
     banner = ("<p class='sim'>SIMULATED: durations come from profiles (or the paper's figures), "
               "no device ran.</p>" if sim else "")
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>cw replay report</title>

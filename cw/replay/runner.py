@@ -3,6 +3,7 @@ report in an output directory written atomically."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import math
@@ -32,6 +33,9 @@ DEFAULT_ZOO_MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet15
 
 
 LIVE_RUNTIMES = ("simulated", "cpu", "cuda")  # local workers of a live replay
+# Zoo models simulated by name: "measured" takes the GPU machine's committed profiles where a
+# model has one (model_zoo/profiles/), the paper's Table 1 elsewhere; "paper" takes Table 1 only.
+ZOO_TIMINGS = ("measured", "paper")
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class ReplayConfig:
     trace: str = "azure"
     models: str = ",".join(DEFAULT_ZOO_MODELS)  # a directory of bundles, or zoo names
     copies: int = 10
+    zoo_timings: str = "measured"              # zoo names: measured | paper (ZOO_TIMINGS)
     duration_s: float = 600.0
     start_minute: int = 0
     rate_scale: float | None = None
@@ -80,6 +85,9 @@ class ReplayConfig:
             raise UsageError(f"unknown scheduler '{self.scheduler}'",
                              f"choose from {', '.join(SCHEDULERS)} (several, comma-separated, "
                              "to compare them)")
+        if self.zoo_timings not in ZOO_TIMINGS:
+            raise UsageError(f"unknown --zoo-timings '{self.zoo_timings}'",
+                             f"use one of {', '.join(ZOO_TIMINGS)}")
         if self.runtime not in LIVE_RUNTIMES:
             raise UsageError(f"unknown --runtime '{self.runtime}'",
                              f"use one of {', '.join(LIVE_RUNTIMES)}")
@@ -93,31 +101,44 @@ def with_preset(name: str, **overrides) -> ReplayConfig:
     return ReplayConfig(**settings)
 
 
-def _zoo_model(name: str, copy: int) -> tuple[ModelInfo, Estimates]:
+def _zoo_model(name: str, copy: int, timings: str = "measured") -> tuple[ModelInfo, Estimates]:
     import model_zoo
 
+    from cw.serve.estimates import profile_estimates, zoo_profile
+
     entry = model_zoo.get(name)
+    model_id = name if copy == 0 else f"{name}#{copy}"
+    sample = 4 * math.prod(entry.input_shape)
+    inputs = [TensorInfo("input", "float32", list(entry.input_shape), sample)]
+    outputs = [TensorInfo("output", "float32", [1000], 4000)]
+    profile = zoo_profile(name) if timings == "measured" else None
+    if profile is not None:
+        # as for a bundle with a profile: the simulated worker takes the p50, the scheduler
+        # starts from the p99
+        sizes = [b.batch_size for b in profile.batches]
+        seed = profile_estimates(profile, sizes, "p99_ns", "zoo-profile")
+        info = ModelInfo(model_id, name, profile.load.bytes, profile.load.pages, sizes, inputs,
+                         outputs, seed.load_ns, seed.exec_ns, "profile")
+        return info, profile_estimates(profile, sizes, "p50_ns", "zoo-profile")
     if entry.paper_exec_ms is None:
-        raise UsageError(f"zoo model '{name}' has no published timings to simulate with",
+        raise UsageError(f"zoo model '{name}' has no published or measured timings to "
+                         "simulate with",
                          "compile and profile it, then give --models a bundle directory")
     weights = int(entry.published_mb * 1e6)
     sizes = (1, 2, 4, 8, 16)
     exec_ns = {b: int(ms * MS) for b, ms in zip(sizes, entry.paper_exec_ms)}
-    sample = 4 * math.prod(entry.input_shape)
     copy_ns = {b: max(1000, int(b * sample / 12.0)) for b in sizes}  # ~12 GB/s PCIe 3
     out_ns = {b: max(1000, int(b * 4000 / 12.0)) for b in sizes}
-    model_id = name if copy == 0 else f"{name}#{copy}"
     info = ModelInfo(model_id, name, weights, math.ceil(weights / PAGE) + 1, list(sizes),
-                     [TensorInfo("input", "float32", list(entry.input_shape), sample)],
-                     [TensorInfo("output", "float32", [1000], 4000)],
-                     int(entry.paper_load_ms * MS), exec_ns, "paper")
+                     inputs, outputs, int(entry.paper_load_ms * MS), exec_ns, "paper")
     return info, Estimates(info.load_ns, exec_ns, copy_ns, out_ns, "paper")
 
 
-def resolve_models(spec: str, copies: int) -> tuple[list[ModelInfo], dict[str, Estimates]]:
+def resolve_models(spec: str, copies: int, zoo_timings: str = "measured"
+                   ) -> tuple[list[ModelInfo], dict[str, Estimates]]:
     """Model instances to serve: every bundle in a directory, or zoo names (simulated with the
-    paper's figures), each `copies` times; or a number N: N instances cycling through the
-    default zoo set (`copies` does not apply)."""
+    timings `zoo_timings` says: ZOO_TIMINGS), each `copies` times; or a number N: N instances
+    cycling through the default zoo set (`copies` does not apply)."""
     infos, durations = [], {}
     if spec.strip().isdigit():
         count = int(spec)
@@ -125,7 +146,7 @@ def resolve_models(spec: str, copies: int) -> tuple[list[ModelInfo], dict[str, E
             raise UsageError("--models 0: at least one model instance is needed")
         for k in range(count):
             info, est = _zoo_model(DEFAULT_ZOO_MODELS[k % len(DEFAULT_ZOO_MODELS)],
-                                   k // len(DEFAULT_ZOO_MODELS))
+                                   k // len(DEFAULT_ZOO_MODELS), zoo_timings)
             infos.append(info)
             durations[info.model_id] = est
         return infos, durations
@@ -142,7 +163,7 @@ def resolve_models(spec: str, copies: int) -> tuple[list[ModelInfo], dict[str, E
         return infos, durations
     for name in [n.strip() for n in spec.split(",") if n.strip()]:
         for k in range(copies):
-            info, est = _zoo_model(name, k)
+            info, est = _zoo_model(name, k, zoo_timings)
             infos.append(info)
             durations[info.model_id] = est
     if not infos:
@@ -208,15 +229,18 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
                                      arrivals=config.arrivals, mapping=config.mapping,
                                      seed=config.seed)
 
-    infos, durations = (resolve_models(config.models, config.copies) if config.simulate
-                        else ([], {}))
+    infos, durations = (resolve_models(config.models, config.copies, config.zoo_timings)
+                        if config.simulate else ([], {}))
     arr = generate([m.model_id for m in infos]) if config.simulate else None
     with atomic_output(out, config.force) as tmp:
         wall = time.perf_counter()
         if config.simulate:
             telemetry = _simulate(config, infos, durations, arr, tmp, progress)
             requests, actions, runtime = telemetry.requests, telemetry.actions, "simulated"
-            extra = {"models": len(infos)}
+            # where each instance's durations come from (summary and report say so)
+            extra = {"models": len(infos),
+                     "timings": dict(sorted(collections.Counter(
+                         durations[m.model_id].source for m in infos).items()))}
         else:
             from cw.replay.live import run_live
 

@@ -1,5 +1,7 @@
 """Durations of a model's actions before anything was measured live: from the bundle's
 profile.json, else (for zoo models) from Clockwork's Table 1, else from a size-based default.
+Zoo models simulated by name take the profiles measured on the GPU machine and committed under
+model_zoo/profiles/ (`zoo_profile`), falling back to Table 1.
 
 The controller seeds its estimates with these; the simulated runtime executes them.
 """
@@ -23,7 +25,37 @@ class Estimates:
     exec_ns: dict[int, int]     # per compiled batch size
     input_ns: dict[int, int]
     output_ns: dict[int, int]
-    source: str                 # "profile" | "paper" | "default"
+    source: str                 # "profile" | "zoo-profile" | "paper" | "default"
+
+
+def profile_estimates(profile, batch_sizes, percentile: str = "p99_ns",
+                      source: str = "profile") -> Estimates:
+    """Each phase's `percentile` in a measured profile, for `batch_sizes` (all measured)."""
+    measured = {b.batch_size: b for b in profile.batches}
+    return Estimates(
+        getattr(profile.load.stats, percentile),
+        {b: getattr(measured[b].exec, percentile) for b in batch_sizes},
+        {b: getattr(measured[b].input, percentile) for b in batch_sizes},
+        {b: getattr(measured[b].output, percentile) for b in batch_sizes},
+        source)
+
+
+ZOO_PROFILE_DEVICE = "nvidia-h100"
+
+
+def zoo_profile(name: str):
+    """The profile measured on the GPU machine for zoo model `name` and committed under
+    model_zoo/profiles/ZOO_PROFILE_DEVICE/, or None where there is none."""
+    from importlib import resources
+
+    import msgspec
+
+    from cw.profile.schema import Profile
+
+    path = resources.files("model_zoo") / "profiles" / ZOO_PROFILE_DEVICE / f"{name}.json"
+    if not path.is_file():
+        return None
+    return msgspec.json.decode(path.read_bytes(), type=Profile)
 
 
 def _copy_ns(nbytes: int) -> int:
@@ -38,14 +70,8 @@ def bundle_estimates(bundle: Bundle, percentile: str = "p99_ns") -> Estimates:
         from cw.profile.profiler import read_profile
 
         profile = read_profile(bundle)
-        measured = {b.batch_size: b for b in profile.batches}
-        if set(measured) >= set(m.batch_sizes):
-            return Estimates(
-                getattr(profile.load.stats, percentile),
-                {b: getattr(measured[b].exec, percentile) for b in m.batch_sizes},
-                {b: getattr(measured[b].input, percentile) for b in m.batch_sizes},
-                {b: getattr(measured[b].output, percentile) for b in m.batch_sizes},
-                "profile")
+        if {b.batch_size for b in profile.batches} >= set(m.batch_sizes):
+            return profile_estimates(profile, m.batch_sizes, percentile)
     paper = _paper_figures(m.name, m.source.producer)
     if paper is not None:
         load_ms, exec_ms = paper

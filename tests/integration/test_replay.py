@@ -33,8 +33,11 @@ def test_replay_simulate_writes_consistent_outputs(cli, tmp_path):
     assert all(r["simulated"] == "True" for r in rows)
     assert summary["cold_starts"] == sum(r["cold_start"] == "True" for r in rows) > 0
     assert 100 < summary["offered_rps"] < 200
+    # the default zoo set: measured GPU profiles where committed, the paper's figures elsewhere
+    assert summary["timings"] == {"paper": 30, "zoo-profile": 50}
     page = (out / "report.html").read_text()
     assert "SIMULATED" in page and page.count("<svg") >= 7
+    assert "50 instances measured on the GPU machine" in page
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
 
@@ -115,13 +118,14 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--duration", "25h"), "has 1440"),
     (("--models", "resnet50", "--copies", "2000"), "2000 models but only 1000 functions"),
     (("--arrivals", "weibull"), "unknown --arrivals"),
-    (("--models", "mlp"), "no published timings"),
+    (("--models", "mlp"), "no published or measured timings"),
+    (("--zoo-timings", "v100"), "unknown --zoo-timings"),
     (("--slo", "0ms"), "--slo must be positive"),
     (("--scheduler", "clockwork,nope"), "unknown scheduler 'nope'"),
     (("--scheduler", "fifo,fifo"), "names a policy twice"),
     (("--scheduler", "clockwork,fifo", "--controller", "tcp://127.0.0.1:1"),
      "need controllers of their own"),
-    (("--scheduler", "clockwork,fifo", "--models", "mlp"), "no published timings"),
+    (("--scheduler", "clockwork,fifo", "--models", "mlp"), "no published or measured timings"),
 ])
 def test_bad_input_one_line_nothing_written(cli, tmp_path, args, text):
     out = tmp_path / "out"

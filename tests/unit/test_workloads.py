@@ -81,3 +81,60 @@ def test_models_as_a_count_cycles_through_the_zoo_set():
     assert len(infos) == 20 == len(durations)
     assert len({m.model_id for m in infos}) == 20
     assert infos[0].model_id == "resnet18" and infos[8].model_id == "resnet18#1"
+
+
+def test_zoo_models_simulate_with_committed_gpu_profiles_else_the_paper():
+    import model_zoo
+    from cw.serve.estimates import zoo_profile
+
+    (r50, r34), durations = resolve_models("resnet50,resnet34", 1)
+    profile = zoo_profile("resnet50")
+    # the simulated worker runs the measured p50s; the scheduler starts from the p99s, as for a
+    # bundle with its own profile.json
+    sim = durations["resnet50"]
+    assert sim.source == "zoo-profile"
+    assert sim.exec_ns == {b.batch_size: b.exec.p50_ns for b in profile.batches}
+    assert sim.load_ns == profile.load.stats.p50_ns
+    assert sim.input_ns[16] == profile.batch(16).input.p50_ns
+    assert r50.exec_ns == {b.batch_size: b.exec.p99_ns for b in profile.batches}
+    assert r50.load_ns == profile.load.stats.p99_ns
+    assert (r50.weights_bytes, r50.pages) == (profile.load.bytes, profile.load.pages)
+    # nothing measured for resnet34: Clockwork's Table 1
+    assert zoo_profile("resnet34") is None
+    table1 = model_zoo.MODELS["resnet34"].paper_exec_ms
+    assert durations["resnet34"].source == "paper" and r34.exec_ns[1] == int(table1[0] * 1e6)
+    # --zoo-timings paper: Table 1 for every model
+    (r50_paper,), durations = resolve_models("resnet50", 1, "paper")
+    assert durations["resnet50"].source == "paper"
+    assert r50_paper.exec_ns[1] == int(model_zoo.MODELS["resnet50"].paper_exec_ms[0] * 1e6)
+    with pytest.raises(UsageError, match="--zoo-timings"):
+        ReplayConfig(zoo_timings="v100")
+
+
+def _committed_zoo_profiles():
+    from importlib import resources
+
+    from cw.serve.estimates import ZOO_PROFILE_DEVICE
+
+    folder = resources.files("model_zoo") / "profiles" / ZOO_PROFILE_DEVICE
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def test_zoo_profiles_are_committed_for_the_measured_models():
+    assert {"resnet18", "resnet50", "resnet152", "densenet121", "inception_v3",
+            "mobilenet_v2"} <= set(_committed_zoo_profiles())
+
+
+@pytest.mark.parametrize("name", _committed_zoo_profiles())
+def test_committed_zoo_profile_is_whole(name):
+    import model_zoo
+    from cw.serve.estimates import zoo_profile
+
+    profile = zoo_profile(name)
+    assert profile.bundle == name and name in model_zoo.MODELS
+    assert profile.device.kind == "cuda" and profile.runtime == "tvm-cuda"
+    assert [b.batch_size for b in profile.batches] == [1, 2, 4, 8, 16]
+    for b in profile.batches:
+        assert 0 < b.exec.p50_ns <= b.exec.p99_ns and 0 < b.input.p50_ns
+    assert profile.batch(16).exec.p50_ns > profile.batch(1).exec.p50_ns
+    assert profile.load.bytes > 0 and profile.load.pages >= 1
