@@ -8,6 +8,7 @@ The controller seeds its estimates with these; the simulated runtime executes th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from cw.bundle import Bundle
@@ -43,9 +44,11 @@ def profile_estimates(profile, batch_sizes, percentile: str = "p99_ns",
 ZOO_PROFILE_DEVICE = "nvidia-h100"
 
 
+@functools.lru_cache(maxsize=None)
 def zoo_profile(name: str):
     """The profile measured on the GPU machine for zoo model `name` and committed under
-    model_zoo/profiles/ZOO_PROFILE_DEVICE/, or None where there is none."""
+    model_zoo/profiles/ZOO_PROFILE_DEVICE/, or None where there is none. Read once per name:
+    a replay may ask for thousands of copies of one model (profiles are frozen structs)."""
     from importlib import resources
 
     import msgspec
