@@ -302,3 +302,32 @@ def test_local_cpu_workers_each_run_on_cores_of_their_own(models_dir, tmp_path):
     finally:
         procs.stop()
         ctl.close()
+
+
+def test_worker_registers_again_with_a_restarted_controller(models_dir, tmp_path):
+    """A controller that goes away and comes back on the same address: the worker keeps
+    running, is told it is unknown at its next ping, registers again and serves."""
+    first = start(tmp_path / "first")
+    w = WorkerThread(first.workers_address, models_dir, "simulated", "sim0")
+    second = None
+    try:
+        first.wait_for_workers(1)
+        with Client(first.clients_address) as client:
+            client.infer("mlp", random_input((1, 64)), slo_ms=100)
+        address = first.workers_address
+        first.close()
+        time.sleep(0.3)  # the worker pings nobody meanwhile: ZeroMQ queues and reconnects
+        second = ControllerThread(ControllerConfig(
+            workers_listen=address, clients_listen="tcp://127.0.0.1:*",
+            log_dir=tmp_path / "second"), keep_telemetry=True).start()
+        second.wait_for_workers(1, timeout_s=20)
+        assert w.thread.is_alive()
+        with Client(second.clients_address) as client:
+            assert {m.model_id for m in client.models()} == {"mlp", "small_cnn"}
+            y = client.infer("small_cnn", random_input((2, 3, 32, 32)), slo_ms=100)
+            assert y.shape[0] == 2
+        assert [r.status for r in second.telemetry.requests] == ["OK"]
+    finally:
+        w.close()
+        if second is not None:
+            second.close()
