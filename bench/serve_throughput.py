@@ -9,8 +9,9 @@ workers share this host (by default they go through shared memory, cw/serve/shm.
 
 The controller runs in this process, the workers in their own, and an open-loop client in
 another (so that its pacing does not compete with the controller for the GIL). Prints offered
-and answered rates, SLO attainment, late answers, the controller process's CPU time per request
-and the client's send lateness.
+and answered rates, SLO attainment, late answers, how long the controller's loop iterations kept
+it busy (`cw_controller_loop_busy_seconds`), the controller process's CPU time per request and
+the client's send lateness.
 """
 
 from __future__ import annotations
@@ -121,6 +122,11 @@ def main() -> None:
         if delays:
             print(f"EXEC end → result at the controller: p50 {delays[len(delays) // 2] / 1e6:.2f} "
                   f"ms, p99 {delays[int(0.99 * len(delays))] / 1e6:.2f} ms")
+        busy = ctl.metrics.loop_busy
+        loops = sum(busy.counts)
+        over = {b: loops - sum(busy.counts[:i + 1]) for i, b in enumerate(busy.bounds_ms)}
+        print(f"controller loop: {loops} iterations, busy > 1 ms in {over[1]}, > 2 ms in "
+              f"{over[2]}, > 5 ms in {over[5]}; longest {busy.max_ns / 1e6:.2f} ms")
         print(f"inputs through {'the socket' if args.no_shm else 'shared memory'}: "
               f"offered {n / args.seconds:.0f} r/s for {args.seconds:g} s, {args.workers} "
               f"simulated workers: answered {ok + failed} of {n} ({ok} ok, {failed} failed) in "

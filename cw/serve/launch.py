@@ -52,7 +52,8 @@ class ControllerThread:
                 from cw.errors import UsageError
                 raise UsageError(f"cannot serve metrics on port {config.metrics_port}: "
                                  f"{e.strerror}", "choose another --metrics-port") from None
-        self.telemetry = TelemetryLog(config.log_dir, keep=keep_telemetry)
+        # written a few rows per loop iteration (Controller.serve_forever)
+        self.telemetry = TelemetryLog(config.log_dir, keep=keep_telemetry, write_batch=None)
         scheduler = make_scheduler(config.scheduler,
                                    SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns))
         self.controller = Controller(config, self.workers_ep, self.clients_ep, scheduler,

@@ -8,7 +8,37 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
-_BUCKETS_NS = [b * 1_000_000 for b in LATENCY_BUCKETS_MS]  # upper bounds, inclusive
+# How long one controller loop iteration keeps the loop busy (handling, planning, telemetry):
+# anything near the answer guard (1 ms) or the completion margin (2 ms) can make answers late.
+LOOP_BUCKETS_MS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 25, 50, 100)
+
+
+class Histogram:
+    """Counts of durations per bucket (upper bounds in ms, inclusive; one overflow bucket), their
+    sum and the largest. Observed by one thread; a scrape reads it as it stands."""
+
+    def __init__(self, bounds_ms):
+        self.bounds_ms = tuple(bounds_ms)
+        self._bounds_ns = [int(b * 1_000_000) for b in self.bounds_ms]
+        self.counts = [0] * (len(self.bounds_ms) + 1)
+        self.sum_ns = 0
+        self.max_ns = 0
+
+    def observe(self, ns: int) -> None:
+        self.counts[bisect.bisect_left(self._bounds_ns, ns)] += 1
+        self.sum_ns += ns
+        if ns > self.max_ns:
+            self.max_ns = ns
+
+    def render(self, name: str) -> list[str]:
+        lines = [f"# TYPE {name} histogram"]
+        cumulative = 0
+        for bound, count in zip(self.bounds_ms, self.counts):
+            cumulative += count
+            lines.append(f'{name}_bucket{{le="{bound / 1000:g}"}} {cumulative}')
+        cumulative += self.counts[-1]
+        return lines + [f'{name}_bucket{{le="+Inf"}} {cumulative}',
+                        f"{name}_sum {self.sum_ns / 1e9:.6f}", f"{name}_count {cumulative}"]
 
 
 class Metrics:
@@ -16,8 +46,8 @@ class Metrics:
         self._lock = threading.Lock()
         self.requests = Counter()       # status -> count
         self.in_slo = 0
-        self.latency_buckets = [0] * (len(LATENCY_BUCKETS_MS) + 1)
-        self.latency_sum_s = 0.0
+        self.latency = Histogram(LATENCY_BUCKETS_MS)  # answered OK
+        self.loop_busy = Histogram(LOOP_BUCKETS_MS)   # controller loop iterations
         self.actions = Counter()        # (kind, status) -> count
         self.queue_length = 0
         self.gpu_busy = {}              # "worker/gpu" -> busy fraction
@@ -30,8 +60,7 @@ class Metrics:
             self.requests[status] += 1
             self.in_slo += in_slo
             if status == "OK":
-                self.latency_buckets[bisect.bisect_left(_BUCKETS_NS, latency_ns)] += 1
-                self.latency_sum_s += latency_ns / 1e9
+                self.latency.observe(latency_ns)
 
     def action(self, kind: str, status: str) -> None:
         with self._lock:
@@ -55,15 +84,10 @@ class Metrics:
             elapsed = (self.now_s or 0) - (self.started_s or 0)
             lines += ["# TYPE cw_goodput_rps gauge",
                       f"cw_goodput_rps {self.in_slo / elapsed if elapsed > 0 else 0:.3f}"]
-            lines.append("# TYPE cw_latency_seconds histogram")
-            cumulative = 0
-            for bound, count in zip(LATENCY_BUCKETS_MS, self.latency_buckets):
-                cumulative += count
-                lines.append(f'cw_latency_seconds_bucket{{le="{bound / 1000}"}} {cumulative}')
-            cumulative += self.latency_buckets[-1]
-            lines += [f'cw_latency_seconds_bucket{{le="+Inf"}} {cumulative}',
-                      f"cw_latency_seconds_sum {self.latency_sum_s:.6f}",
-                      f"cw_latency_seconds_count {cumulative}",
+            lines += self.latency.render("cw_latency_seconds")
+            lines += self.loop_busy.render("cw_controller_loop_busy_seconds")
+            lines += ["# TYPE cw_controller_loop_busy_max_seconds gauge",
+                      f"cw_controller_loop_busy_max_seconds {self.loop_busy.max_ns / 1e9:.6f}",
                       "# TYPE cw_queue_length gauge", f"cw_queue_length {self.queue_length}",
                       "# TYPE cw_actions_total counter"]
             for (kind, status), n in sorted(self.actions.items()):

@@ -87,6 +87,11 @@ def test_two_simulated_workers_thousands_of_requests_none_late(models_dir, tmp_p
         assert max(r.batch_size for r in ok) > 1  # batching happened
         infers = [a for a in ctl.telemetry.actions if a.kind == "infer"]
         assert infers and all(a.status in ("OK", "TOO_LATE") for a in infers)
+        # the loop wrote the rows as it went (housekeeping hands them to the OS every 200 ms)
+        on_disk = (tmp_path / "log" / "requests.csv").read_text().splitlines()
+        assert len(on_disk) == 3001
+        busy = ctl.metrics.loop_busy
+        assert sum(busy.counts) > 1000 and 0 < busy.max_ns < 1_000_000_000
     finally:
         for w in workers:
             w.close()

@@ -60,10 +60,10 @@ def test_latency_buckets_are_inclusive_upper_bounds():
         m.request("OK", ms * 1_000_000, True)        # exactly on a bound: that bucket
     m.request("OK", LATENCY_BUCKETS_MS[0] * 1_000_000 + 1, True)  # just above: the next
     m.request("OK", 10**12, False)                   # beyond the last: the overflow bucket
-    assert m.latency_buckets[0] == 1
-    assert m.latency_buckets[1] == 2
-    assert m.latency_buckets[2:-1] == [1] * (len(LATENCY_BUCKETS_MS) - 2)
-    assert m.latency_buckets[-1] == 1
+    assert m.latency.counts[0] == 1
+    assert m.latency.counts[1] == 2
+    assert m.latency.counts[2:-1] == [1] * (len(LATENCY_BUCKETS_MS) - 2)
+    assert m.latency.counts[-1] == 1
 
 
 def test_columns_are_read_by_name_and_bad_rows_name_their_line(tmp_path):
@@ -89,3 +89,42 @@ def test_columns_are_read_by_name_and_bad_rows_name_their_line(tmp_path):
     (tmp_path / "short.csv").write_text(",".join(REQUEST_COLUMNS[:-1]) + "\n")
     with pytest.raises(UsageError, match="lacks columns simulated"):
         read_csv(tmp_path / "short.csv", RequestRow)
+
+
+def test_a_serving_loop_writes_a_few_rows_at_a_time(tmp_path):
+    """write_batch=None: nothing reaches the files until the owner asks; write_some writes the
+    oldest rows, shared between the two files, and the files end up whole."""
+    log = TelemetryLog(tmp_path, keep=False, write_batch=None)
+    requests = [request_row(i) for i in range(5000)]
+    actions = [action_row(i) for i in range(3)]
+    for r in requests:
+        log.request(r)
+    for a in actions:
+        log.action(a)
+    log.flush_files()
+    assert log.pending_rows() == 5003
+    assert (tmp_path / "requests.csv").read_text().splitlines() == [",".join(REQUEST_COLUMNS)]
+    assert log.write_some(10) == 10  # 7 requests and all 3 actions: halves, the rest to one
+    assert log.pending_rows() == 4993
+    log.flush_files()
+    written = read_csv(tmp_path / "requests.csv", RequestRow)
+    assert written == requests[:7]
+    assert read_csv(tmp_path / "actions.csv", ActionRow) == actions
+    assert log.write_some(64) == 64  # no actions wait: all 64 to requests
+    log.flush_files()
+    assert read_csv(tmp_path / "requests.csv", RequestRow) == requests[:71]
+    log.close()
+    assert read_csv(tmp_path / "requests.csv", RequestRow) == requests
+
+
+def test_loop_busy_histogram_renders_for_prometheus():
+    m = Metrics()
+    for ns in (50_000, 300_000, 1_000_000, 7_000_000, 200_000_000):
+        m.loop_busy.observe(ns)
+    text = m.render()
+    assert 'cw_controller_loop_busy_seconds_bucket{le="0.0001"} 1' in text
+    assert 'cw_controller_loop_busy_seconds_bucket{le="0.001"} 3' in text  # inclusive bound
+    assert 'cw_controller_loop_busy_seconds_bucket{le="0.01"} 4' in text
+    assert 'cw_controller_loop_busy_seconds_bucket{le="+Inf"} 5' in text
+    assert "cw_controller_loop_busy_seconds_count 5" in text
+    assert "cw_controller_loop_busy_max_seconds 0.200000" in text
