@@ -336,3 +336,39 @@ def test_worker_registers_again_with_a_restarted_controller(models_dir, tmp_path
         w.close()
         if second is not None:
             second.close()
+
+
+def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
+    import urllib.error
+    import urllib.request
+
+    ctl = start(tmp_path, metrics_port=0)  # port 0: any free port
+    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "sim0")
+    try:
+        ctl.wait_for_workers(1)
+        with Client(ctl.clients_address) as client:
+            for _ in range(20):
+                client.infer("mlp", random_input((1, 64)), slo_ms=100)
+            with pytest.raises(RequestFailed):
+                client.infer("mlp", random_input((1, 65)), slo_ms=100)  # wrong shape
+        time.sleep(0.5)  # gauges are updated every 200 ms
+        port = ctl.metrics_server.server_address[1]
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        lines = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                     if not line.startswith("#"))
+        assert lines['cw_requests_total{status="OK"}'] == "20"
+        assert lines['cw_requests_total{status="BAD_INPUT"}'] == "1"
+        assert lines["cw_requests_in_slo_total"] == "20"
+        assert lines["cw_latency_seconds_count"] == "20"
+        assert int(lines['cw_actions_total{kind="infer",status="OK"}']) >= 1
+        assert int(lines['cw_actions_total{kind="load",status="OK"}']) >= 1
+        assert lines["cw_queue_length"] == "0"
+        assert 0 < float(lines['cw_gpu_busy_fraction{gpu="1/0"}']) < 1
+        assert int(lines['cw_gpu_loaded_models{gpu="1/0"}']) >= 1
+        assert int(lines["cw_controller_loop_busy_seconds_count"]) > 10
+        assert float(lines["cw_goodput_rps"]) > 0
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
+    finally:
+        w.close()
+        ctl.close()
