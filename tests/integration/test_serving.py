@@ -372,3 +372,31 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
     finally:
         w.close()
         ctl.close()
+
+
+def test_a_client_that_leaves_mid_request_does_not_disturb_serving(models_dir, tmp_path):
+    """Every request of a client that closed before its answers still gets its one answer
+    (dropped by ZeroMQ for a gone peer) and its telemetry row; other clients go on."""
+    ctl = start(tmp_path)
+    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "sim")
+    try:
+        ctl.wait_for_workers(1)
+        leaving = Client(ctl.clients_address)
+        leaving.models()
+        for _ in range(50):
+            leaving.infer_async("small_cnn", random_input((1, 3, 32, 32)), slo_ms=200)
+        leaving.close()  # its shared-memory inputs go with it, if it used any
+        with Client(ctl.clients_address) as staying:
+            for _ in range(10):
+                staying.infer("mlp", random_input((1, 64)), slo_ms=100)
+        deadline = time.monotonic() + 10
+        while len(ctl.telemetry.requests) < 60 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rows = ctl.telemetry.requests
+        assert len(rows) == 60 and len({r.request_id for r in rows}) == 60
+        assert [r.status for r in rows if r.model == "mlp"] == ["OK"] * 10
+        assert not ctl.controller.pending  # nothing left waiting for an answer
+        assert w.thread.is_alive()
+    finally:
+        w.close()
+        ctl.close()
