@@ -400,3 +400,37 @@ def test_a_client_that_leaves_mid_request_does_not_disturb_serving(models_dir, t
     finally:
         w.close()
         ctl.close()
+
+
+@pytest.mark.parametrize("skew_s", [-30, 30])
+def test_a_worker_on_a_clock_of_its_own(models_dir, tmp_path, monkeypatch, skew_s):
+    """A worker whose clock reads 30 s off the controller's, as on another host: it estimates
+    the offset from its handshake and pings, opens each window at the right moment, and its
+    timings reach the controller on the controller's clock."""
+    import cw.serve.worker as worker_module
+
+    host_clock = worker_module.now_ns
+    monkeypatch.setattr(worker_module, "now_ns", lambda: host_clock() + skew_s * 10**9)
+    ctl = start(tmp_path)
+    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "elsewhere")
+    try:
+        ctl.wait_for_workers(1)
+        assert abs(w.worker.clock.offset_ns + skew_s * 10**9) < 5_000_000  # within 5 ms
+        with Client(ctl.clients_address) as client:
+            futures = []
+            for i in range(200):
+                futures.append(client.infer_async("mlp", random_input((1, 64)), slo_ms=100))
+                time.sleep(0.002)
+            for f in futures:
+                f.result(timeout=10)  # raises unless OK
+        time.sleep(0.3)
+        rows = ctl.telemetry.requests
+        assert len(rows) == 200 and all(r.status == "OK" and r.deadline_met for r in rows)
+        infers = [a for a in ctl.telemetry.actions if a.kind == "infer"]
+        assert infers and all(a.status == "OK" for a in infers)
+        for a in infers:  # the worker's timings, translated: inside the window, before the result
+            assert a.earliest_ns - 5_000_000 <= a.start_ns <= a.latest_ns + 5_000_000
+            assert a.start_ns <= a.end_ns <= a.result_ns + 5_000_000
+    finally:
+        w.close()
+        ctl.close()
