@@ -434,3 +434,51 @@ def test_a_worker_on_a_clock_of_its_own(models_dir, tmp_path, monkeypatch, skew_
     finally:
         w.close()
         ctl.close()
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_cw_serve_prints_endpoints_serves_and_stops_cleanly_on_a_signal(models_dir, tmp_path,
+                                                                       signum):
+    """`cw serve` as a user runs it: a process with worker processes of its own; SIGTERM or
+    Ctrl-C stops all of them, answers what was pending and leaves complete telemetry."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    log = tmp_path / "log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cw", "serve", "--models", str(models_dir), "--workers", "2",
+         "--runtime", "simulated", "--workers-listen", "tcp://127.0.0.1:*",
+         "--clients-listen", "tcp://127.0.0.1:*", "--log-dir", str(log)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "COLUMNS": "200"})
+    try:
+        address, lines = None, []
+        deadline = time.monotonic() + 120
+        while address is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            match = re.search(r"clients: (tcp://127\.0\.0\.1:\d+)", line)
+            address = match.group(1) if match else None
+        assert address, "".join(lines)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len(children) >= 2  # the worker processes
+        with Client(address) as client:
+            for _ in range(30):
+                client.infer("small_cnn", random_input((1, 3, 32, 32)), slo_ms=100)
+        proc.send_signal(getattr(signal, signum))
+        rest, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, "".join(lines) + rest
+        assert "stopped" in rest
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, alive  # no worker left behind
+        rows = (log / "requests.csv").read_text().splitlines()
+        assert len(rows) == 31 and all(",OK," in r for r in rows[1:])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
