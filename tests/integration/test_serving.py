@@ -482,3 +482,43 @@ def test_cw_serve_prints_endpoints_serves_and_stops_cleanly_on_a_signal(models_d
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_cw_serve_controller_and_cw_serve_worker_as_separate_commands(models_dir, tmp_path):
+    """The scale-out way: `cw serve controller` and `cw serve worker --controller ADDR` started
+    by hand, as on two hosts; both stop cleanly on SIGTERM."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "200"}
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "cw", "serve", "controller", "--workers-listen",
+         "tcp://127.0.0.1:*", "--clients-listen", "tcp://127.0.0.1:*"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    worker = None
+    try:
+        line = controller.stdout.readline()
+        match = re.search(r"workers at (tcp://\S+), clients at (tcp://\S+)", line)
+        assert match, line
+        workers_at, clients_at = match.groups()
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "cw", "serve", "worker", "--controller", workers_at,
+             "--models", str(models_dir), "--runtime", "simulated", "--name", "far"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        with Client(clients_at, timeout_s=60) as client:
+            deadline = time.monotonic() + 60
+            while not client.models() and time.monotonic() < deadline:
+                time.sleep(0.2)  # the worker loads its bundles, then registers
+            y = client.infer("mlp", random_input((3, 64)), slo_ms=100)
+            assert y.shape[0] == 3
+        for proc in (worker, controller):
+            proc.send_signal(signal.SIGTERM)
+        for proc in (worker, controller):
+            out, _ = proc.communicate(timeout=30)
+            assert proc.returncode == 0, out
+    finally:
+        for proc in (worker, controller):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
