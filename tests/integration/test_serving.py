@@ -522,3 +522,26 @@ def test_cw_serve_controller_and_cw_serve_worker_as_separate_commands(models_dir
         for proc in (worker, controller):
             if proc is not None and proc.poll() is None:
                 proc.kill()
+
+
+def test_asyncio_clients_keep_many_requests_in_flight(models_dir, tmp_path):
+    import asyncio
+
+    ctl = start(tmp_path)
+    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "sim")
+    try:
+        ctl.wait_for_workers(1)
+
+        async def main(client):
+            # 250 samples at once; this profile's batch of 16 takes 9 ms: ~150 ms of work
+            xs = [random_input((1 + i % 4, 64)) for i in range(100)]
+            return await asyncio.gather(*(client.ainfer("mlp", x, slo_ms=1000) for x in xs))
+
+        with Client(ctl.clients_address) as client:
+            ys = asyncio.run(main(client))
+        assert [y.shape for y in ys] == [(1 + i % 4, 10) for i in range(100)]
+        rows = ctl.telemetry.requests
+        assert len(rows) == 100 and max(r.batch_size for r in rows) > 4  # they were batched
+    finally:
+        w.close()
+        ctl.close()
