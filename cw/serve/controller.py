@@ -57,7 +57,6 @@ class ControllerConfig:
 
         if self.telemetry_rows_per_step < 1:
             raise UsageError("telemetry rows per step must be ≥ 1")
-
         if self.default_slo_ns <= 0 or self.default_slo_ns > self.max_slo_ns:
             raise UsageError("--default-slo must be positive and at most an hour")
         if self.schedule_ahead_ns < 0:
@@ -129,9 +128,17 @@ class Controller:
 
     def step(self, now_ns: int, received: tuple[list, list] | None = None) -> None:
         """One iteration at one instant: handle what arrived (`wait`'s result, else whatever is
-        there now), check worker liveness, run one scheduler tick."""
+        there now), check worker liveness, run one scheduler tick, write a few telemetry rows."""
         self.handle(now_ns, received if received is not None else self._poller.poll(0))
         self.tick(now_ns)
+        self.write_telemetry()
+
+    def write_telemetry(self) -> None:
+        """A few of the rows waiting for --log-dir: the configured number per iteration, and
+        enough more that a backlog (a burst) drains within ~64 iterations."""
+        telemetry = self.telemetry
+        telemetry.write_some(max(self.config.telemetry_rows_per_step,
+                                 telemetry.pending_rows() >> 6))
 
     def tick(self, now_ns: int) -> None:
         self._check_liveness(now_ns)
@@ -156,8 +163,7 @@ class Controller:
 
     def serve_forever(self, stop: threading.Event, clock=time.monotonic_ns) -> None:
         last_gauges = 0
-        rows_per_step = self.config.telemetry_rows_per_step
-        telemetry, busy = self.telemetry, self.metrics.loop_busy
+        busy = self.metrics.loop_busy
         while not stop.is_set():
             try:
                 received = self.wait(1)
@@ -167,8 +173,7 @@ class Controller:
                 # planned from a stale clock would reach the workers already late
                 now = clock()
                 self.tick(now)
-                # a backlog (a burst) drains within ~64 iterations
-                telemetry.write_some(max(rows_per_step, telemetry.pending_rows() >> 6))
+                self.write_telemetry()
             except Exception:  # log the unexpected and keep serving
                 now = began = clock()
                 log.exception("controller step failed")
