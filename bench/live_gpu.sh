@@ -31,5 +31,6 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     print(f"{f.stem:>12}: requests {s['requests']}, goodput {s['goodput_rps']} r/s, "
           f"SLO attainment {s['slo_attainment']}, rejected {s['rejected']}, late {s['late']} "
           f"{s.get('late_by_status', '')}, "
-          f"latency ms {s['latency_ms']}, mean batch {s['mean_batch_size']}")
+          f"latency ms {s['latency_ms']}, mean batch {s['mean_batch_size']}, "
+          f"controller loop {s.get('controller_loop')}")
 PY

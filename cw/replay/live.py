@@ -208,6 +208,8 @@ def run_live(config, generate_arrivals, progress):
             procs.stop()  # workers first: the controller then has nothing left in flight
             procs = None
             ctl.close()  # writes the last telemetry rows
+            # how long the controller's loop iterations kept it busy: stalls answer late
+            extra["controller_loop"] = ctl.loop
             ctl = None
             requests = shift(read_csv(telemetry_dir / "requests.csv", RequestRow),
                              TIME_FIELDS_REQUEST, start)

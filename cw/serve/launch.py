@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cw.serve import protocol as p
 from cw.serve.controller import Controller, ControllerConfig
-from cw.serve.metrics import Metrics, serve_metrics
+from cw.serve.metrics import Metrics, loop_summary, serve_metrics
 from cw.serve.scheduler import SchedulerConfig, make_scheduler
 from cw.serve.telemetry import TelemetryLog
 from cw.serve.transport import ZmqDealer, ZmqRouter
@@ -100,7 +100,10 @@ class ControllerProcess:
     """A controller in a process of its own, for a caller that also generates load: in one
     process the controller thread and the sender share the GIL, and arrivals went out ~1.5 ms
     late at p99 at 5,000 r/s instead of < 1 ms. Same interface as ControllerThread, except
-    telemetry: it goes to `config.log_dir` (required), complete once `close` returns."""
+    telemetry: it goes to `config.log_dir` (required), complete once `close` returns; and
+    `loop`, after `close`: the controller loop's busy times (`metrics.loop_summary`)."""
+
+    loop: dict | None = None
 
     def __init__(self, config: ControllerConfig, start_timeout_s: float = 60.0):
         import multiprocessing as mp
@@ -149,7 +152,7 @@ class ControllerProcess:
     def close(self) -> None:
         if self.process.is_alive():
             try:
-                self._call(("stop",), 30)
+                (self.loop,) = self._call(("stop",), 30)
             except Exception:  # noqa: BLE001 (already gone or stuck: terminate below)
                 pass
             self.process.join(timeout=5)
@@ -184,7 +187,7 @@ def _controller_process_main(config: ControllerConfig, conn) -> None:
     finally:
         ctl.close()  # shuts the controller down: telemetry files complete
         try:
-            conn.send(("closed",))
+            conn.send(("closed", loop_summary(ctl.metrics.loop_busy)))
         except OSError:
             pass
 

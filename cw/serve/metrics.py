@@ -30,6 +30,10 @@ class Histogram:
         if ns > self.max_ns:
             self.max_ns = ns
 
+    def over(self, bound_ms: float) -> int:
+        """How many observations exceeded `bound_ms`, one of the bounds."""
+        return sum(self.counts[self.bounds_ms.index(bound_ms) + 1:])
+
     def render(self, name: str) -> list[str]:
         lines = [f"# TYPE {name} histogram"]
         cumulative = 0
@@ -39,6 +43,13 @@ class Histogram:
         cumulative += self.counts[-1]
         return lines + [f'{name}_bucket{{le="+Inf"}} {cumulative}',
                         f"{name}_sum {self.sum_ns / 1e9:.6f}", f"{name}_count {cumulative}"]
+
+
+def loop_summary(busy: Histogram) -> dict:
+    """The controller loop's busy times, for a replay's summary.json: iterations that kept it
+    busy past the answer guard (1 ms) or the completion margin (2 ms) are what answer late."""
+    return {"iterations": sum(busy.counts), "max_ms": round(busy.max_ns / 1e6, 3),
+            "over_1ms": busy.over(1), "over_2ms": busy.over(2), "over_5ms": busy.over(5)}
 
 
 class Metrics:

@@ -163,3 +163,6 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     assert sum(a["kind"] == "infer" and a["status"] == "OK" for a in actions) > 0
     assert all(0 <= int(r["arrival_ns"]) < 7 * 10**9 for r in rows)  # relative to the start
     assert summary["send_lateness_ms"]["p99"] is not None
+    loop = summary["controller_loop"]  # the controller process's busy times, sent back at close
+    assert loop["iterations"] > 1000 and 0 < loop["max_ms"] < 1000
+    assert loop["over_1ms"] >= loop["over_2ms"] >= loop["over_5ms"] >= 0
