@@ -10,12 +10,18 @@ the worker is `cw serve worker --device cuda:0 --copies 2`, its own process. Pha
              EXEC end → result received here, EXEC device time vs profile p50
   queue      N INFERs all open at once: GPU busy = sum of EXEC device times / first start → last end
   with LOAD  the queue again while the model's second copy is loaded and unloaded without pause
+
+The worker runs with `--log-stalls 1ms`: the script ends with the worker's stall lines (busy
+loop iterations, long collections, Python unable to run) and the slowest spaced dispatches with
+their wall-clock times, so that an outlier can be matched with its cause.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,10 +36,10 @@ MS = 1_000_000
 
 
 class Controller:
-    def __init__(self, models: Path, device: str):
+    def __init__(self, models: Path, device: str, log_dir: Path):
         self.router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker))
         self.procs = WorkerProcesses(local_address(self.router.address), models, 1, "tvm",
-                                     [device], copies=2)
+                                     [device], copies=2, log_dir=log_dir, log_stalls="1ms")
         self.peer = self.registration = None
         self.results: dict[int, tuple[p.Result, int]] = {}
         self.ids = 0
@@ -87,7 +93,8 @@ def main() -> None:
     args = ap.parse_args()
     profile = json.loads((args.models / args.model / "profile.json").read_text())
     prof_exec = next(b for b in profile["batches"] if b["batch_size"] == args.batch)["exec"]
-    c = Controller(args.models, args.device)
+    log_dir = Path(tempfile.mkdtemp(prefix="cw-worker-gpu-"))
+    c = Controller(args.models, args.device, log_dir)
     try:
         model = next(m for m in c.registration.models if m.model_id == args.model)
         data = [np.zeros(args.batch * s.sample_bytes, np.uint8).tobytes() for s in model.inputs]
@@ -107,6 +114,7 @@ def main() -> None:
         period = int(prof_exec["p50_ns"] * 1.5) + 2 * MS
         t0 = now_ns() + 50 * MS
         ids, earliest = [], [t0 + i * period for i in range(args.n)]
+        wall_minus_mono = time.time_ns() - now_ns()  # to print outliers in wall-clock time
         for e in earliest:
             while now_ns() < e - 5 * MS:
                 c.pump(0)
@@ -153,8 +161,22 @@ def main() -> None:
         print(f"queue with {loads_ok} LOADs of a second copy alongside: EXEC device p50 "
               f"{pct(l_device, 50) / ms:.3f} p99 {pct(l_device, 99) / ms:.3f} ms "
               f"(p99 {pct(l_device, 99) / pct(q_device, 99) - 1:+.2%} vs without)")
+        slowest = sorted(zip(starts, earliest), reverse=True)[:5]
+        print("slowest spaced dispatches (earliest → EXEC start): " + ", ".join(
+            f"{d / 1e3:.0f} µs at {wall_clock(e + wall_minus_mono)}" for d, e in slowest))
     finally:
         c.close()
+        stalls = [line for line in (log_dir / "worker-0.log").read_text(errors="replace")
+                  .splitlines() if " stall: " in line]
+        print(f"worker stalls over 1 ms: {len(stalls)}")
+        for line in stalls[:20]:
+            print("  " + line)
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def wall_clock(ns: int) -> str:
+    """As the worker's log lines print their times (logging's asctime, local time)."""
+    return time.strftime("%H:%M:%S", time.localtime(ns / 1e9)) + f",{ns // 1_000_000 % 1000:03d}"
 
 
 if __name__ == "__main__":

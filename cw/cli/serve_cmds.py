@@ -25,12 +25,21 @@ def _logging(verbose: bool) -> None:
 
 
 def _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead, default_slo,
-                       metrics_port, log_dir) -> ControllerConfig:
+                       metrics_port, log_dir, log_stalls=None) -> ControllerConfig:
     return ControllerConfig(workers_listen=workers_listen, clients_listen=clients_listen,
                             scheduler=scheduler,
                             schedule_ahead_ns=parse_duration_ns(schedule_ahead, "--schedule-ahead"),
                             default_slo_ns=parse_duration_ns(default_slo, "--default-slo"),
-                            metrics_port=metrics_port, log_dir=log_dir)
+                            metrics_port=metrics_port, log_dir=log_dir,
+                            log_stalls_ns=_stall_ns(log_stalls))
+
+
+_LOG_STALLS_HELP = ("Log every stall of the serving loop longer than this, e.g. 1ms: a busy loop "
+                    "iteration, a garbage collection, Python unable to run.")
+
+
+def _stall_ns(text: str | None) -> int | None:
+    return parse_duration_ns(text, "--log-stalls") if text else None
 
 
 def parse_cpu_list(text: str) -> list[int]:
@@ -86,6 +95,7 @@ def serve_all(
     default_slo: str = typer.Option("100ms", "--default-slo"),
     metrics_port: int = typer.Option(None, "--metrics-port"),
     log_dir: Path = typer.Option(None, "--log-dir", help="Telemetry CSVs and worker logs."),
+    log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Run a controller and local workers in one command; Ctrl-C stops everything.
@@ -105,14 +115,14 @@ def serve_all(
         raise UsageError(f"unknown runtime '{runtime}'", "use cpu, simulated or cuda")
     models_dir = models or demo_models_dir()
     config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
-                                default_slo, metrics_port, log_dir)
+                                default_slo, metrics_port, log_dir, log_stalls)
     if log_dir:
         log_dir.mkdir(parents=True, exist_ok=True)
     ctl = ControllerThread(config).start()
     devices = ["cuda:0"] if runtime == "cuda" else ["cpu"]
     procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, workers,
                             "simulated" if runtime == "simulated" else "tvm", devices, copies,
-                            log_dir=log_dir)
+                            log_dir=log_dir, log_stalls=log_stalls)
     stop = threading.Event()
     install_signal_stop(stop)
     out = console()
@@ -144,6 +154,7 @@ def serve_controller(
     default_slo: str = typer.Option("100ms", "--default-slo"),
     metrics_port: int = typer.Option(None, "--metrics-port"),
     log_dir: Path = typer.Option(None, "--log-dir"),
+    log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Run the controller alone; workers connect with `cw serve worker --controller ...`.
@@ -154,7 +165,7 @@ def serve_controller(
 
     _logging(verbose)
     config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
-                                default_slo, metrics_port, log_dir)
+                                default_slo, metrics_port, log_dir, log_stalls)
     ctl = ControllerThread(config).start()
     console().print(f"controller: workers at {ctl.workers_address}, clients at "
                     f"{ctl.clients_address} (Ctrl-C to stop)")
@@ -178,6 +189,7 @@ def serve_worker(
     name: str = typer.Option(None, "--name"),
     cpus: str = typer.Option(None, "--cpus", help="CPU runtime: run on these CPUs only, one "
                              "kernel thread per core, e.g. 0-3 or 0,2 (default: all)."),
+    log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Run a worker: load bundles, connect to the controller, execute its actions.
@@ -195,7 +207,7 @@ def serve_worker(
     config = WorkerConfig(controller=controller, models_dir=models,
                           devices=tuple(d.strip() for d in device.split(",")), runtime=runtime,
                           page_cache_bytes=parse_size(page_cache, "page cache") if page_cache
-                          else None, copies=copies, **kw)
+                          else None, copies=copies, log_stalls_ns=_stall_ns(log_stalls), **kw)
     stop = threading.Event()
     install_signal_stop(stop)
     run_worker(config, stop)

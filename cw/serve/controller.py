@@ -51,6 +51,7 @@ class ControllerConfig:
     # builds up. Writing 200 ms worth at once held the loop up 7 ms at 5,000 r/s: longer than
     # the answer guard and the completion margin, so answers due meanwhile left late.
     telemetry_rows_per_step: int = 64
+    log_stalls_ns: int | None = None  # log every stall longer than this (cw/serve/stalls.py)
 
     def __post_init__(self):
         from cw.errors import UsageError
@@ -164,6 +165,12 @@ class Controller:
     def serve_forever(self, stop: threading.Event, clock=time.monotonic_ns) -> None:
         last_gauges = 0
         busy = self.metrics.loop_busy
+        watch = None
+        if self.config.log_stalls_ns is not None:
+            from cw.serve.stalls import StallWatch
+
+            watch = StallWatch("controller", self.config.log_stalls_ns, log.warning).start()
+        received = ([], [])
         while not stop.is_set():
             try:
                 received = self.wait(1)
@@ -180,7 +187,13 @@ class Controller:
             if now - last_gauges > 200 * MS:
                 last_gauges = now
                 self.housekeeping(now)
-            busy.observe(clock() - began)
+            took = clock() - began
+            busy.observe(took)
+            if watch is not None:
+                watch.iteration(took, f"{len(received[0])} worker and {len(received[1])} client "
+                                      "messages")
+        if watch is not None:
+            watch.stop()
         self.shutdown(clock())
 
     def housekeeping(self, now_ns: int) -> None:

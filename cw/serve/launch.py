@@ -233,7 +233,7 @@ class WorkerProcesses:
 
     def __init__(self, controller: str, models_dir: Path, count: int, runtime: str,
                  devices: list[str], copies: int = 1, page_cache: str | None = None,
-                 log_dir: Path | None = None):
+                 log_dir: Path | None = None, log_stalls: str | None = None):
         from cw.tvm_env import split_cores
 
         self.procs: list[subprocess.Popen] = []
@@ -250,6 +250,8 @@ class WorkerProcesses:
                 cmd += ["--cpus", ",".join(map(str, cores[i]))]
             if page_cache:
                 cmd += ["--page-cache", page_cache]
+            if log_stalls:
+                cmd += ["--log-stalls", log_stalls]
             out = open(log_dir / f"worker-{i}.log", "w") if log_dir else subprocess.DEVNULL
             self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                                start_new_session=True))

@@ -55,6 +55,7 @@ class WorkerConfig:
     ping_interval_ns: int = 500_000_000
     shm_sweep_ns: int = 2_000_000_000     # how often to let go of clients' segments that are gone
     noise: float = 0.0                    # simulated runtime: relative std of durations
+    log_stalls_ns: int | None = None      # log every stall longer than this (cw/serve/stalls.py)
 
     def __post_init__(self):
         from cw.errors import UsageError
@@ -150,6 +151,7 @@ class Worker:
         self._last_shm_sweep_ns = 0
         self._last_register_ns = 0
         self.stopped = False
+        self.stall_watch = None  # a StallWatch while serving with config.log_stalls_ns
 
     # --- lifecycle -----------------------------------------------------------------------
     def warm_up(self) -> None:
@@ -183,7 +185,9 @@ class Worker:
             # (simulated workers share cores with the controller), so a result may leave up to
             # ~1 ms after its planned end; its timings still carry the planned times
             timeout_ms = min(timeout_ms, max(0, -(-(min(due) - now_ns()) // 1_000_000)))
-        for msg in self.transport.poll(timeout_ms):
+        received = self.transport.poll(timeout_ms)
+        began = now_ns()
+        for msg in received:
             handler = self._handlers.get(type(msg))
             if handler is None:
                 log.warning("unexpected message type %s from the controller", type(msg).__name__)
@@ -205,14 +209,25 @@ class Worker:
         if now - self._last_shm_sweep_ns > self.config.shm_sweep_ns:
             self._last_shm_sweep_ns = now
             self.shm.sweep()
+        if self.stall_watch is not None:
+            self.stall_watch.iteration(now_ns() - began, f"{len(received)} messages")
 
     def serve_forever(self, stop: threading.Event) -> None:
+        if self.config.log_stalls_ns is not None:
+            from cw.serve.stalls import StallWatch
+
+            self.stall_watch = StallWatch(f"worker {self.config.name}",
+                                          self.config.log_stalls_ns, log.warning).start()
         self.register()
-        while not stop.is_set():
-            try:
-                self.step()
-            except Exception:  # the loop logs the unexpected and keeps serving
-                log.exception("worker step failed")
+        try:
+            while not stop.is_set():
+                try:
+                    self.step()
+                except Exception:  # the loop logs the unexpected and keeps serving
+                    log.exception("worker step failed")
+        finally:
+            if self.stall_watch is not None:
+                self.stall_watch.stop()
         self.shutdown()
 
     def shutdown(self) -> None:

@@ -452,7 +452,8 @@ def test_cw_serve_prints_endpoints_serves_and_stops_cleanly_on_a_signal(models_d
     proc = subprocess.Popen(
         [sys.executable, "-m", "cw", "serve", "--models", str(models_dir), "--workers", "2",
          "--runtime", "simulated", "--workers-listen", "tcp://127.0.0.1:*",
-         "--clients-listen", "tcp://127.0.0.1:*", "--log-dir", str(log)],
+         "--clients-listen", "tcp://127.0.0.1:*", "--log-dir", str(log),
+         "--log-stalls", "50ms"],  # passed on to the workers too (they would refuse a bad flag)
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "COLUMNS": "200"})
     try:
