@@ -7,6 +7,8 @@
 # MODELS: a directory holding the resnet50 bundle (Fig. 5 serves 15 copies of every bundle in
 # it; the trace replay 10). Everything lands in OUT/live.tgz (the device tool brings back few
 # files). With RUNTIME=cpu and a CPU bundle the same script checks itself on a CPU machine.
+# Every replay runs with --log-stalls 1ms: its stalls.log says when the controller or a worker
+# was held up, to set against the late answers (late_by_status).
 set -euo pipefail
 models=$1 out=$2 runtime=${3:-cuda} duration=${4:-20s} rate=${5:-1000}
 cw=${CW:-cw}
@@ -15,13 +17,14 @@ trap 'rm -rf "$work"' EXIT
 for slo in 10ms 25ms 50ms 100ms 500ms; do
   echo "fig5 at SLO $slo" >&2
   $cw replay --preset fig5 --models "$models" --runtime "$runtime" --slo "$slo" \
-    --duration "$duration" --out "$work/fig5-$slo" --json > "$work/fig5-$slo.json"
+    --duration "$duration" --log-stalls 1ms --out "$work/fig5-$slo" --json > "$work/fig5-$slo.json"
 done
 $cw report "$work"/fig5-10ms "$work"/fig5-25ms "$work"/fig5-50ms "$work"/fig5-100ms \
   "$work"/fig5-500ms -o "$work/fig5-compare.html"
 echo "azure trace at $rate r/s" >&2
 $cw replay --trace azure --models "$models" --copies 10 --runtime "$runtime" \
-  --target-rate "$rate" --duration "$duration" --out "$work/azure" --json > "$work/azure.json"
+  --target-rate "$rate" --duration "$duration" --log-stalls 1ms --out "$work/azure" --json \
+  > "$work/azure.json"
 mkdir -p "$out"
 tar czf "$out/live.tgz" -C "$work" .
 python3 - "$work" <<'PY'
@@ -32,5 +35,6 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
           f"SLO attainment {s['slo_attainment']}, rejected {s['rejected']}, late {s['late']} "
           f"{s.get('late_by_status', '')}, "
           f"latency ms {s['latency_ms']}, mean batch {s['mean_batch_size']}, "
-          f"controller loop {s.get('controller_loop')}")
+          f"controller loop {s.get('controller_loop')}, stalls over 1 ms {s.get('stalls')} "
+          f"(lines in {f.stem}/stalls.log)")
 PY

@@ -57,6 +57,9 @@ def replay_cmd(
                                        help="Live: pass inputs through /dev/shm when the "
                                             "controller is on this host."),
     noise: float = typer.Option(0.0, "--noise", help="Relative std of simulated durations."),
+    log_stalls: str = typer.Option(None, "--log-stalls",
+                                   help="Live, local controller: log every stall of it and its "
+                                        "workers longer than this (e.g. 1ms) to OUT/stalls.log."),
     seed: int = typer.Option(0, "--seed"),
     out: Path = typer.Option(Path("replay-out"), "--out", help="Output directory."),
     force: bool = typer.Option(False, "--force", help="Replace --out."),
@@ -84,7 +87,9 @@ def replay_cmd(
                   start_minute=start_minute, rate_scale=rate_scale, target_rate=target_rate,
                   arrivals=arrivals, mapping=mapping, scheduler=schedulers[0], noise=noise,
                   seed=seed, simulate=simulate, controller=controller, runtime=runtime, out=out,
-                  force=force, shared_memory=shared_memory)
+                  force=force, shared_memory=shared_memory,
+                  log_stalls_ns=parse_duration_ns(log_stalls, "--log-stalls") if log_stalls
+                  else None)
     if preset is not None:
         config = with_preset(preset, **chosen)
     else:

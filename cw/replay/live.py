@@ -153,9 +153,25 @@ def lateness_ms(lateness_ns) -> dict:
             "p99": round(float(np.percentile(a, 99)), 4), "max": round(float(a.max()), 4)}
 
 
-def run_live(config, generate_arrivals, progress):
+def collect_stalls(log_dir: Path, into: Path) -> dict:
+    """The stall lines of a replay's controller (its stalls.log) and workers (their logs), in
+    time order, into one file; how many each reported."""
+    from cw.serve.launch import STALLS_LOG
+
+    lines, counts = [], {}
+    for path in sorted(log_dir.glob("*.log")):
+        found = [line for line in path.read_text(errors="replace").splitlines()
+                 if " stall: " in line]
+        counts["controller" if path.name == STALLS_LOG else path.stem] = len(found)
+        lines += found
+    into.write_text("".join(line + "\n" for line in sorted(lines)))  # lines start with the time
+    return counts
+
+
+def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
     """Returns (request rows, action rows, simulated?, runtime, extra summary fields, duration,
-    rate scale) with times relative to the start of the replay."""
+    rate scale) with times relative to the start of the replay. With `config.log_stalls_ns`, the
+    stall lines of the controller and the workers it starts go to `logs_to`/stalls.log."""
     from cw.serve.controller import ControllerConfig
     from cw.serve.launch import ControllerProcess, WorkerProcesses, local_address
 
@@ -173,13 +189,15 @@ def run_live(config, generate_arrivals, progress):
             ctl = ControllerProcess(ControllerConfig(
                 workers_listen="tcp://127.0.0.1:*", clients_listen="tcp://127.0.0.1:*",
                 scheduler=config.scheduler, schedule_ahead_ns=config.schedule_ahead_ns,
-                log_dir=telemetry_dir))
+                log_dir=telemetry_dir, log_stalls_ns=config.log_stalls_ns))
             runtime = "simulated" if config.runtime == "simulated" else "tvm"
             devices = ([f"cuda:{i}" for i in range(config.workers)] if config.runtime == "cuda"
                        else ["cpu"])
             procs = WorkerProcesses(local_address(ctl.workers_address), models_dir,
                                     config.workers, runtime, devices, config.copies,
-                                    log_dir=telemetry_dir)
+                                    log_dir=telemetry_dir,
+                                    log_stalls=f"{config.log_stalls_ns}ns"
+                                    if config.log_stalls_ns is not None else None)
             try:
                 procs.wait_until_joined(ctl, timeout_s=120)
             except CwError as e:  # its hint names a log that goes with the temporary folder
@@ -211,6 +229,8 @@ def run_live(config, generate_arrivals, progress):
             # how long the controller's loop iterations kept it busy: stalls answer late
             extra["controller_loop"] = ctl.loop
             ctl = None
+            if config.log_stalls_ns is not None and logs_to is not None:
+                extra["stalls"] = collect_stalls(telemetry_dir, logs_to / "stalls.log")
             requests = shift(read_csv(telemetry_dir / "requests.csv", RequestRow),
                              TIME_FIELDS_REQUEST, start)
             actions = shift(read_csv(telemetry_dir / "actions.csv", ActionRow),

@@ -65,6 +65,7 @@ class ReplayConfig:
     controller: str | None = None              # live replay against a running `cw serve`
     runtime: str = "simulated"                 # live local workers: simulated | cpu | cuda
     shared_memory: bool = True                 # live: inputs via /dev/shm where the host allows
+    log_stalls_ns: int | None = None           # live, own controller: stalls.log in out
     out: Path = Path("replay-out")
     force: bool = False
 
@@ -85,6 +86,9 @@ class ReplayConfig:
             raise UsageError(f"unknown scheduler '{self.scheduler}'",
                              f"choose from {', '.join(SCHEDULERS)} (several, comma-separated, "
                              "to compare them)")
+        if self.log_stalls_ns is not None and (self.simulate or self.controller):
+            raise UsageError("--log-stalls watches the controller and workers a live replay "
+                             "starts", "drop --simulate and --controller, or --log-stalls")
         if self.zoo_timings not in ZOO_TIMINGS:
             raise UsageError(f"unknown --zoo-timings '{self.zoo_timings}'",
                              f"use one of {', '.join(ZOO_TIMINGS)}")
@@ -245,7 +249,7 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
             from cw.replay.live import run_live
 
             requests, actions, simulated, runtime, extra, arr = run_live(config, generate,
-                                                                         progress)
+                                                                         progress, logs_to=tmp)
             if simulated:
                 runtime = "simulated"
             telemetry = TelemetryLog(tmp, keep=False)

@@ -169,7 +169,7 @@ class Controller:
         if self.config.log_stalls_ns is not None:
             from cw.serve.stalls import StallWatch
 
-            watch = StallWatch("controller", self.config.log_stalls_ns, log.warning).start()
+            watch = StallWatch("controller", self.config.log_stalls_ns).start()
         received = ([], [])
         while not stop.is_set():
             try:

@@ -162,8 +162,19 @@ class ControllerProcess:
         self._conn.close()
 
 
+STALLS_LOG = "stalls.log"  # a controller process's stall lines, in its log directory
+
+
 def _controller_process_main(config: ControllerConfig, conn) -> None:
     from cw.errors import CwError
+
+    if config.log_stalls_ns is not None:
+        stalls = logging.getLogger("cw.stalls")
+        handler = logging.FileHandler(config.log_dir / STALLS_LOG)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        stalls.addHandler(handler)
+        stalls.setLevel(logging.WARNING)
+        stalls.propagate = False  # not onto the replay's console
 
     try:
         ctl = ControllerThread(config).start()

@@ -13,14 +13,17 @@ outlier coincides with:
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 import time
 
 _TICK_S = 0.001
+# Stall lines go to this logger (a process may send it to a file of its own: a live replay does)
+log = logging.getLogger("cw.stalls")
 
 
 class StallWatch:
-    def __init__(self, name: str, threshold_ns: int, report):
+    def __init__(self, name: str, threshold_ns: int, report=log.warning):
         """`report(message)` is called, from any thread, once per stall over `threshold_ns`."""
         self.name = name
         self.threshold_ns = threshold_ns

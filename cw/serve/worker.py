@@ -217,7 +217,7 @@ class Worker:
             from cw.serve.stalls import StallWatch
 
             self.stall_watch = StallWatch(f"worker {self.config.name}",
-                                          self.config.log_stalls_ns, log.warning).start()
+                                          self.config.log_stalls_ns).start()
         self.register()
         try:
             while not stop.is_set():

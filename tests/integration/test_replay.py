@@ -120,6 +120,7 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--arrivals", "weibull"), "unknown --arrivals"),
     (("--models", "mlp"), "no published or measured timings"),
     (("--zoo-timings", "v100"), "unknown --zoo-timings"),
+    (("--log-stalls", "1ms"), "--log-stalls watches the controller and workers a live replay"),
     (("--slo", "0ms"), "--slo must be positive"),
     (("--scheduler", "clockwork,nope"), "unknown scheduler 'nope'"),
     (("--scheduler", "fifo,fifo"), "names a policy twice"),
@@ -147,7 +148,8 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     shutil.copytree(cpu_bundle("mlp", (1, 2, 4, 8, 16)), models / "mlp")
     out = tmp_path / "live"
     r = cli("replay", "--models", models, "--copies", "4", "--duration", "5s",
-            "--target-rate", "150", "--workers", "2", "--out", out, "--json")
+            "--target-rate", "150", "--workers", "2", "--out", out, "--log-stalls", "20ms",
+            "--json")
     assert r.code == 0, r.err
     summary = json.loads(r.out)
     assert summary["live"] is True and summary["runtime"] == "simulated"
@@ -166,3 +168,8 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     loop = summary["controller_loop"]  # the controller process's busy times, sent back at close
     assert loop["iterations"] > 1000 and 0 < loop["max_ms"] < 1000
     assert loop["over_1ms"] >= loop["over_2ms"] >= loop["over_5ms"] >= 0
+    # --log-stalls: the controller's and both workers' stall lines, gathered and counted
+    assert set(summary["stalls"]) == {"controller", "worker-0", "worker-1"}
+    stall_lines = (out / "stalls.log").read_text().splitlines()
+    assert len(stall_lines) == sum(summary["stalls"].values())
+    assert stall_lines == sorted(stall_lines) and all(" stall: " in x for x in stall_lines)
