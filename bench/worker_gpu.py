@@ -11,9 +11,10 @@ the worker is `cw serve worker --device cuda:0 --copies 2`, its own process. Pha
   queue      N INFERs all open at once: GPU busy = sum of EXEC device times / first start → last end
   with LOAD  the queue again while the model's second copy is loaded and unloaded without pause
 
-The worker runs with `--log-stalls 1ms`: the script ends with the worker's stall lines (busy
-loop iterations, long collections, Python unable to run) and the slowest spaced dispatches with
-their wall-clock times, so that an outlier can be matched with its cause.
+The worker runs with `--log-stalls 1ms` (`--log-stalls off` to leave it out: its watch thread
+takes the GIL for a few µs each millisecond): the script ends with the worker's stall lines
+(busy loop iterations, long collections, Python unable to run) and the slowest spaced dispatches
+with their wall-clock times, so that an outlier can be matched with its cause.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ MS = 1_000_000
 
 
 class Controller:
-    def __init__(self, models: Path, device: str, log_dir: Path):
+    def __init__(self, models: Path, device: str, log_dir: Path, log_stalls: str | None):
         self.router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker))
         self.procs = WorkerProcesses(local_address(self.router.address), models, 1, "tvm",
-                                     [device], copies=2, log_dir=log_dir, log_stalls="1ms")
+                                     [device], copies=2, log_dir=log_dir, log_stalls=log_stalls)
         self.peer = self.registration = None
         self.results: dict[int, tuple[p.Result, int]] = {}
         self.ids = 0
@@ -90,11 +91,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--device", default="cuda:0", help="cpu only to try the script itself")
+    ap.add_argument("--log-stalls", default="1ms", help="the worker's stall threshold, or off")
     args = ap.parse_args()
     profile = json.loads((args.models / args.model / "profile.json").read_text())
     prof_exec = next(b for b in profile["batches"] if b["batch_size"] == args.batch)["exec"]
     log_dir = Path(tempfile.mkdtemp(prefix="cw-worker-gpu-"))
-    c = Controller(args.models, args.device, log_dir)
+    c = Controller(args.models, args.device, log_dir,
+                   None if args.log_stalls == "off" else args.log_stalls)
     try:
         model = next(m for m in c.registration.models if m.model_id == args.model)
         data = [np.zeros(args.batch * s.sample_bytes, np.uint8).tobytes() for s in model.inputs]
