@@ -1,5 +1,6 @@
 """Controller + workers + clients over real ZeroMQ on loopback."""
 
+import contextlib
 import os
 import threading
 import time
@@ -42,6 +43,19 @@ def models_dir(cpu_bundle, tmp_path):
     shutil.copytree(cpu_bundle("small_cnn", (1, 2, 4, 8, 16)), d / "small_cnn")
     shutil.copytree(cpu_bundle("mlp", (1, 2, 4, 8, 16)), d / "mlp")
     return d
+
+
+@contextlib.contextmanager
+def serving(tmp_path, models_dir, name="sim", **controller):
+    """A controller thread and one simulated worker that has joined it."""
+    ctl = start(tmp_path, **controller)
+    w = WorkerThread(ctl.workers_address, models_dir, "simulated", name)
+    try:
+        ctl.wait_for_workers(1)
+        yield ctl, w
+    finally:
+        w.close()
+        ctl.close()
 
 
 def start(tmp_path, **kw):
@@ -167,10 +181,7 @@ def test_inputs_through_shared_memory_give_the_outputs_of_the_socket(models_dir,
 
 
 def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
-    ctl = start(tmp_path)
-    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "sim")
-    try:
-        ctl.wait_for_workers(1)
+    with serving(tmp_path, models_dir) as (ctl, w):
         with Client(ctl.clients_address) as client:
             client.models()
             cases = [
@@ -197,9 +208,6 @@ def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
             time.sleep(0.2)
             assert client.infer_response("mlp", random_input((1, 64)), 1000).status == \
                 RequestStatus.OK
-    finally:
-        w.close()
-        ctl.close()
 
 
 def test_worker_leaving_requests_replanned_or_failed(models_dir, tmp_path):
@@ -342,10 +350,7 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
     import urllib.error
     import urllib.request
 
-    ctl = start(tmp_path, metrics_port=0)  # port 0: any free port
-    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "sim0")
-    try:
-        ctl.wait_for_workers(1)
+    with serving(tmp_path, models_dir, "sim0", metrics_port=0) as (ctl, w):  # 0: any free port
         with Client(ctl.clients_address) as client:
             for _ in range(20):
                 client.infer("mlp", random_input((1, 64)), slo_ms=100)
@@ -369,18 +374,12 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
         assert float(lines["cw_goodput_rps"]) > 0
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
-    finally:
-        w.close()
-        ctl.close()
 
 
 def test_a_client_that_leaves_mid_request_does_not_disturb_serving(models_dir, tmp_path):
     """Every request of a client that closed before its answers still gets its one answer
     (dropped by ZeroMQ for a gone peer) and its telemetry row; other clients go on."""
-    ctl = start(tmp_path)
-    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "sim")
-    try:
-        ctl.wait_for_workers(1)
+    with serving(tmp_path, models_dir) as (ctl, w):
         leaving = Client(ctl.clients_address)
         leaving.models()
         for _ in range(50):
@@ -397,9 +396,6 @@ def test_a_client_that_leaves_mid_request_does_not_disturb_serving(models_dir, t
         assert [r.status for r in rows if r.model == "mlp"] == ["OK"] * 10
         assert not ctl.controller.pending  # nothing left waiting for an answer
         assert w.thread.is_alive()
-    finally:
-        w.close()
-        ctl.close()
 
 
 @pytest.mark.parametrize("skew_s", [-30, 30])
@@ -411,10 +407,7 @@ def test_a_worker_on_a_clock_of_its_own(models_dir, tmp_path, monkeypatch, skew_
 
     host_clock = worker_module.now_ns
     monkeypatch.setattr(worker_module, "now_ns", lambda: host_clock() + skew_s * 10**9)
-    ctl = start(tmp_path)
-    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "elsewhere")
-    try:
-        ctl.wait_for_workers(1)
+    with serving(tmp_path, models_dir, "elsewhere") as (ctl, w):
         assert abs(w.worker.clock.offset_ns + skew_s * 10**9) < 5_000_000  # within 5 ms
         with Client(ctl.clients_address) as client:
             futures = []
@@ -431,9 +424,6 @@ def test_a_worker_on_a_clock_of_its_own(models_dir, tmp_path, monkeypatch, skew_
         for a in infers:  # the worker's timings, translated: inside the window, before the result
             assert a.earliest_ns - 5_000_000 <= a.start_ns <= a.latest_ns + 5_000_000
             assert a.start_ns <= a.end_ns <= a.result_ns + 5_000_000
-    finally:
-        w.close()
-        ctl.close()
 
 
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
@@ -528,10 +518,7 @@ def test_cw_serve_controller_and_cw_serve_worker_as_separate_commands(models_dir
 def test_asyncio_clients_keep_many_requests_in_flight(models_dir, tmp_path):
     import asyncio
 
-    ctl = start(tmp_path)
-    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "sim")
-    try:
-        ctl.wait_for_workers(1)
+    with serving(tmp_path, models_dir) as (ctl, w):
 
         async def main(client):
             # 250 samples at once; this profile's batch of 16 takes 9 ms: ~150 ms of work
@@ -543,6 +530,3 @@ def test_asyncio_clients_keep_many_requests_in_flight(models_dir, tmp_path):
         assert [y.shape for y in ys] == [(1 + i % 4, 10) for i in range(100)]
         rows = ctl.telemetry.requests
         assert len(rows) == 100 and max(r.batch_size for r in rows) > 4  # they were batched
-    finally:
-        w.close()
-        ctl.close()
