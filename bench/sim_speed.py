@@ -6,6 +6,8 @@ measured zoo profiles existed), so that figures stay comparable across versions.
     python bench/sim_speed.py [--seconds 120] [--rate 1000] [--gpus 6] [--scheduler clockwork]
     python bench/sim_speed.py --scheduler clockwork,clipper,batch-timeout --jobs 1|2
     python bench/sim_speed.py --sim-only [--repeat 3]   # the simulation alone: no files, best of N
+    python bench/sim_speed.py --sim-engine python      # the Python simulator (default: auto,
+                                                       # the compiled one for clockwork)
 
 Several schedulers: `cw replay --scheduler a,b,c` (cw/replay/compare.py), `--jobs` at a time.
 
@@ -33,6 +35,7 @@ def main() -> None:
     ap.add_argument("--sim-only", action="store_true",
                     help="time Simulation.run alone (no CSVs, summary or report), best of --repeat")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sim-engine", default="auto", help="auto, compiled or python")
     args = ap.parse_args()
     if args.sim_only:
         return sim_only(args)
@@ -43,7 +46,8 @@ def main() -> None:
             start = time.perf_counter()
             summaries = replay_side_by_side(
                 ReplayConfig(duration_s=args.seconds, target_rate=args.rate, workers=args.gpus,
-                             zoo_timings=args.zoo_timings, out=Path(tmp) / "out"),
+                             zoo_timings=args.zoo_timings, sim_engine=args.sim_engine,
+                             out=Path(tmp) / "out"),
                 args.scheduler.split(","), jobs=args.jobs)
             wall = time.perf_counter() - start
         print(f"{args.scheduler} ({args.jobs or 'one per core'} at a time), {args.rate:g} r/s, "
@@ -53,8 +57,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         s = replay(ReplayConfig(duration_s=args.seconds, target_rate=args.rate,
                                 workers=args.gpus, scheduler=args.scheduler,
-                                zoo_timings=args.zoo_timings, out=Path(tmp) / "out"))
-    print(f"{args.scheduler}, {args.rate:g} r/s, {args.gpus} GPUs: {s['requests']} requests, "
+                                zoo_timings=args.zoo_timings, sim_engine=args.sim_engine,
+                                out=Path(tmp) / "out"))
+    print(f"{args.scheduler} ({s['sim_engine']}), {args.rate:g} r/s, {args.gpus} GPUs: "
+          f"{s['requests']} requests, "
           f"{s['wall_s']} s wall, virtual/wall ×{s['speedup']}, SLO attainment "
           f"{s['slo_attainment']}, late {s['late']}")
 
@@ -62,11 +68,12 @@ def main() -> None:
 def sim_only(args) -> None:
     """The scheduler, the simulated workers and the in-memory telemetry rows, nothing else: the
     part a faster scheduler or simulator speeds up, with less of the machine's noise."""
-    from cw.replay import arrivals
+    from cw.replay import arrivals, fastsim
     from cw.replay.runner import make_scheduler, resolve_models
     from cw.replay.simulate import SimConfig, Simulation
     from cw.replay.traces import load_trace
     from cw.serve.scheduler.base import SchedulerConfig
+    from cw.serve.telemetry import TelemetryLog
 
     config = ReplayConfig(duration_s=args.seconds, target_rate=args.rate, workers=args.gpus,
                           scheduler=args.scheduler, zoo_timings=args.zoo_timings)
@@ -76,15 +83,21 @@ def sim_only(args) -> None:
                             rate_scale=None, target_rate=config.target_rate,
                             arrivals=config.arrivals, mapping=config.mapping, seed=config.seed)
     names = [arr.models[i] for i in arr.model_index]
+    engine = fastsim.engine_for(config.scheduler, args.sim_engine)
+    sim_config = SimConfig(config.workers, config.gpus_per_worker, config.pages_per_gpu,
+                           seed=config.seed)
     best = float("inf")
     for _ in range(args.repeat):
-        sim = Simulation(make_scheduler(config.scheduler, SchedulerConfig()), infos, durations,
-                         SimConfig(config.workers, config.gpus_per_worker, config.pages_per_gpu,
-                                   seed=config.seed))
         start = time.perf_counter()
-        sim.run(arr.times_ns, names, config.slo_ns)
+        if engine == "compiled":
+            fastsim.run(SchedulerConfig(), infos, durations, sim_config, config.slo_ns,
+                        TelemetryLog(), times_ns=arr.times_ns, model_names=names)
+        else:
+            sim = Simulation(make_scheduler(config.scheduler, SchedulerConfig()), infos,
+                             durations, sim_config)
+            sim.run(arr.times_ns, names, config.slo_ns)
         best = min(best, time.perf_counter() - start)
-    print(f"{args.scheduler}, {args.rate:g} r/s, {args.gpus} GPUs, simulation only: "
+    print(f"{args.scheduler} ({engine}), {args.rate:g} r/s, {args.gpus} GPUs, simulation only: "
           f"{len(names)} requests, best of {args.repeat} {best:.3f} s, "
           f"{best / len(names) * 1e6:.1f} µs per request, virtual/wall ×{args.seconds / best:.1f}")
 

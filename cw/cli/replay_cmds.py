@@ -57,6 +57,10 @@ def replay_cmd(
                                        help="Live: pass inputs through /dev/shm when the "
                                             "controller is on this host."),
     noise: float = typer.Option(0.0, "--noise", help="Relative std of simulated durations."),
+    sim_engine: str = typer.Option(_D.sim_engine, "--sim-engine",
+                                   help="--simulate: auto (the compiled simulator for "
+                                        "clockwork where it was built), compiled or python; "
+                                        "both take the same decisions."),
     log_stalls: str = typer.Option(None, "--log-stalls",
                                    help="Live, local controller: log every stall of it and its "
                                         "workers longer than this (e.g. 1ms) to OUT/stalls.log."),
@@ -86,7 +90,8 @@ def replay_cmd(
                   duration_s=parse_duration_ns(duration, "--duration") / 1e9,
                   start_minute=start_minute, rate_scale=rate_scale, target_rate=target_rate,
                   arrivals=arrivals, mapping=mapping, scheduler=schedulers[0], noise=noise,
-                  seed=seed, simulate=simulate, controller=controller, runtime=runtime, out=out,
+                  sim_engine=sim_engine, seed=seed, simulate=simulate, controller=controller,
+                  runtime=runtime, out=out,
                   force=force, shared_memory=shared_memory,
                   log_stalls_ns=parse_duration_ns(log_stalls, "--log-stalls") if log_stalls
                   else None)

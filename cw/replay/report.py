@@ -282,7 +282,9 @@ def render(runs: list[Run | RunSeries]) -> str:
     sim = any(r.summary.get("simulated") for r in runs)
     meta = "<br>".join(
         html.escape(f"{r.label}: trace {r.summary.get('trace')}, runtime "
-                    f"{r.summary.get('runtime')}, SLO {r.summary.get('slo_ms')} ms, seed "
+                    f"{r.summary.get('runtime')}"
+                    + (f" ({r.summary['sim_engine']} simulator)" if r.summary.get("sim_engine")
+                       else "") + f", SLO {r.summary.get('slo_ms')} ms, seed "
                     f"{r.summary.get('seed')}, {r.summary.get('duration_s')} s"
                     + (f"; durations: {timings_note(r.summary['timings'])}"
                        if r.summary.get("timings") else "")) for r in runs)

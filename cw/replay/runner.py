@@ -62,6 +62,7 @@ class ReplayConfig:
     noise: float = 0.0
     seed: int = 0
     simulate: bool = True
+    sim_engine: str = "auto"                   # auto | compiled | python (cw/replay/fastsim.py)
     controller: str | None = None              # live replay against a running `cw serve`
     runtime: str = "simulated"                 # live local workers: simulated | cpu | cuda
     shared_memory: bool = True                 # live: inputs via /dev/shm where the host allows
@@ -92,6 +93,10 @@ class ReplayConfig:
         if self.zoo_timings not in ZOO_TIMINGS:
             raise UsageError(f"unknown --zoo-timings '{self.zoo_timings}'",
                              f"use one of {', '.join(ZOO_TIMINGS)}")
+        if self.simulate:
+            from cw.replay.fastsim import engine_for
+
+            engine_for(self.scheduler, self.sim_engine)  # raises on a choice that cannot run
         if self.runtime not in LIVE_RUNTIMES:
             raise UsageError(f"unknown --runtime '{self.runtime}'",
                              f"use one of {', '.join(LIVE_RUNTIMES)}")
@@ -239,10 +244,10 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
     with atomic_output(out, config.force) as tmp:
         wall = time.perf_counter()
         if config.simulate:
-            telemetry = _simulate(config, infos, durations, arr, tmp, progress)
+            telemetry, engine = _simulate(config, infos, durations, arr, tmp, progress)
             requests, actions, runtime = telemetry.requests, telemetry.actions, "simulated"
             # where each instance's durations come from (summary and report say so)
-            extra = {"models": len(infos),
+            extra = {"models": len(infos), "sim_engine": engine,
                      "timings": dict(sorted(collections.Counter(
                          durations[m.model_id].source for m in infos).items()))}
         else:
@@ -280,24 +285,34 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
     return summary
 
 
-def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path, progress) -> TelemetryLog:
+def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path,
+              progress) -> tuple[TelemetryLog, str]:
+    """The telemetry of one simulation, and which simulator ran it (compiled | python)."""
+    from cw.replay import fastsim
     from cw.replay.simulate import SimConfig, Simulation
 
     telemetry = TelemetryLog(tmp)
-    scheduler = make_scheduler(config.scheduler,
-                               SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns))
-    sim = Simulation(scheduler, infos, durations,
-                     SimConfig(config.workers, config.gpus_per_worker, config.pages_per_gpu,
-                               noise=config.noise, seed=config.seed), telemetry)
+    scheduler_config = SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns)
+    sim_config = SimConfig(config.workers, config.gpus_per_worker, config.pages_per_gpu,
+                           noise=config.noise, seed=config.seed)
     progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
     advance = lambda n, t: progress("advance", {"requests": n, "virtual_ns": t})  # noqa: E731
-    if isinstance(arr, workloads.ClosedLoop):
-        sim.run_closed(arr, config.slo_ns, progress=advance)
+    closed = isinstance(arr, workloads.ClosedLoop)
+    names = None if closed else [arr.models[i] for i in arr.model_index]
+    engine = fastsim.engine_for(config.scheduler, config.sim_engine)
+    if engine == "compiled":
+        fastsim.run(scheduler_config, infos, durations, sim_config, config.slo_ns, telemetry,
+                    times_ns=None if closed else arr.times_ns, model_names=names,
+                    closed=arr if closed else None, progress=advance)
     else:
-        names = [arr.models[i] for i in arr.model_index]
-        sim.run(arr.times_ns, names, config.slo_ns, progress=advance)
+        sim = Simulation(make_scheduler(config.scheduler, scheduler_config), infos, durations,
+                         sim_config, telemetry)
+        if closed:
+            sim.run_closed(arr, config.slo_ns, progress=advance)
+        else:
+            sim.run(arr.times_ns, names, config.slo_ns, progress=advance)
     telemetry.close()
-    return telemetry
+    return telemetry, engine
 
 
 def _workload_label(config: ReplayConfig, trace, arr) -> str:

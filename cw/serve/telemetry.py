@@ -101,6 +101,24 @@ class TelemetryLog:
     def action(self, row: ActionRow) -> None:
         self._record("actions", self.actions, row)
 
+    def extend(self, kind: str, rows: list, text: str | None = None) -> None:
+        """Rows of one kind ("requests" or "actions") at once, in order. `text`, where given, is
+        those rows as this log would write them to CSV (the compiled simulator formats its own)."""
+        if self.keep:
+            (self.requests if kind == "requests" else self.actions).extend(rows)
+        if not self._writers:
+            return
+        if text is not None:
+            with self._lock:
+                self._write(kind)  # rows that came before these
+                self._files_by_kind[kind].write(text)
+            return
+        pending = self._unwritten[kind]
+        pending.extend(rows)
+        if self.write_batch is not None and len(pending) >= self.write_batch:
+            with self._lock:
+                self._write(kind)
+
     def _record(self, kind: str, kept: list, row) -> None:
         # No lock on this per-request path: _write takes it, and cuts what it writes from the
         # front of the list, so a row appended meanwhile is never lost.

@@ -1,0 +1,156 @@
+"""The compiled simulator: `Simulation` (simulate.py) with `ClockworkScheduler` (clockwork.py),
+in C++ (_fastsim.cpp), ~20x faster. It takes the same decisions in the same order, so its
+telemetry is byte-identical to the Python simulator's (tests/integration/test_fastsim.py checks
+this on several workloads); the Python code stays the reference and the live controller's.
+
+`cw replay --simulate` uses it for the clockwork policy where it was built (pip builds it when a
+C++ compiler is present; otherwise cw installs without it). `--sim-engine python` forces the
+Python simulator, e.g. to check a change to either against the other.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+
+from cw.errors import UsageError
+from cw.serve.protocol import REQUEST_STATUS_NAME, STATUS_NAME, ModelInfo, RequestStatus, Status
+from cw.serve.scheduler.base import SchedulerConfig
+from cw.serve.telemetry import REQUEST_COLUMNS, ACTION_COLUMNS, ActionRow, RequestRow, TelemetryLog
+
+try:
+    from cw.replay import _fastsim
+except ImportError:  # built without a C++ compiler: the Python simulator serves
+    _fastsim = None
+
+SIM_ENGINES = ("auto", "compiled", "python")
+ACTION_KINDS = ("infer", "load", "unload")  # the codes _fastsim.cpp writes
+
+# _fastsim.cpp hard-codes these protocol values: fail loudly, not silently, if they move.
+_EXPECTED = {Status.OK: 0, Status.TOO_LATE: 2, Status.NOT_LOADED: 3, Status.NO_PAGES: 4,
+             Status.ALREADY_LOADED: 5, Status.BAD_INPUT: 7, Status.SHUTTING_DOWN: 12,
+             RequestStatus.OK: 0, RequestStatus.REJECTED: 1, RequestStatus.TIMED_OUT: 2,
+             RequestStatus.BAD_INPUT: 4, RequestStatus.ERROR: 6}
+if any(int(k) != v for k, v in _EXPECTED.items()):  # pragma: no cover - a protocol change
+    raise ImportError("cw/replay/_fastsim.cpp: status codes differ from cw.serve.protocol")
+if len(REQUEST_COLUMNS) != 16 or len(ACTION_COLUMNS) != 20:  # pragma: no cover
+    raise ImportError("cw/replay/_fastsim.cpp: telemetry columns differ from cw.serve.telemetry")
+
+
+def available() -> bool:
+    return _fastsim is not None
+
+
+def engine_for(scheduler: str, engine: str) -> str:
+    """Which simulator runs `scheduler`: "compiled" or "python"."""
+    if engine not in SIM_ENGINES:
+        raise UsageError(f"unknown --sim-engine '{engine}'", f"use one of {', '.join(SIM_ENGINES)}")
+    if engine == "python":
+        return "python"
+    if scheduler != "clockwork":
+        if engine == "compiled":
+            raise UsageError(f"the compiled simulator runs the clockwork policy only, not "
+                             f"'{scheduler}'", "drop --sim-engine or use --sim-engine auto")
+        return "python"
+    if _fastsim is None:
+        if engine == "compiled":
+            raise UsageError("the compiled simulator was not built with this installation",
+                             "reinstall cw where a C++ compiler (g++) is present, or use "
+                             "--sim-engine auto")
+        return "python"
+    return "compiled"
+
+
+def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: dict,
+        sim_config, slo_ns: int, telemetry: TelemetryLog, *, times_ns=None, model_names=None,
+        closed=None, progress=None) -> int:
+    """One simulation, as `Simulation(...).run(times_ns, model_names, slo_ns)` or (with `closed`,
+    a workloads.ClosedLoop) `.run_closed(closed, slo_ns)`; rows go to `telemetry`. Returns the
+    virtual time it ended at."""
+    if _fastsim is None:
+        raise UsageError("the compiled simulator was not built", "use the Python simulator")
+    c, s = scheduler_config, sim_config
+    config = (c.schedule_ahead_ns, c.infer_slack_ns, c.load_slack_ns, c.max_loads_in_flight,
+              c.estimate_window, c.network_latency_ns, float(c.input_ns_per_byte),
+              c.completion_margin_ns, c.margin_expiry_ns, c.answer_guard_ns, c.reject_sweep_ns,
+              c.replication_check_ns, s.workers, s.gpus_per_worker, s.pages_per_gpu,
+              s.network_ns, float(s.noise), int(s.seed), slo_ns)
+    position = {m.model_id: i for i, m in enumerate(models)}
+    names = [m.model_id for m in models]
+    table = [_model_entry(m, durations[m.model_id]) for m in models]
+    if closed is not None:
+        times, index = b"", b""
+        loop = (closed.concurrency, closed.think_ns, closed.duration_ns,
+                [position[m] for m in closed.models])
+    else:
+        times = np.ascontiguousarray(times_ns, dtype=np.int64).tobytes()
+        index = np.fromiter((position[m] for m in model_names), dtype=np.int32,
+                            count=len(model_names)).tobytes()
+        loop = None
+    sink = _Sink(telemetry, names)
+    fields = ([_csv_field(n) for n in names], [_csv_field(n) for n in sink.request_status],
+              [_csv_field(n) for n in sink.action_status], [_csv_field(n) for n in ACTION_KINDS])
+    return _fastsim.run(config, table, times, index, loop, progress, sink, fields)
+
+
+def _csv_field(text: str) -> bytes:
+    """`text` as the csv module writes it in a row (quoted only where it must be)."""
+    buf = io.StringIO()
+    csv.writer(buf).writerow([text, ""])
+    return buf.getvalue()[:-len(",\r\n")].encode()
+
+
+def _model_entry(m: ModelInfo, est) -> tuple:
+    largest = m.batch_sizes[-1]
+
+    def by_size(d):
+        return [int(d.get(b, 0)) for b in range(largest + 1)]
+
+    exec_items = [v for b, ns in m.exec_ns.items() for v in (int(b), int(ns))]
+    return (m.pages, list(m.batch_sizes), m.load_ns, exec_items,
+            sum(t.sample_bytes for t in m.inputs), est.load_ns, by_size(est.exec_ns),
+            by_size(est.input_ns), by_size(est.output_ns))
+
+
+class _Sink:
+    """Takes the core's chunks: int64 rows become telemetry rows (kept for the summary and
+    report), and the CSV text it formatted goes to the files as it is."""
+
+    def __init__(self, telemetry: TelemetryLog, names: list[str]):
+        self.telemetry = telemetry
+        self.names = names
+        self.request_status = _by_code(REQUEST_STATUS_NAME)
+        self.action_status = _by_code(STATUS_NAME)
+
+    def __call__(self, kind: str, data: bytes, text: bytes) -> None:
+        text = text.decode()
+        if kind == "requests":
+            cols = _columns(data, 16)
+            names, status = self.names, self.request_status
+            cols[1] = [names[i] for i in cols[1]]
+            cols[8] = [status[i] for i in cols[8]]
+            for j in (9, 14, 15):
+                cols[j] = [bool(v) for v in cols[j]]
+            self.telemetry.extend("requests", list(map(RequestRow, *cols)), text)
+        else:
+            cols = _columns(data, 20)
+            names, status = self.names, self.action_status
+            cols[1] = [ACTION_KINDS[i] for i in cols[1]]
+            cols[2] = [status[i] for i in cols[2]]
+            cols[5] = [names[i] for i in cols[5]]
+            cols[19] = [bool(v) for v in cols[19]]
+            self.telemetry.extend("actions", list(map(ActionRow, *cols)), text)
+
+
+def _by_code(names: dict) -> list[str]:
+    table = [""] * (max(int(s) for s in names) + 1)
+    for status, name in names.items():
+        table[int(status)] = name
+    return table
+
+
+def _columns(data: bytes, width: int) -> list[list[int]]:
+    rows = np.frombuffer(data, dtype=np.int64).reshape(-1, width)
+    return [rows[:, j].tolist() for j in range(width)]

@@ -1,0 +1,21 @@
+"""The compiled simulation core (cw/replay/_fastsim.cpp). Everything else is in pyproject.toml.
+
+It is optional: where no C++ compiler is found, cw installs without it and `cw replay
+--simulate` runs the Python simulator (cw/replay/simulate.py), which takes the same decisions
+more slowly."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "cw.replay._fastsim",
+            sources=["cw/replay/_fastsim.cpp"],
+            language="c++",
+            extra_compile_args=["-O2", "-std=c++17"],
+            define_macros=[("Py_LIMITED_API", "0x030B0000")],
+            py_limited_api=True,
+            optional=True,
+        )
+    ],
+)

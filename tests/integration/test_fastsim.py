@@ -1,0 +1,185 @@
+"""The compiled simulator (cw/replay/_fastsim.cpp) against the Python one (simulate.py +
+clockwork.py): the same workload must give byte-identical telemetry, for every part of the policy
+a workload exercises (batching, rejections, loads and LRU unloads, TOO_LATE re-planning, the
+answer guard, noise, closed loops)."""
+
+import shutil
+import subprocess
+import sys
+
+import msgspec
+import pytest
+
+from cw.errors import UsageError
+from cw.replay import arrivals, fastsim, workloads
+from cw.replay.runner import ReplayConfig, replay, resolve_models
+from cw.replay.simulate import SimConfig, Simulation
+from cw.replay.traces import load_trace
+from cw.serve.scheduler import SchedulerConfig, make_scheduler
+from cw.serve.telemetry import TelemetryLog
+
+NS = 1_000_000_000
+MS = 1_000_000
+
+compiled = pytest.mark.skipif(not fastsim.available(), reason="the compiled simulator was not "
+                              "built (test_built_where_a_compiler_is fails if it should be)")
+
+
+def test_built_where_a_compiler_is():
+    """pip builds the extension when a C++ compiler is present (optional=True would otherwise
+    hide a broken build behind the Python fallback)."""
+    if not (shutil.which("g++") or shutil.which("c++")):
+        pytest.skip("no C++ compiler here: the Python simulator serves")
+    assert fastsim.available()
+
+
+def _both(tmp_path, infos, durations, sim_config, slo_ns, scheduler_config=SchedulerConfig(),
+          names=None, times_ns=None, loop=None):
+    """Run both simulators; return the two output directories' CSV bytes and the row counts."""
+    out = {}
+    for engine in ("python", "compiled"):
+        log = TelemetryLog(tmp_path / engine)
+        if engine == "python":
+            sim = Simulation(make_scheduler("clockwork", scheduler_config), infos, durations,
+                             sim_config, log)
+            if loop is not None:
+                sim.run_closed(loop, slo_ns)
+            else:
+                sim.run(times_ns, names, slo_ns)
+        else:
+            fastsim.run(scheduler_config, infos, durations, sim_config, slo_ns, log,
+                        times_ns=times_ns, model_names=names, closed=loop)
+        log.close()
+        out[engine] = {f: (tmp_path / engine / f).read_bytes()
+                       for f in ("requests.csv", "actions.csv")}
+    return out
+
+
+def _trace_workload(infos, seconds, rate):
+    arr = arrivals.generate(load_trace("azure"), [m.model_id for m in infos], duration_s=seconds,
+                            start_minute=0, rate_scale=None, target_rate=rate,
+                            arrivals="poisson", mapping="contiguous", seed=0)
+    return arr.times_ns, [arr.models[i] for i in arr.model_index]
+
+
+def _column(csv_bytes, name):
+    lines = csv_bytes.decode().splitlines()
+    i = lines[0].split(",").index(name)
+    return [line.split(",")[i] for line in lines[1:]]
+
+
+@compiled
+@pytest.mark.parametrize("case", ["6 GPUs", "tight SLO", "few pages + noise", "learned margin",
+                                  "closed loop"])
+def test_compiled_telemetry_identical_to_python(tmp_path, case):
+    infos, durations = resolve_models("resnet50,resnet18,resnet152,inception_v3", 5,
+                                      "paper")
+    slo, sim_config, loop, times, names = 100 * MS, SimConfig(6, 1), None, None, None
+    scheduler_config = SchedulerConfig()
+    if case == "6 GPUs":
+        times, names = _trace_workload(infos, 6, 1000)
+    elif case == "tight SLO":
+        sim_config = SimConfig(1, 1)
+        slo = 25 * MS
+        times, names = _trace_workload(infos, 8, 400)
+    elif case == "few pages + noise":
+        # 30 pages per GPU hold ~2 resnet50s: every few requests evict (UNLOAD) and LOAD;
+        # EXECs 30 % longer or shorter than planned trip the answer guard now and then
+        sim_config = SimConfig(2, 1, pages_per_gpu=30, noise=0.3, seed=7)
+        slo = 50 * MS
+        times, names = _trace_workload(infos, 6, 600)
+    elif case == "learned margin":
+        # no fixed completion margin: the margin is the learned p99 of the answers' delays
+        scheduler_config = SchedulerConfig(completion_margin_ns=0)
+        sim_config = SimConfig(1, 1, noise=0.1, seed=2)
+        slo = 25 * MS
+        times, names = _trace_workload(infos, 6, 400)
+    else:
+        loop = workloads.ClosedLoop([m.model_id for m in infos[:6]], concurrency=4,
+                                    duration_ns=2 * NS)
+        sim_config = SimConfig(1, 1)
+        slo = 25 * MS
+    out = _both(tmp_path, infos, durations, sim_config, slo, scheduler_config, names=names,
+                times_ns=times, loop=loop)
+    for f in ("requests.csv", "actions.csv"):
+        assert out["compiled"][f] == out["python"][f], f"{case}: {f} differs"
+    requests, actions = out["python"]["requests.csv"], out["python"]["actions.csv"]
+    statuses = set(_column(requests, "status"))
+    kinds = {(k, s) for k, s in zip(_column(actions, "kind"), _column(actions, "status"))}
+    assert len(requests.splitlines()) > 1000
+    # each case exercises what it is there for (else an equality would prove little)
+    if case == "tight SLO":
+        assert "REJECTED" in statuses
+    if case == "few pages + noise":
+        assert ("unload", "OK") in kinds and ("load", "OK") in kinds
+        assert len(set(_column(actions, "measured_ns"))) > 100  # noisy durations
+        assert "TIMED_OUT" in statuses
+    if case == "6 GPUs":
+        assert {b for b in _column(requests, "batch_size")} - {"0", "1"}  # batches formed
+
+
+@compiled
+def test_compiled_quotes_model_names_as_the_csv_module(tmp_path):
+    infos, durations = resolve_models("resnet18", 2, "paper")
+    renamed = {"res,net": infos[0], 'say "hi"': infos[1]}
+    infos = [msgspec.structs.replace(m, model_id=n) for n, m in renamed.items()]
+    durations = {n: durations[m.model_id] for n, m in renamed.items()}
+    times = [i * 2 * MS for i in range(500)]
+    names = [infos[i % 2].model_id for i in range(500)]
+    out = _both(tmp_path, infos, durations, SimConfig(1, 1), 100 * MS, names=names,
+                times_ns=times)
+    assert out["compiled"] == out["python"]
+    assert b'"res,net"' in out["compiled"]["requests.csv"]
+    assert b'"say ""hi"""' in out["compiled"]["actions.csv"]
+
+
+@compiled
+def test_replay_reports_the_engine_and_agrees(tmp_path):
+    summaries = {}
+    for engine in ("compiled", "python"):
+        summaries[engine] = replay(ReplayConfig(duration_s=5, target_rate=500, workers=2,
+                                                sim_engine=engine, out=tmp_path / engine))
+        assert summaries[engine]["sim_engine"] == engine
+    for key in ("requests", "completed_in_slo", "rejected", "late", "latency_ms",
+                "mean_batch_size", "cold_starts"):
+        assert summaries["compiled"][key] == summaries["python"][key], key
+    assert ((tmp_path / "compiled" / "report.html").read_bytes().count(b"<svg")
+            == (tmp_path / "python" / "report.html").read_bytes().count(b"<svg"))
+
+
+def test_sim_engine_choices():
+    assert fastsim.engine_for("clipper", "auto") == "python"
+    assert fastsim.engine_for("clockwork", "python") == "python"
+    expected = "compiled" if fastsim.available() else "python"
+    assert fastsim.engine_for("clockwork", "auto") == expected
+    with pytest.raises(UsageError, match="clockwork policy only"):
+        fastsim.engine_for("clipper", "compiled")
+    with pytest.raises(UsageError, match="unknown --sim-engine"):
+        ReplayConfig(sim_engine="fast")
+
+
+def test_cli_refuses_compiled_engine_for_a_baseline(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "cw", "replay", "--simulate", "--scheduler",
+                        "clipper", "--sim-engine", "compiled", "--duration", "5s",
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "clockwork policy only" in r.stderr + r.stdout
+    assert not (tmp_path / "o").exists()
+
+
+@compiled
+def test_progress_and_errors_from_callbacks_propagate(tmp_path):
+    infos, durations = resolve_models("resnet18", 2, "paper")
+    times, names = _trace_workload(infos, 30, 1000)
+    seen = []
+    fastsim.run(SchedulerConfig(), infos, durations, SimConfig(2, 1), 100 * MS, TelemetryLog(),
+                times_ns=times, model_names=names, progress=lambda n, t: seen.append((n, t)))
+    assert [n for n, _ in seen[:-1]] == list(range(5000, len(names) + 1, 5000))
+    assert seen[-1][0] == len(names) and all(a[1] <= b[1] for a, b in zip(seen, seen[1:]))
+
+    def stop(n, t):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fastsim.run(SchedulerConfig(), infos, durations, SimConfig(2, 1), 100 * MS,
+                    TelemetryLog(), times_ns=times, model_names=names, progress=stop)
