@@ -82,9 +82,9 @@ struct PyRandom {
     for (mti = 1; mti < 624; mti++)
       mt[mti] = 1812433253U * (mt[mti - 1] ^ (mt[mti - 1] >> 30)) + (uint32_t)mti;
   }
-  void seed(uint64_t s) {
-    uint32_t key[2] = {(uint32_t)(s & 0xffffffffU), (uint32_t)(s >> 32)};
-    int len = key[1] ? 2 : 1;
+  // random.seed(n) for an int n: init_by_array over abs(n)'s 32-bit words, least first
+  void seed(const std::vector<uint32_t>& key) {
+    int len = (int)key.size();
     init_genrand(19650218U);
     int i = 1, j = 0;
     for (int k = std::max(624, len); k; k--) {
@@ -1100,7 +1100,8 @@ bool get_i64_list(PyObject* seq, Py_ssize_t i, std::vector<i64>* out) {
 }
 
 // run(config, models, times, model_index, closed, progress, sink, fields)
-//   config: 19 numbers, Config's order then the SLO; models: per model (pages, batch_sizes, load_ns,
+//   config: 19 entries, Config's order (the seed as abs(seed)'s 32-bit words, least first) then
+//   the SLO; models: per model (pages, batch_sizes, load_ns,
 //   exec_ns items flattened [b, ns, ...], sample_bytes, sim_load, sim_exec, sim_input,
 //   sim_output — the last three indexed by batch size); times: int64 bytes; model_index: int32
 //   bytes; closed: None or (concurrency, think_ns, duration_ns, model indices); progress(
@@ -1145,8 +1146,10 @@ PyObject* fastsim_run(PyObject*, PyObject* args) {
                  &c.network_ns};
   for (int i = 0; ok && i < 9; i++) ok = get_i64(cfg, 7 + i, more[i]);
   ok = ok && get_f64(cfg, 16, &c.noise);
-  i64 seed = 0, slo = 0;
-  ok = ok && get_i64(cfg, 17, &seed) && get_i64(cfg, 18, &slo);
+  std::vector<i64> seed_words;
+  i64 slo = 0;
+  ok = ok && get_i64_list(cfg, 17, &seed_words) && get_i64(cfg, 18, &slo);
+  if (ok && seed_words.empty()) seed_words.push_back(0);
   sim->slo = slo;
   if (ok && (c.window < 1 || c.workers < 1 || c.gpus_per_worker < 1)) {
     PyErr_SetString(PyExc_ValueError, "window, workers and GPUs per worker must be >= 1");
@@ -1227,7 +1230,9 @@ PyObject* fastsim_run(PyObject*, PyObject* args) {
   }
   PyObject* result = nullptr;
   if (ok) {
-    sim->rng.seed((uint64_t)(seed < 0 ? -seed : seed));
+    std::vector<uint32_t> key;
+    for (i64 w : seed_words) key.push_back((uint32_t)w);
+    sim->rng.seed(key);
     sim->sched.c = c;
     sim->sched.init(&sim->models, &sim->decisions);
     sim->gpus.resize((size_t)(c.workers * c.gpus_per_worker));

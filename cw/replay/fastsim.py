@@ -76,7 +76,7 @@ def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: d
               c.estimate_window, c.network_latency_ns, float(c.input_ns_per_byte),
               c.completion_margin_ns, c.margin_expiry_ns, c.answer_guard_ns, c.reject_sweep_ns,
               c.replication_check_ns, s.workers, s.gpus_per_worker, s.pages_per_gpu,
-              s.network_ns, float(s.noise), int(s.seed), slo_ns)
+              s.network_ns, float(s.noise), _seed_words(s.seed), slo_ns)
     position = {m.model_id: i for i, m in enumerate(models)}
     names = [m.model_id for m in models]
     table = [_model_entry(m, durations[m.model_id]) for m in models]
@@ -93,6 +93,16 @@ def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: d
     fields = ([_csv_field(n) for n in names], [_csv_field(n) for n in sink.request_status],
               [_csv_field(n) for n in sink.action_status], [_csv_field(n) for n in ACTION_KINDS])
     return _fastsim.run(config, table, times, index, loop, progress, sink, fields)
+
+
+def _seed_words(seed: int) -> list[int]:
+    """random.Random(seed)'s key: abs(seed) in 32-bit words, least significant first."""
+    n, words = abs(int(seed)), []
+    while True:
+        words.append(n & 0xFFFFFFFF)
+        n >>= 32
+        if not n:
+            return words
 
 
 def _csv_field(text: str) -> bytes:

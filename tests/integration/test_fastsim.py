@@ -183,3 +183,15 @@ def test_progress_and_errors_from_callbacks_propagate(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         fastsim.run(SchedulerConfig(), infos, durations, SimConfig(2, 1), 100 * MS,
                     TelemetryLog(), times_ns=times, model_names=names, progress=stop)
+
+
+@compiled
+@pytest.mark.parametrize("seed", [0, 12345, -7, 2**40 + 3, 2**70 + 5])
+def test_noise_matches_python_random_for_any_seed(tmp_path, seed):
+    infos, durations = resolve_models("resnet18", 2, "paper")
+    times = [i * 3 * MS for i in range(300)]
+    names = [infos[i % 2].model_id for i in range(300)]
+    out = _both(tmp_path, infos, durations, SimConfig(1, 1, noise=0.2, seed=seed), 100 * MS,
+                names=names, times_ns=times)
+    assert out["compiled"] == out["python"]
+    assert len(set(_column(out["compiled"]["actions.csv"], "measured_ns"))) > 200
