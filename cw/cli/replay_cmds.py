@@ -58,9 +58,9 @@ def replay_cmd(
                                             "controller is on this host."),
     noise: float = typer.Option(0.0, "--noise", help="Relative std of simulated durations."),
     sim_engine: str = typer.Option(_D.sim_engine, "--sim-engine",
-                                   help="--simulate: auto (the compiled simulator for "
-                                        "clockwork where it was built), compiled or python; "
-                                        "both take the same decisions."),
+                                   help="--simulate: auto (the compiled simulator where "
+                                        "it was built), compiled or python; both take the "
+                                        "same decisions."),
     log_stalls: str = typer.Option(None, "--log-stalls",
                                    help="Live, local controller: log every stall of it and its "
                                         "workers longer than this (e.g. 1ms) to OUT/stalls.log."),

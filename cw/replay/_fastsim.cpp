@@ -1,7 +1,8 @@
 // The virtual-time simulation of cw/replay/simulate.py with the Clockwork policy of
 // cw/serve/scheduler/clockwork.py, compiled. It takes the same decisions in the same order as
 // the Python code it mirrors (tests/integration/test_fastsim.py compares the telemetry byte for
-// byte), so a change to either Python module must be made here too.
+// byte), so a change to either Python module must be made here too. The baseline policies of
+// cw/serve/scheduler/baselines.py are here as well.
 //
 // Why it exists: issue 6 asks for virtual/wall >= 100 at 1,000 r/s, i.e. <= 10 us per request
 // for everything, and the Python event loop alone needs ~9 us (docs/benchmarks.md).
@@ -150,12 +151,14 @@ struct PyRandom {
 
 struct Req {
   i64 id, arrival, deadline;
+  i64 key;    // queue order, the first item of the Python heap's tuples: the deadline
+              // (clockwork: EDF), the arrival (baselines: FIFO)
   int model, n;
   bool cold;  // ClockworkScheduler.cold: no GPU held its model when it arrived
 };
 
-inline bool req_before(const Req& a, const Req& b) {  // heap order: (deadline, id)
-  return a.deadline < b.deadline || (a.deadline == b.deadline && a.id < b.id);
+inline bool req_before(const Req& a, const Req& b) {  // heap order: (key, id)
+  return a.key < b.key || (a.key == b.key && a.id < b.id);
 }
 struct ReqAfter {  // for std::*_heap, which keep the largest on top
   bool operator()(const Req& a, const Req& b) const { return req_before(b, a); }
@@ -227,8 +230,24 @@ struct Decision {
 const int RQ_WINDOW = 1000, RQ_EVERY = 100;
 const double RQ_Q = 0.99;
 
+// The policy: ClockworkScheduler, or one of the baselines (baselines.py), which share its
+// bookkeeping, loads and results and differ in admission, queue order and planning.
+enum { P_CLOCKWORK = 0, P_FIFO = 1, P_BATCH_TIMEOUT = 2, P_CLIPPER = 3 };
+const i64 OPEN_WINDOW_NS = (i64)3600 * 1000000000;  // baselines.OPEN_WINDOW_NS
+
+struct Policy {
+  int kind = P_CLOCKWORK;
+  i64 max_batch = 16, max_queue_delay = 2000000;          // batch-timeout
+  i64 slo = 100000000, aimd_step = 1;                      // clipper
+  double backoff = 0.9;
+};
+
 struct Scheduler {
   Config c;
+  Policy p;
+  std::vector<int> name_rank;      // model -> rank of its name (baselines break ties by name)
+  std::vector<int> busy_infers;    // slot -> INFERs in flight (_Baseline.busy)
+  std::vector<double> clipper_batch;  // model -> AIMD batch size, 0 if unset (1.0 then)
   std::vector<Model>* models;
   int nm = 0, nb = 0;  // models; batch-size slots per model (largest size + 1)
   std::vector<Gpu> gpus;
@@ -259,6 +278,7 @@ struct Scheduler {
     queues.init(nm);
     cold_demand.init(nm);
     cold_demand_t.assign(nm, 0);
+    clipper_batch.assign(nm, 0.0);
   }
 
   i64 margin(int worker) const {
@@ -308,6 +328,7 @@ struct Scheduler {
       exec_cells.emplace_back((size_t)nm * nb);
       load_cells.emplace_back(nm);
       last_exec.push_back(0);
+      busy_infers.push_back(0);
     }
     for (int m = 0; m < nm; m++) {
       const Model& model = (*models)[m];
@@ -341,6 +362,7 @@ struct Scheduler {
   }
 
   void request_arrived(i64 now, Req r) {
+    if (p.kind != P_CLOCKWORK) return baseline_arrived(r);
     bool resident;
     bool feasible = feasibility(now, r.model, r.deadline, &resident);
     if (!feasible) {
@@ -359,6 +381,11 @@ struct Scheduler {
     (void)start;
     auto it = inflight.find(action_id);
     if (it == inflight.end()) return;
+    if (p.kind != P_CLOCKWORK && it->second.kind == K_INFER) {
+      int& busy = busy_infers[it->second.slot];
+      busy = std::max(0, busy - 1);
+      if (status == S_OK && p.kind == P_CLIPPER) clipper_observe(it->second, device);
+    }
     InFlight f = std::move(it->second);
     inflight.erase(it);
     Gpu* gpu = gpu_of_slot(f.slot);
@@ -427,10 +454,11 @@ struct Scheduler {
     if (!has_last_sweep || now - last_sweep >= c.reject_sweep) {
       has_last_sweep = true; last_sweep = now;
       expire_margins(now);
-      reject_infeasible(now);
+      if (p.kind == P_CLOCKWORK) reject_infeasible(now);  // baselines: every worker holds all
     }
     if (!guards.empty() && guards.top().first <= now + c.answer_guard) time_out_overdue(now);
-    plan_infers(now);
+    if (p.kind == P_CLOCKWORK) plan_infers(now);
+    else baseline_plan(now);
     bool replicate = !has_last_replication || now - last_replication >= c.replication_check;
     if (replicate) { has_last_replication = true; last_replication = now; }
     plan_loads(now, replicate);
@@ -513,7 +541,7 @@ struct Scheduler {
     i64 floor = std::max(g.exec_free, g.loaded[m]);
     i64 reach = now + c.network_latency;
     auto& h = heaps[m];
-    i64 deadline = h.front().deadline - margin(g.worker);
+    i64 deadline = h.front().key - margin(g.worker);
     if (h.size() == 1) {
       const Req& r = h.front();
       if (r.n > largest) return false;
@@ -630,7 +658,7 @@ struct Scheduler {
     if (!queues.has(m)) return 0.0;
     auto& h = heaps[m];
     i64 num = (i64)h.size() * (*models)[m].min_exec_info;
-    return (double)num / (double)std::max<i64>(1, h.front().deadline - now);
+    return (double)num / (double)std::max<i64>(1, h.front().key - now);
   }
 
   bool resident(int m) {
@@ -651,7 +679,7 @@ struct Scheduler {
     work /= (double)holders.size();
     i64 capacity = 0;
     for (Gpu* g : holders)
-      capacity += std::max<i64>(0, h.front().deadline -
+      capacity += std::max<i64>(0, h.front().key -
                                        std::max(std::max(now, g->exec_free), g->loaded[m]));
     if (work > (double)capacity) return true;
     i64 horizon = now + c.schedule_ahead;
@@ -753,7 +781,93 @@ struct Scheduler {
     return false;
   }
 
+  // --- the baselines (baselines.py) -----------------------------------------------------
+  void baseline_arrived(const Req& r0) {
+    Req r = r0;
+    r.key = r.arrival;  // FIFO per model
+    if (p.kind == P_CLIPPER) p.slo = r.deadline - r.arrival;  // the SLO the AIMD aims at
+    r.cold = !resident(r.model);
+    push_queue(r);
+  }
+
+  i64 batch_for(i64 now, int m) {
+    const Model& info = (*models)[m];
+    i64 waiting = (i64)heaps[m].size();
+    if (p.kind == P_FIFO) return 1;
+    if (p.kind == P_BATCH_TIMEOUT) {
+      i64 limit = std::min<i64>(p.max_batch, info.batch_sizes.back());
+      if (waiting >= limit || now - heaps[m].front().key >= p.max_queue_delay)
+        return std::min(waiting, limit);
+      return 0;
+    }
+    double current = clipper_batch[m] > 0 ? clipper_batch[m] : 1.0;
+    return std::max<i64>(1, std::min(std::min((i64)current, (i64)info.batch_sizes.back()),
+                                     waiting));
+  }
+
+  void clipper_observe(const InFlight& f, i64 device) {
+    double current = clipper_batch[f.model] > 0 ? clipper_batch[f.model] : 1.0;
+    double limit = (double)(*models)[f.model].batch_sizes.back();
+    clipper_batch[f.model] = device > p.slo ? std::max(1.0, current * p.backoff)
+                                            : std::min(limit, current + (double)p.aimd_step);
+  }
+
+  void baseline_plan(i64 now) {
+    for (auto& g : gpus) {
+      if (busy_infers[g.slot]) continue;
+      int model = -1;
+      i64 best_key = 0;
+      for (int m = queues.head; m >= 0; m = queues.next[m]) {
+        if (g.loaded[m] == NONE || batch_for(now, m) <= 0) continue;
+        i64 key = heaps[m].front().key;  // min((head key, model name)) over ready models
+        if (model < 0 || key < best_key || (key == best_key && name_rank[m] < name_rank[model])) {
+          model = m;
+          best_key = key;
+        }
+      }
+      if (model >= 0) send_batch(now, g, model, batch_for(now, model));
+    }
+  }
+
+  void send_batch(i64 now, Gpu& g, int model, i64 k) {
+    const Model& info = (*models)[model];
+    InFlight f;
+    f.kind = K_INFER; f.slot = g.slot; f.model = model; f.pages = 0;
+    i64 take = std::min<i64>(k, (i64)heaps[model].size());
+    for (i64 i = 0; i < take; i++) f.reqs.push_back(pop_queue(model));
+    if (heaps[model].empty()) queues.remove(model);
+    int b = info.padded[f.reqs.size()];
+    f.batch = b;
+    i64 est = exec_est(g, model, b);
+    i64 start = std::max(std::max(now + c.network_latency, g.exec_free), g.loaded[model]);
+    i64 action_id = next_id++;
+    Decision d{};
+    d.type = D_INFER; d.id = action_id; d.worker = g.worker; d.gpu = g.index;
+    d.model = model; d.batch = b; d.nreq = (int)f.reqs.size();
+    d.earliest = start; d.latest = start + OPEN_WINDOW_NS; d.expected = est;
+    out->push_back(d);
+    inflight.emplace(action_id, std::move(f));
+    last_exec[g.slot] = action_id;
+    busy_infers[g.slot] += 1;
+    g.exec_free = start + est;
+    g.busy += est;
+    g.last_used[model] = now;
+  }
+
+  i64 baseline_wakeup(i64 now) {
+    // GPUs free up and loads complete through results, which tick: a fallback timer only
+    if (!queues.size) return NONE;
+    if (p.kind != P_BATCH_TIMEOUT) return now + 10000000;
+    i64 least = NONE;
+    for (int m = queues.head; m >= 0; m = queues.next[m]) {
+      i64 t = heaps[m].front().key + p.max_queue_delay;
+      if (t > now && (least == NONE || t < least)) least = t;
+    }
+    return least == NONE ? now + 10000000 : least;
+  }
+
   i64 next_wakeup(i64 now) {
+    if (p.kind != P_CLOCKWORK) return baseline_wakeup(now);
     while (!guards.empty() && !inflight.count(guards.top().second)) guards.pop();
     bool has_guard = !guards.empty();
     i64 guard = has_guard ? guards.top().first - c.answer_guard : 0;
@@ -765,7 +879,7 @@ struct Scheduler {
     for (auto& g : gpus)
       if (holds_any(g, all, queues.size)) take(g.exec_free - c.schedule_ahead);
     for (int m = queues.head; m >= 0; m = queues.next[m])
-      take(heaps[m].front().deadline - c.completion_margin);
+      take(heaps[m].front().key - c.completion_margin);
     if (has_guard) take(guard);
     return least == NONE ? NONE : std::max(now + 100000, least);
   }
@@ -985,7 +1099,7 @@ struct Sim {
   void arrive(i64 id, int model) {
     if ((i64)requests.size() <= id) requests.resize(std::max<size_t>(id + 1, requests.size() * 2));
     requests[id] = {now, now + slo, model, true};
-    Req r{id, now, now + slo, model, 1, false};
+    Req r{id, now, now + slo, now + slo, model, 1, false};
     sched.request_arrived(now, r);
     apply();
   }
@@ -1099,21 +1213,37 @@ bool get_i64_list(PyObject* seq, Py_ssize_t i, std::vector<i64>* out) {
   return ok;
 }
 
-// run(config, models, times, model_index, closed, progress, sink, fields)
+// run(config, models, times, model_index, closed, progress, sink, fields, policy)
 //   config: 19 entries, Config's order (the seed as abs(seed)'s 32-bit words, least first) then
 //   the SLO; models: per model (pages, batch_sizes, load_ns,
 //   exec_ns items flattened [b, ns, ...], sample_bytes, sim_load, sim_exec, sim_input,
-//   sim_output — the last three indexed by batch size); times: int64 bytes; model_index: int32
+//   sim_output — the last three indexed by batch size; the rank of its name among the models');
+//   times: int64 bytes; model_index: int32
 //   bytes; closed: None or (concurrency, think_ns, duration_ns, model indices); progress(
 //   processed, now) or None; sink(kind, int64 row bytes, CSV bytes); fields: the CSV renderings
-//   (bytes) of model names, request statuses, action statuses and action kinds, by code.
+//   (bytes) of model names, request statuses, action statuses and action kinds, by code;
+//   policy: (P_* code, max batch, max queue delay ns, SLO ns, AIMD step, backoff).
 //   Returns the virtual time it ended at.
 PyObject* fastsim_run(PyObject*, PyObject* args) {
-  PyObject *cfg, *ms, *times, *index, *closed, *progress, *sink, *fields;
-  if (!PyArg_ParseTuple(args, "OOSSOOOO", &cfg, &ms, &times, &index, &closed, &progress, &sink,
-                        &fields))
+  PyObject *cfg, *ms, *times, *index, *closed, *progress, *sink, *fields, *policy;
+  if (!PyArg_ParseTuple(args, "OOSSOOOOO", &cfg, &ms, &times, &index, &closed, &progress, &sink,
+                        &fields, &policy))
     return nullptr;
   Sim* sim = new Sim();
+  Policy& pol = sim->sched.p;
+  i64 kind = -1;
+  if (!(get_i64(policy, 0, &kind) && get_i64(policy, 1, &pol.max_batch) &&
+        get_i64(policy, 2, &pol.max_queue_delay) && get_i64(policy, 3, &pol.slo) &&
+        get_i64(policy, 4, &pol.aimd_step) && get_f64(policy, 5, &pol.backoff))) {
+    delete sim;
+    return nullptr;
+  }
+  if (kind < P_CLOCKWORK || kind > P_CLIPPER) {
+    PyErr_SetString(PyExc_ValueError, "policy: 0 clockwork, 1 fifo, 2 batch-timeout, 3 clipper");
+    delete sim;
+    return nullptr;
+  }
+  pol.kind = (int)kind;
   std::vector<std::string>* tables[] = {&sim->model_csv, &sim->rstatus_csv, &sim->status_csv,
                                         &sim->kind_csv};
   bool fields_ok = PySequence_Size(fields) == 4;
@@ -1163,11 +1293,12 @@ PyObject* fastsim_run(PyObject*, PyObject* args) {
     if (!t) { ok = false; break; }
     Model m;
     std::vector<i64> sizes, exec_flat, sx, si, so;
-    i64 sample_bytes = 0;
+    i64 sample_bytes = 0, rank = 0;
     ok = get_i64(t, 0, &m.pages) && get_i64_list(t, 1, &sizes) && get_i64(t, 2, &m.load_info) &&
          get_i64_list(t, 3, &exec_flat) && get_i64(t, 4, &sample_bytes) &&
          get_i64(t, 5, &m.sim_load) && get_i64_list(t, 6, &sx) && get_i64_list(t, 7, &si) &&
-         get_i64_list(t, 8, &so);
+         get_i64_list(t, 8, &so) && get_i64(t, 9, &rank);
+    sim->sched.name_rank.push_back((int)rank);
     Py_DECREF(t);
     if (!ok) break;
     if (sizes.empty() || exec_flat.empty() || exec_flat.size() % 2) {
@@ -1255,7 +1386,7 @@ PyMethodDef methods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastsim",
-                      "Compiled virtual-time simulation with the Clockwork policy.", -1, methods,
+                      "Compiled virtual-time simulation with cw's scheduling policies.", -1, methods,
                       nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace

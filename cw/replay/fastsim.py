@@ -1,11 +1,12 @@
-"""The compiled simulator: `Simulation` (simulate.py) with `ClockworkScheduler` (clockwork.py),
-in C++ (_fastsim.cpp), ~20x faster. It takes the same decisions in the same order, so its
-telemetry is byte-identical to the Python simulator's (tests/integration/test_fastsim.py checks
-this on several workloads); the Python code stays the reference and the live controller's.
+"""The compiled simulator: `Simulation` (simulate.py) with `ClockworkScheduler` (clockwork.py)
+or one of the baselines (baselines.py), in C++ (_fastsim.cpp), 10-20x faster. It takes the same
+decisions in the same order, so its telemetry is byte-identical to the Python simulator's
+(tests/integration/test_fastsim.py checks this on several workloads per policy); the Python code
+stays the reference and the live controller's.
 
-`cw replay --simulate` uses it for the clockwork policy where it was built (pip builds it when a
-C++ compiler is present; otherwise cw installs without it). `--sim-engine python` forces the
-Python simulator, e.g. to check a change to either against the other.
+`cw replay --simulate` uses it for every policy where it was built (pip builds it when a C++
+compiler is present; otherwise cw installs without it). `--sim-engine python` forces the Python
+simulator, e.g. to check a change to either against the other.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from cw.errors import UsageError
 from cw.serve.protocol import REQUEST_STATUS_NAME, STATUS_NAME, ModelInfo, RequestStatus, Status
+from cw.serve.scheduler import make_scheduler
 from cw.serve.scheduler.base import SchedulerConfig
 from cw.serve.telemetry import REQUEST_COLUMNS, ACTION_COLUMNS, ActionRow, RequestRow, TelemetryLog
 
@@ -43,16 +45,19 @@ def available() -> bool:
     return _fastsim is not None
 
 
+POLICIES = {"clockwork": 0, "fifo": 1, "batch-timeout": 2, "clipper": 3}  # _fastsim.cpp's P_*
+
+
 def engine_for(scheduler: str, engine: str) -> str:
     """Which simulator runs `scheduler`: "compiled" or "python"."""
     if engine not in SIM_ENGINES:
         raise UsageError(f"unknown --sim-engine '{engine}'", f"use one of {', '.join(SIM_ENGINES)}")
     if engine == "python":
         return "python"
-    if scheduler != "clockwork":
+    if scheduler not in POLICIES:
         if engine == "compiled":
-            raise UsageError(f"the compiled simulator runs the clockwork policy only, not "
-                             f"'{scheduler}'", "drop --sim-engine or use --sim-engine auto")
+            raise UsageError(f"the compiled simulator has no policy '{scheduler}'",
+                             "drop --sim-engine or use --sim-engine auto")
         return "python"
     if _fastsim is None:
         if engine == "compiled":
@@ -64,13 +69,15 @@ def engine_for(scheduler: str, engine: str) -> str:
 
 
 def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: dict,
-        sim_config, slo_ns: int, telemetry: TelemetryLog, *, times_ns=None, model_names=None,
-        closed=None, progress=None) -> int:
-    """One simulation, as `Simulation(...).run(times_ns, model_names, slo_ns)` or (with `closed`,
-    a workloads.ClosedLoop) `.run_closed(closed, slo_ns)`; rows go to `telemetry`. Returns the
-    virtual time it ended at."""
+        sim_config, slo_ns: int, telemetry: TelemetryLog, *, scheduler: str = "clockwork",
+        times_ns=None, model_names=None, closed=None, progress=None) -> int:
+    """One simulation, as `Simulation(make_scheduler(scheduler, scheduler_config), ...)
+    .run(times_ns, model_names, slo_ns)` or (with `closed`, a workloads.ClosedLoop)
+    `.run_closed(closed, slo_ns)`; rows go to `telemetry`. Returns the virtual time it ended at."""
     if _fastsim is None:
         raise UsageError("the compiled simulator was not built", "use the Python simulator")
+    engine_for(scheduler, "compiled")
+    policy = _policy(scheduler, scheduler_config)
     c, s = scheduler_config, sim_config
     config = (c.schedule_ahead_ns, c.infer_slack_ns, c.load_slack_ns, c.max_loads_in_flight,
               c.estimate_window, c.network_latency_ns, float(c.input_ns_per_byte),
@@ -79,7 +86,8 @@ def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: d
               s.network_ns, float(s.noise), _seed_words(s.seed), slo_ns)
     position = {m.model_id: i for i, m in enumerate(models)}
     names = [m.model_id for m in models]
-    table = [_model_entry(m, durations[m.model_id]) for m in models]
+    rank = {n: i for i, n in enumerate(sorted(names))}
+    table = [(*_model_entry(m, durations[m.model_id]), rank[m.model_id]) for m in models]
     if closed is not None:
         times, index = b"", b""
         loop = (closed.concurrency, closed.think_ns, closed.duration_ns,
@@ -92,7 +100,7 @@ def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: d
     sink = _Sink(telemetry, names)
     fields = ([_csv_field(n) for n in names], [_csv_field(n) for n in sink.request_status],
               [_csv_field(n) for n in sink.action_status], [_csv_field(n) for n in ACTION_KINDS])
-    return _fastsim.run(config, table, times, index, loop, progress, sink, fields)
+    return _fastsim.run(config, table, times, index, loop, progress, sink, fields, policy)
 
 
 def _seed_words(seed: int) -> list[int]:
@@ -110,6 +118,17 @@ def _csv_field(text: str) -> bytes:
     buf = io.StringIO()
     csv.writer(buf).writerow([text, ""])
     return buf.getvalue()[:-len(",\r\n")].encode()
+
+
+def _policy(scheduler: str, config: SchedulerConfig) -> tuple:
+    """_fastsim.cpp's Policy: the code, and the baselines' parameters as make_scheduler sets
+    them."""
+    s = make_scheduler(scheduler, config)
+    if scheduler == "batch-timeout":
+        return POLICIES[scheduler], s.max_batch, s.max_queue_delay_ns, 0, 0, 0.0
+    if scheduler == "clipper":
+        return POLICIES[scheduler], 0, 0, s.slo_ns, s.aimd_step, float(s.backoff)
+    return POLICIES[scheduler], 0, 0, 0, 0, 0.0
 
 
 def _model_entry(m: ModelInfo, est) -> tuple:

@@ -302,8 +302,8 @@ def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path,
     engine = fastsim.engine_for(config.scheduler, config.sim_engine)
     if engine == "compiled":
         fastsim.run(scheduler_config, infos, durations, sim_config, config.slo_ns, telemetry,
-                    times_ns=None if closed else arr.times_ns, model_names=names,
-                    closed=arr if closed else None, progress=advance)
+                    scheduler=config.scheduler, times_ns=None if closed else arr.times_ns,
+                    model_names=names, closed=arr if closed else None, progress=advance)
     else:
         sim = Simulation(make_scheduler(config.scheduler, scheduler_config), infos, durations,
                          sim_config, telemetry)

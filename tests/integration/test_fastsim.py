@@ -1,7 +1,7 @@
 """The compiled simulator (cw/replay/_fastsim.cpp) against the Python one (simulate.py +
-clockwork.py): the same workload must give byte-identical telemetry, for every part of the policy
-a workload exercises (batching, rejections, loads and LRU unloads, TOO_LATE re-planning, the
-answer guard, noise, closed loops)."""
+clockwork.py / baselines.py): the same workload must give byte-identical telemetry, for every
+part of each policy a workload exercises (batching, rejections, loads and LRU unloads, TOO_LATE
+re-planning, the answer guard, the learned margin, noise, closed loops, AIMD, batch timeouts)."""
 
 import shutil
 import subprocess
@@ -34,13 +34,13 @@ def test_built_where_a_compiler_is():
 
 
 def _both(tmp_path, infos, durations, sim_config, slo_ns, scheduler_config=SchedulerConfig(),
-          names=None, times_ns=None, loop=None):
+          names=None, times_ns=None, loop=None, scheduler="clockwork"):
     """Run both simulators; return the two output directories' CSV bytes and the row counts."""
     out = {}
     for engine in ("python", "compiled"):
         log = TelemetryLog(tmp_path / engine)
         if engine == "python":
-            sim = Simulation(make_scheduler("clockwork", scheduler_config), infos, durations,
+            sim = Simulation(make_scheduler(scheduler, scheduler_config), infos, durations,
                              sim_config, log)
             if loop is not None:
                 sim.run_closed(loop, slo_ns)
@@ -48,7 +48,7 @@ def _both(tmp_path, infos, durations, sim_config, slo_ns, scheduler_config=Sched
                 sim.run(times_ns, names, slo_ns)
         else:
             fastsim.run(scheduler_config, infos, durations, sim_config, slo_ns, log,
-                        times_ns=times_ns, model_names=names, closed=loop)
+                        scheduler=scheduler, times_ns=times_ns, model_names=names, closed=loop)
         log.close()
         out[engine] = {f: (tmp_path / engine / f).read_bytes()
                        for f in ("requests.csv", "actions.csv")}
@@ -147,23 +147,64 @@ def test_replay_reports_the_engine_and_agrees(tmp_path):
             == (tmp_path / "python" / "report.html").read_bytes().count(b"<svg"))
 
 
+@compiled
+@pytest.mark.parametrize("scheduler", ["fifo", "batch-timeout", "clipper"])
+@pytest.mark.parametrize("case", ["overload", "few pages + noise", "closed loop", "ties"])
+def test_compiled_baselines_identical_to_python(tmp_path, scheduler, case):
+    infos, durations = resolve_models("resnet50,resnet18,resnet152,inception_v3", 5, "paper")
+    loop = times = names = None
+    if case == "overload":  # queues build up: batches, AIMD back-off, late answers
+        sim_config, slo = SimConfig(1, 1), 25 * MS
+        times, names = _trace_workload(infos, 4, 500)
+    elif case == "ties":
+        # four models' requests at each instant, in reverse name order: which queue goes first
+        # is decided by the model's name; a 10 ms SLO that big batches exceed (AIMD back-off)
+        sim_config, slo = SimConfig(1, 1), 10 * MS
+        order = sorted((m.model_id for m in infos[::5]), reverse=True)
+        times = [(i // 4) * MS for i in range(2000)]
+        names = [order[i % 4] for i in range(2000)]
+    elif case == "few pages + noise":
+        sim_config, slo = SimConfig(2, 1, pages_per_gpu=30, noise=0.3, seed=5), 50 * MS
+        times, names = _trace_workload(infos, 4, 300)
+    else:
+        sim_config, slo = SimConfig(1, 1), 25 * MS
+        loop = workloads.ClosedLoop([m.model_id for m in infos[:6]], concurrency=4,
+                                    duration_ns=NS)
+    out = _both(tmp_path, infos, durations, sim_config, slo, names=names, times_ns=times,
+                loop=loop, scheduler=scheduler)
+    for f in ("requests.csv", "actions.csv"):
+        assert out["compiled"][f] == out["python"][f], f"{scheduler}, {case}: {f} differs"
+    requests, actions = out["python"]["requests.csv"], out["python"]["actions.csv"]
+    assert len(requests.splitlines()) > 300
+    kinds = set(_column(actions, "kind"))
+    if case == "overload":
+        late = [c > d for c, d in zip(map(int, _column(requests, "completion_ns")),
+                                       map(int, _column(requests, "deadline_ns")))]
+        assert any(late)  # the baselines answer late rather than reject
+        if scheduler != "fifo":
+            assert set(_column(requests, "batch_size")) - {"0", "1"}
+    if case == "few pages + noise":
+        assert "unload" in kinds
+
+
 def test_sim_engine_choices():
-    assert fastsim.engine_for("clipper", "auto") == "python"
-    assert fastsim.engine_for("clockwork", "python") == "python"
-    expected = "compiled" if fastsim.available() else "python"
-    assert fastsim.engine_for("clockwork", "auto") == expected
-    with pytest.raises(UsageError, match="clockwork policy only"):
-        fastsim.engine_for("clipper", "compiled")
+    for scheduler in ("clockwork", "clipper", "batch-timeout", "fifo"):
+        assert fastsim.engine_for(scheduler, "python") == "python"
+        expected = "compiled" if fastsim.available() else "python"
+        assert fastsim.engine_for(scheduler, "auto") == expected
+    assert fastsim.engine_for("a policy added later", "auto") == "python"
+    with pytest.raises(UsageError, match="no policy"):
+        fastsim.engine_for("a policy added later", "compiled")
     with pytest.raises(UsageError, match="unknown --sim-engine"):
         ReplayConfig(sim_engine="fast")
 
 
-def test_cli_refuses_compiled_engine_for_a_baseline(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "cw", "replay", "--simulate", "--scheduler",
-                        "clipper", "--sim-engine", "compiled", "--duration", "5s",
-                        "--out", str(tmp_path / "o")], capture_output=True, text=True)
+def test_cli_refuses_an_unknown_engine(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "cw", "replay", "--simulate", "--sim-engine",
+                        "fast", "--duration", "5s", "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True)
     assert r.returncode != 0
-    assert "clockwork policy only" in r.stderr + r.stdout
+    assert "unknown --sim-engine 'fast'" in r.stderr + r.stdout
     assert not (tmp_path / "o").exists()
 
 
