@@ -1,8 +1,10 @@
-"""The compiled simulation core (cw/replay/_fastsim.cpp). Everything else is in pyproject.toml.
+"""The compiled simulator (cw/replay/native/). Everything else is in pyproject.toml.
 
 It is optional: where no C++ compiler is found, cw installs without it and `cw replay
 --simulate` runs the Python simulator (cw/replay/simulate.py), which takes the same decisions
 more slowly."""
+
+import glob
 
 from setuptools import Extension, setup
 
@@ -10,7 +12,8 @@ setup(
     ext_modules=[
         Extension(
             "cw.replay._fastsim",
-            sources=["cw/replay/_fastsim.cpp"],
+            sources=["cw/replay/native/module.cpp"],
+            depends=glob.glob("cw/replay/native/*.hpp"),
             language="c++",
             extra_compile_args=["-O2", "-std=c++17"],
             define_macros=[("Py_LIMITED_API", "0x030B0000")],
