@@ -1,4 +1,4 @@
-"""Random workloads and policies through both simulators (cw/replay/_fastsim.cpp and
+"""Random workloads and policies through both simulators (cw/replay/native/ and
 simulate.py with clockwork.py or baselines.py): their telemetry must be byte-identical. tests/integration/test_fastsim.py checks
 chosen cases; this looks for the corners those miss (ties, memory pressure, odd configs).
 

@@ -1,5 +1,5 @@
 """The compiled simulator: `Simulation` (simulate.py) with `ClockworkScheduler` (clockwork.py)
-or one of the baselines (baselines.py), in C++ (_fastsim.cpp), 10-20x faster. It takes the same
+or one of the baselines (baselines.py), in C++ (native/), 10-20x faster. It takes the same
 decisions in the same order, so its telemetry is byte-identical to the Python simulator's
 (tests/integration/test_fastsim.py checks this on several workloads per policy); the Python code
 stays the reference and the live controller's.
@@ -28,24 +28,25 @@ except ImportError:  # built without a C++ compiler: the Python simulator serves
     _fastsim = None
 
 SIM_ENGINES = ("auto", "compiled", "python")
-ACTION_KINDS = ("infer", "load", "unload")  # the codes _fastsim.cpp writes
+ACTION_KINDS = ("infer", "load", "unload")  # the codes the compiled simulator writes
 
-# _fastsim.cpp hard-codes these protocol values: fail loudly, not silently, if they move.
+# native/ hard-codes these protocol values: fail loudly, not silently, if they move.
 _EXPECTED = {Status.OK: 0, Status.TOO_LATE: 2, Status.NOT_LOADED: 3, Status.NO_PAGES: 4,
              Status.ALREADY_LOADED: 5, Status.BAD_INPUT: 7, Status.SHUTTING_DOWN: 12,
              RequestStatus.OK: 0, RequestStatus.REJECTED: 1, RequestStatus.TIMED_OUT: 2,
              RequestStatus.BAD_INPUT: 4, RequestStatus.ERROR: 6}
 if any(int(k) != v for k, v in _EXPECTED.items()):  # pragma: no cover - a protocol change
-    raise ImportError("cw/replay/_fastsim.cpp: status codes differ from cw.serve.protocol")
+    raise ImportError("cw/replay/native: status codes differ from cw.serve.protocol")
 if len(REQUEST_COLUMNS) != 16 or len(ACTION_COLUMNS) != 20:  # pragma: no cover
-    raise ImportError("cw/replay/_fastsim.cpp: telemetry columns differ from cw.serve.telemetry")
+    raise ImportError("cw/replay/native: telemetry columns differ from cw.serve.telemetry")
 
 
 def available() -> bool:
     return _fastsim is not None
 
 
-POLICIES = {"clockwork": 0, "fifo": 1, "batch-timeout": 2, "clipper": 3}  # _fastsim.cpp's P_*
+# native/scheduler.hpp's P_* codes
+POLICIES = {"clockwork": 0, "fifo": 1, "batch-timeout": 2, "clipper": 3}
 
 
 def engine_for(scheduler: str, engine: str) -> str:
@@ -121,8 +122,8 @@ def _csv_field(text: str) -> bytes:
 
 
 def _policy(scheduler: str, config: SchedulerConfig) -> tuple:
-    """_fastsim.cpp's Policy: the code, and the baselines' parameters as make_scheduler sets
-    them."""
+    """native/scheduler.hpp's Policy: the code, and the baselines' parameters as make_scheduler
+    sets them."""
     s = make_scheduler(scheduler, config)
     if scheduler == "batch-timeout":
         return POLICIES[scheduler], s.max_batch, s.max_queue_delay_ns, 0, 0, 0.0

@@ -1,4 +1,4 @@
-"""The compiled simulator (cw/replay/_fastsim.cpp) against the Python one (simulate.py +
+"""The compiled simulator (cw/replay/native/) against the Python one (simulate.py +
 clockwork.py / baselines.py): the same workload must give byte-identical telemetry, for every
 part of each policy a workload exercises (batching, rejections, loads and LRU unloads, TOO_LATE
 re-planning, the answer guard, the learned margin, noise, closed loops, AIMD, batch timeouts)."""
@@ -149,13 +149,19 @@ def test_replay_reports_the_engine_and_agrees(tmp_path):
 
 @compiled
 @pytest.mark.parametrize("scheduler", ["fifo", "batch-timeout", "clipper"])
-@pytest.mark.parametrize("case", ["overload", "few pages + noise", "closed loop", "ties"])
+@pytest.mark.parametrize("case", ["overload", "few pages + noise", "closed loop", "ties",
+                                  "too large"])
 def test_compiled_baselines_identical_to_python(tmp_path, scheduler, case):
     infos, durations = resolve_models("resnet50,resnet18,resnet152,inception_v3", 5, "paper")
     loop = times = names = None
     if case == "overload":  # queues build up: batches, AIMD back-off, late answers
         sim_config, slo = SimConfig(1, 1), 25 * MS
         times, names = _trace_workload(infos, 4, 500)
+    elif case == "too large":
+        # 12 pages per GPU: resnet152 (16 pages) never fits; its requests are rejected, not
+        # queued forever (the simulation would never end)
+        sim_config, slo = SimConfig(2, 1, pages_per_gpu=12), 100 * MS
+        times, names = _trace_workload(infos, 4, 300)
     elif case == "ties":
         # four models' requests at each instant, in reverse name order: which queue goes first
         # is decided by the model's name; a 10 ms SLO that big batches exceed (AIMD back-off)
@@ -185,6 +191,9 @@ def test_compiled_baselines_identical_to_python(tmp_path, scheduler, case):
             assert set(_column(requests, "batch_size")) - {"0", "1"}
     if case == "few pages + noise":
         assert "unload" in kinds
+    if case == "too large":
+        statuses = _column(requests, "status")
+        assert "REJECTED" in statuses and "OK" in statuses
 
 
 def test_sim_engine_choices():

@@ -76,3 +76,26 @@ def test_baselines_answer_every_request():
         rids = [h.request(slo_ms=50) for _ in range(40)]
         drain(h, clock, 400)
         assert set(rids) <= set(h.finished), name
+
+
+def test_baselines_reject_what_no_gpu_can_hold_instead_of_queueing_it_forever():
+    from tests.unit.test_scheduler_clockwork import model, worker
+
+    for name in ("fifo", "batch-timeout", "clipper"):
+        clock = Clock()
+        h = Harness(clock)
+        h.s = make_scheduler(name, SchedulerConfig())
+        # a 30-page model on a 10-page GPU; a 2-page one on a 40-page GPU of another worker
+        h.event(h.s.worker_joined(clock.now, worker(0, [model("big", pages=30), model("m")])))
+        h.event(h.s.worker_joined(clock.now, worker(1, [model("m")], pages=40)))
+        big = h.request(model="big")
+        assert h.finished[big].status == RequestStatus.REJECTED, name
+        assert "large enough" in h.finished[big].message
+        # queued work whose only able workers leave is answered, not kept
+        h.event(h.s.worker_joined(clock.now, worker(2, [model("huge", pages=30)], pages=40)))
+        waiting = h.request(model="huge")
+        assert waiting not in h.finished
+        h.apply(h.s.worker_left(clock.now, 2))
+        clock.advance(2 * MS)
+        h.apply(h.s.tick(clock.now))
+        assert h.finished[waiting].status == RequestStatus.REJECTED, name

@@ -6,11 +6,19 @@
 
 namespace cwsim {
 
-// --- the baselines (baselines.py) -----------------------------------------------------
+// No GPU can hold the model (baselines.py's _servable; every simulated worker has every model):
+// rejected, or it would wait forever.
+bool Scheduler::baseline_servable(int m) {
+  for (auto& g : gpus)
+    if ((*models)[m].pages <= g.pages) return true;
+  return false;
+}
+
 void Scheduler::baseline_arrived(const Req& r0) {
+  if (p.kind == P_CLIPPER) p.slo = r0.deadline - r0.arrival;  // the SLO the AIMD aims at
+  if (!baseline_servable(r0.model)) return finish(r0.id, RS_REJECTED);
   Req r = r0;
   r.key = r.arrival;  // FIFO per model
-  if (p.kind == P_CLIPPER) p.slo = r.deadline - r.arrival;  // the SLO the AIMD aims at
   r.cold = !resident(r.model);
   push_queue(r);
 }

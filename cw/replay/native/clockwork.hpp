@@ -79,7 +79,8 @@ void Scheduler::tick(i64 now) {
   if (!has_last_sweep || now - last_sweep >= c.reject_sweep) {
     has_last_sweep = true; last_sweep = now;
     expire_margins(now);
-    if (p.kind == P_CLOCKWORK) reject_infeasible(now);  // baselines: every worker holds all
+    // baselines: GPUs never leave a simulation, so nothing queued becomes unservable
+    if (p.kind == P_CLOCKWORK) reject_infeasible(now);
   }
   if (!guards.empty() && guards.top().first <= now + c.answer_guard) time_out_overdue(now);
   if (p.kind == P_CLOCKWORK) plan_infers(now);

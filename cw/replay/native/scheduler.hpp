@@ -257,6 +257,7 @@ struct Scheduler {
   i64 next_wakeup(i64 now);
 
   // baselines.hpp
+  bool baseline_servable(int m);
   void baseline_arrived(const Req& r0);
   i64 batch_for(i64 now, int m);
   void clipper_observe(const InFlight& f, i64 device);

@@ -24,6 +24,7 @@ from cw.serve.scheduler.base import (ActionResult, Decision, Finish, Gpu, Reques
 from cw.serve.scheduler.clockwork import ClockworkScheduler, _InFlight
 
 OPEN_WINDOW_NS = 3_600 * 1_000_000_000  # baselines never let a worker refuse work as late
+UNSERVABLE = "no worker has the model on a GPU large enough for it"
 
 
 class _Baseline(ClockworkScheduler):
@@ -32,9 +33,16 @@ class _Baseline(ClockworkScheduler):
         self.arrivals: dict[int, int] = {}
         self.busy: dict[tuple[int, int], int] = {}  # gpu -> INFERs in flight
 
+    def _servable(self, model: str) -> bool:
+        """Some GPU of a worker that has the model could hold it. These policies never reject
+        for lack of time, but a request no GPU can ever run would wait forever."""
+        info, holders = self.catalog.get(model), self.holders.get(model)
+        return info is not None and bool(holders) and any(
+            g.worker_id in holders and info.pages <= g.pages for g in self.gpus.values())
+
     def request_arrived(self, now_ns: int, request: Request) -> list[Decision]:
-        if request.model not in self.catalog or not self.holders.get(request.model):
-            return [Finish(request.request_id, RequestStatus.REJECTED, "no worker has the model")]
+        if not self._servable(request.model):
+            return [Finish(request.request_id, RequestStatus.REJECTED, UNSERVABLE)]
         if not any(request.model in g.loaded for g in self.gpus.values()):
             self.cold.add(request.request_id)
         # FIFO per model: order by arrival, not deadline
@@ -48,10 +56,9 @@ class _Baseline(ClockworkScheduler):
     def _reject_infeasible(self, now_ns: int, decisions: list[Decision]) -> None:
         for model in [m for m, q in self.queues.items() if not q]:
             del self.queues[model]
-        for model in [m for m in self.queues if not self.holders.get(m)]:
-            for _, _, r in self.queues.pop(model):  # no worker left that has the model
-                decisions.append(Finish(r.request_id, RequestStatus.REJECTED,
-                                        "no worker has the model"))
+        for model in [m for m in self.queues if not self._servable(m)]:
+            for _, _, r in self.queues.pop(model):  # the workers that could run it left
+                decisions.append(Finish(r.request_id, RequestStatus.REJECTED, UNSERVABLE))
 
     def _batch_for(self, now_ns: int, model: str) -> int:
         raise NotImplementedError
