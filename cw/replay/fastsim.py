@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import NamedTuple
 
 import numpy as np
 
 from cw.errors import UsageError
+from cw.replay.columns import Columns
 from cw.serve.protocol import REQUEST_STATUS_NAME, STATUS_NAME, ModelInfo, RequestStatus, Status
 from cw.serve.scheduler import make_scheduler
 from cw.serve.scheduler.base import SchedulerConfig
@@ -71,10 +73,11 @@ def engine_for(scheduler: str, engine: str) -> str:
 
 def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: dict,
         sim_config, slo_ns: int, telemetry: TelemetryLog, *, scheduler: str = "clockwork",
-        times_ns=None, model_names=None, closed=None, progress=None) -> int:
+        times_ns=None, model_names=None, closed=None, progress=None) -> Output:
     """One simulation, as `Simulation(make_scheduler(scheduler, scheduler_config), ...)
     .run(times_ns, model_names, slo_ns)` or (with `closed`, a workloads.ClosedLoop)
-    `.run_closed(closed, slo_ns)`; rows go to `telemetry`. Returns the virtual time it ended at."""
+    `.run_closed(closed, slo_ns)`. Rows go to `telemetry` (its files, and its lists where it
+    keeps rows); the return value has them as columns too."""
     if _fastsim is None:
         raise UsageError("the compiled simulator was not built", "use the Python simulator")
     engine_for(scheduler, "compiled")
@@ -101,7 +104,8 @@ def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: d
     sink = _Sink(telemetry, names)
     fields = ([_csv_field(n) for n in names], [_csv_field(n) for n in sink.request_status],
               [_csv_field(n) for n in sink.action_status], [_csv_field(n) for n in ACTION_KINDS])
-    return _fastsim.run(config, table, times, index, loop, progress, sink, fields, policy)
+    end_ns = _fastsim.run(config, table, times, index, loop, progress, sink, fields, policy)
+    return Output(end_ns, sink.columns("requests"), sink.columns("actions"))
 
 
 def _seed_words(seed: int) -> list[int]:
@@ -144,18 +148,42 @@ def _model_entry(m: ModelInfo, est) -> tuple:
             by_size(est.input_ns), by_size(est.output_ns))
 
 
+class Output(NamedTuple):
+    end_ns: int          # virtual time the simulation ended at
+    requests: Columns    # the telemetry, column by column (cw/replay/columns.py)
+    actions: Columns
+
+
 class _Sink:
-    """Takes the core's chunks: int64 rows become telemetry rows (kept for the summary and
-    report), and the CSV text it formatted goes to the files as it is."""
+    """Takes the core's chunks: the CSV text it formatted goes to the files as it is, the int64
+    rows are kept as tables for the summary and report, and become telemetry row objects only
+    where the log keeps rows (`TelemetryLog(keep=True)`: millions of objects in a long run)."""
 
     def __init__(self, telemetry: TelemetryLog, names: list[str]):
         self.telemetry = telemetry
         self.names = names
         self.request_status = _by_code(REQUEST_STATUS_NAME)
         self.action_status = _by_code(STATUS_NAME)
+        self.tables: dict[str, list[np.ndarray]] = {"requests": [], "actions": []}
+
+    def columns(self, kind: str) -> Columns:
+        width = len(REQUEST_COLUMNS if kind == "requests" else ACTION_COLUMNS)
+        chunks = self.tables[kind]
+        table = np.concatenate(chunks) if chunks else np.zeros((0, width), np.int64)
+        if kind == "requests":
+            return Columns(RequestRow, len(table), table=table,
+                           codes={"model": self.names, "status": self.request_status})
+        return Columns(ActionRow, len(table), table=table,
+                       codes={"model": self.names, "status": self.action_status,
+                              "kind": list(ACTION_KINDS)})
 
     def __call__(self, kind: str, data: bytes, text: bytes) -> None:
         text = text.decode()
+        width = len(REQUEST_COLUMNS if kind == "requests" else ACTION_COLUMNS)
+        self.tables[kind].append(np.frombuffer(data, dtype=np.int64).reshape(-1, width))
+        if not self.telemetry.keep:
+            self.telemetry.extend(kind, [], text)
+            return
         if kind == "requests":
             cols = _columns(data, 16)
             names, status = self.names, self.request_status

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from cw.errors import UsageError
+from cw.replay.columns import actions_of, requests_of
 from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 
 W, H, PAD = 560, 240, 44
@@ -144,22 +145,26 @@ def shared_axis(summaries: list[dict]) -> tuple[float, float]:
 
 
 def run_series(r: Run, dur: float, bucket: float) -> RunSeries:
+    req, act = requests_of(r.requests), actions_of(r.actions)
+    ok = req.equals("status", "OK")
+
+    def ran(kind):  # actions of `kind` that ran
+        return act.equals("kind", kind) & act.equals("status", "OK")
+
     def load():
-        arr = [q.arrival_ns for q in r.requests]
-        ok = [q.completion_ns for q in r.requests if q.status == "OK"]
-        good = [q.completion_ns for q in r.requests if q.deadline_met]
         res = []
-        for label, times in (("offered", arr), ("throughput", ok), ("goodput", good)):
+        for label, times in (("offered", req["arrival_ns"]),
+                             ("throughput", req["completion_ns"][ok]),
+                             ("goodput", req["completion_ns"][req["deadline_met"]])):
             x, c = _per_bucket(times, bucket_s=bucket, t_end_s=dur)
             res.append((label, x, c / bucket))
         return res
 
     def lat_time():
-        ok = [q for q in r.requests if q.status == "OK"]
-        if not ok:
+        if not ok.any():
             return []
-        t = np.array([q.completion_ns for q in ok]) / 1e9
-        lat = np.array([q.latency_ns for q in ok]) / 1e6
+        t = req["completion_ns"][ok] / 1e9
+        lat = req["latency_ns"][ok] / 1e6
         edges = np.arange(0, dur + bucket, bucket)
         idx = np.digitize(t, edges) - 1
         xs, p50, p99, mx = [], [], [], []
@@ -174,40 +179,36 @@ def run_series(r: Run, dur: float, bucket: float) -> RunSeries:
         return [("p50", xs, np.array(p50)), ("p99", xs, np.array(p99)), ("max", xs, np.array(mx))]
 
     def lat_cdf():
-        x, y = _cdf([q.latency_ns / 1e6 for q in r.requests if q.status == "OK"])
+        x, y = _cdf(req["latency_ns"][ok] / 1e6)
         return [("latency", x, y)]
 
     def batches():
-        b = np.array([a.batch_size for a in r.actions if a.kind == "infer" and a.status == "OK"])
+        b = act["batch_size"][ran("infer")]
         sizes = np.arange(1, 17)
         return [("INFERs", sizes, np.array([(b == s).sum() for s in sizes]))]
 
     def cold():
-        x1, c1 = _per_bucket([q.arrival_ns for q in r.requests if q.cold_start],
-                             bucket_s=bucket, t_end_s=dur)
-        x2, c2 = _per_bucket([a.sent_ns for a in r.actions if a.kind == "load"],
-                             bucket_s=bucket, t_end_s=dur)
+        x1, c1 = _per_bucket(req["arrival_ns"][req["cold_start"]], bucket_s=bucket, t_end_s=dur)
+        x2, c2 = _per_bucket(act["sent_ns"][act.equals("kind", "load")], bucket_s=bucket,
+                             t_end_s=dur)
         return [("cold starts", x1, c1), ("loads", x2, c2)]
 
     def busy():
         res = []
+        gpus = max(1, len(set(zip(act["worker"].tolist(), act["gpu"].tolist()))))
         for kind, label in (("infer", "GPU (EXEC)"), ("load", "PCIe (LOAD)")):
-            acts = [a for a in r.actions if a.kind == kind and a.status == "OK"]
-            x, c = _per_bucket([a.start_ns for a in acts], weights=[a.measured_ns for a in acts],
+            done = ran(kind)
+            x, c = _per_bucket(act["start_ns"][done], weights=act["measured_ns"][done],
                                bucket_s=bucket, t_end_s=dur)
-            gpus = max(1, len({(a.worker, a.gpu) for a in r.actions}))
             res.append((label, x, c / (bucket * 1e9 * gpus)))
         return res
 
     def pred():
         res = []
         for kind in ("infer", "load"):
-            err = [a.prediction_error_ns / 1e3 for a in r.actions
-                   if a.kind == kind and a.status == "OK"]
-            x, y = _cdf(err)
+            x, y = _cdf(act["prediction_error_ns"][ran(kind)] / 1e3)
             res.append((f"{kind} prediction error", x, y))
-        x, y = _cdf([a.completion_error_ns / 1e3 for a in r.actions
-                     if a.kind == "infer" and a.status == "OK"])
+        x, y = _cdf(act["completion_error_ns"][ran("infer")] / 1e3)
         res.append(("infer completion error", x, y))
         return res
 

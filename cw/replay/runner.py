@@ -18,6 +18,7 @@ from typing import Callable
 from cw.errors import UsageError
 from cw.replay import arrivals as arrivals_mod
 from cw.replay import workloads
+from cw.replay.columns import actions_of, requests_of
 from cw.replay.report import Run, RunSeries, run_series, shared_axis, write_report
 from cw.replay.summary import summarize
 from cw.replay.traces import load_trace
@@ -244,8 +245,8 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
     with atomic_output(out, config.force) as tmp:
         wall = time.perf_counter()
         if config.simulate:
-            telemetry, engine = _simulate(config, infos, durations, arr, tmp, progress)
-            requests, actions, runtime = telemetry.requests, telemetry.actions, "simulated"
+            requests, actions, engine = _simulate(config, infos, durations, arr, tmp, progress)
+            runtime = "simulated"
             # where each instance's durations come from (summary and report say so)
             extra = {"models": len(infos), "sim_engine": engine,
                      "timings": dict(sorted(collections.Counter(
@@ -264,6 +265,8 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
                 telemetry.action(row)
             telemetry.close()
         wall = time.perf_counter() - wall
+        # one set of columns for the summary and the report (each built once, when needed)
+        requests, actions = requests_of(requests), actions_of(actions)
         summary = summarize(
             requests, actions, duration_ns=arr.duration_ns, runtime=runtime,
             scheduler=config.scheduler, trace=_workload_label(config, trace, arr),
@@ -285,13 +288,13 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
     return summary
 
 
-def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path,
-              progress) -> tuple[TelemetryLog, str]:
-    """The telemetry of one simulation, and which simulator ran it (compiled | python)."""
+def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path, progress):
+    """One simulation, its telemetry written to `tmp`: (requests, actions, engine), the
+    telemetry as rows (Python simulator) or columns (compiled: no row objects), and which
+    simulator ran it."""
     from cw.replay import fastsim
     from cw.replay.simulate import SimConfig, Simulation
 
-    telemetry = TelemetryLog(tmp)
     scheduler_config = SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns)
     sim_config = SimConfig(config.workers, config.gpus_per_worker, config.pages_per_gpu,
                            noise=config.noise, seed=config.seed)
@@ -301,18 +304,22 @@ def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path,
     names = None if closed else [arr.models[i] for i in arr.model_index]
     engine = fastsim.engine_for(config.scheduler, config.sim_engine)
     if engine == "compiled":
-        fastsim.run(scheduler_config, infos, durations, sim_config, config.slo_ns, telemetry,
-                    scheduler=config.scheduler, times_ns=None if closed else arr.times_ns,
-                    model_names=names, closed=arr if closed else None, progress=advance)
+        telemetry = TelemetryLog(tmp, keep=False)
+        out = fastsim.run(scheduler_config, infos, durations, sim_config, config.slo_ns,
+                          telemetry, scheduler=config.scheduler,
+                          times_ns=None if closed else arr.times_ns, model_names=names,
+                          closed=arr if closed else None, progress=advance)
+        telemetry.close()
+        return out.requests, out.actions, engine
+    telemetry = TelemetryLog(tmp)
+    sim = Simulation(make_scheduler(config.scheduler, scheduler_config), infos, durations,
+                     sim_config, telemetry)
+    if closed:
+        sim.run_closed(arr, config.slo_ns, progress=advance)
     else:
-        sim = Simulation(make_scheduler(config.scheduler, scheduler_config), infos, durations,
-                         sim_config, telemetry)
-        if closed:
-            sim.run_closed(arr, config.slo_ns, progress=advance)
-        else:
-            sim.run(arr.times_ns, names, config.slo_ns, progress=advance)
+        sim.run(arr.times_ns, names, config.slo_ns, progress=advance)
     telemetry.close()
-    return telemetry, engine
+    return telemetry.requests, telemetry.actions, engine
 
 
 def _workload_label(config: ReplayConfig, trace, arr) -> str:

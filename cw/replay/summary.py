@@ -3,8 +3,11 @@ report can be rebuilt from the CSVs alone)."""
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
+from cw.replay.columns import Columns, actions_of, requests_of
 from cw.serve.telemetry import ActionRow, RequestRow
 
 NS = 1_000_000_000
@@ -20,48 +23,49 @@ def percentiles_ms(latencies_ns) -> dict:
             "max": round(float(a.max()), 4)}
 
 
-def summarize(requests: list[RequestRow], actions: list[ActionRow], *, duration_ns: int,
+def summarize(requests: list[RequestRow] | Columns, actions: list[ActionRow] | Columns, *,
+              duration_ns: int,
               runtime: str, scheduler: str, trace: str, seed: int, slo_ns: int,
               extra: dict | None = None, actions_seen: bool = True) -> dict:
     """`actions_seen=False` (a replay against a remote controller, whose action telemetry stays
     there): the figures that come from actions are None, not zero."""
-    n = len(requests)
-    ok = [r for r in requests if r.status == "OK"]
-    good = [r for r in ok if r.deadline_met]
+    req, act = requests_of(requests), actions_of(actions)
+    n = len(req)
+    ok = req.equals("status", "OK")
+    n_ok = int(np.count_nonzero(ok))
+    n_good = int(np.count_nonzero(ok & req["deadline_met"]))
     # any answer after the deadline, whatever it said: the client needed it by then
-    late_rows = [r for r in requests if r.completion_ns > r.deadline_ns]
-    late = len(late_rows)
+    late_mask = req["completion_ns"] > req["deadline_ns"]
+    late = int(np.count_nonzero(late_mask))
     # what a late answer said tells why it was late: OK (the work overran its prediction),
     # REJECTED or TIMED_OUT (the controller itself answered late: a stalled process)
-    late_by_status: dict[str, int] = {}
-    for r in late_rows:
-        late_by_status[r.status] = late_by_status.get(r.status, 0) + 1
-    rejected = sum(r.status == "REJECTED" for r in requests)
-    timed_out = sum(r.status == "TIMED_OUT" for r in requests)
-    errors = n - len(ok) - rejected
+    late_by_status = collections.Counter(req["status"][late_mask].tolist())
+    rejected = int(np.count_nonzero(req.equals("status", "REJECTED")))
+    timed_out = int(np.count_nonzero(req.equals("status", "TIMED_OUT")))
+    errors = n - n_ok - rejected
     seconds = duration_ns / NS if duration_ns else 0
-    infers = [a for a in actions if a.kind == "infer" and a.status == "OK"]
+    infers = act.equals("kind", "infer") & act.equals("status", "OK")
+    overshoot_ns = (req["completion_ns"] - req["deadline_ns"])[late_mask]
     summary = {
         "requests": n,
-        "completed_in_slo": len(good),
+        "completed_in_slo": n_good,
         "rejected": rejected,
         "late": late,
         "late_by_status": dict(sorted(late_by_status.items())),
-        "late_overshoot_ms": percentiles_ms([r.completion_ns - r.deadline_ns
-                                             for r in late_rows]),
+        "late_overshoot_ms": percentiles_ms(overshoot_ns),
         "errors": errors,
         "timed_out": timed_out,  # among the errors: no result by the deadline, answered at it
-        "goodput_rps": round(len(good) / seconds, 3) if seconds else 0.0,
+        "goodput_rps": round(n_good / seconds, 3) if seconds else 0.0,
         "offered_rps": round(n / seconds, 3) if seconds else 0.0,
-        "throughput_rps": round(len(ok) / seconds, 3) if seconds else 0.0,
-        "slo_attainment": round(len(good) / n, 6) if n else 0.0,
+        "throughput_rps": round(n_ok / seconds, 3) if seconds else 0.0,
+        "slo_attainment": round(n_good / n, 6) if n else 0.0,
         "slo_ms": slo_ns / 1e6,
-        "latency_ms": percentiles_ms([r.latency_ns for r in ok]),
-        "mean_batch_size": round(float(np.mean([a.batch_size for a in infers])), 3)
-        if infers else 0.0,
-        "cold_starts": sum(r.cold_start for r in requests),
-        "loads": sum(a.kind == "load" and a.status == "OK" for a in actions),
-        "actions_too_late": sum(a.status == "TOO_LATE" for a in actions),
+        "latency_ms": percentiles_ms(req["latency_ns"][ok]),
+        "mean_batch_size": round(float(np.mean(act["batch_size"][infers])), 3)
+        if infers.any() else 0.0,
+        "cold_starts": int(np.count_nonzero(req["cold_start"])),
+        "loads": int(np.count_nonzero(act.equals("kind", "load") & act.equals("status", "OK"))),
+        "actions_too_late": int(np.count_nonzero(act.equals("status", "TOO_LATE"))),
         "duration_s": seconds,
         "runtime": runtime,
         "simulated": runtime == "simulated",
