@@ -16,9 +16,12 @@ setup(
             depends=glob.glob("cw/replay/native/*.hpp"),
             language="c++",
             extra_compile_args=["-O2", "-std=c++17"],
+            extra_link_args=["-s"],  # no debug symbols: 2 MB -> ~0.2 MB
             define_macros=[("Py_LIMITED_API", "0x030B0000")],
             py_limited_api=True,
             optional=True,
         )
     ],
+    # the stable ABI: one wheel for CPython 3.11 and later
+    options={"bdist_wheel": {"py_limited_api": "cp311"}},
 )
