@@ -245,3 +245,15 @@ def test_noise_matches_python_random_for_any_seed(tmp_path, seed):
                 names=names, times_ns=times)
     assert out["compiled"] == out["python"]
     assert len(set(_column(out["compiled"]["actions.csv"], "measured_ns"))) > 200
+
+
+def test_without_the_extension_python_simulates(tmp_path, monkeypatch):
+    """Where pip found no compiler: `auto` falls back to the Python simulator, `compiled` says
+    how to get it."""
+    monkeypatch.setattr(fastsim, "_fastsim", None)
+    assert not fastsim.available()
+    s = replay(ReplayConfig(duration_s=3, target_rate=300, out=tmp_path / "o"))
+    assert s["sim_engine"] == "python" and s["requests"] > 500
+    with pytest.raises(UsageError, match="not built") as e:
+        ReplayConfig(sim_engine="compiled")
+    assert "C++ compiler" in e.value.hint
