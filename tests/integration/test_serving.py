@@ -408,6 +408,11 @@ def test_a_worker_on_a_clock_of_its_own(models_dir, tmp_path, monkeypatch, skew_
     host_clock = worker_module.now_ns
     monkeypatch.setattr(worker_module, "now_ns", lambda: host_clock() + skew_s * 10**9)
     with serving(tmp_path, models_dir, "elsewhere") as (ctl, w):
+        # the controller counts the worker in on its Register; the worker takes its first clock
+        # sample from the reply, a moment later (its first action can only come after that)
+        deadline = time.monotonic() + 5
+        while not w.worker.clock.synced and time.monotonic() < deadline:
+            time.sleep(0.005)
         assert abs(w.worker.clock.offset_ns + skew_s * 10**9) < 5_000_000  # within 5 ms
         with Client(ctl.clients_address) as client:
             futures = []
