@@ -73,11 +73,13 @@ def engine_for(scheduler: str, engine: str) -> str:
 
 def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: dict,
         sim_config, slo_ns: int, telemetry: TelemetryLog, *, scheduler: str = "clockwork",
-        times_ns=None, model_names=None, closed=None, progress=None) -> Output:
+        times_ns=None, model_names=None, model_index=None, closed=None,
+        progress=None) -> Output:
     """One simulation, as `Simulation(make_scheduler(scheduler, scheduler_config), ...)
     .run(times_ns, model_names, slo_ns)` or (with `closed`, a workloads.ClosedLoop)
     `.run_closed(closed, slo_ns)`. Rows go to `telemetry` (its files, and its lists where it
-    keeps rows); the return value has them as columns too."""
+    keeps rows); the return value has them as columns too. With `model_index`, request i is for
+    `model_names[model_index[i]]` (no list of millions of names to build)."""
     if _fastsim is None:
         raise UsageError("the compiled simulator was not built", "use the Python simulator")
     engine_for(scheduler, "compiled")
@@ -98,8 +100,13 @@ def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: d
                 [position[m] for m in closed.models])
     else:
         times = np.ascontiguousarray(times_ns, dtype=np.int64).tobytes()
-        index = np.fromiter((position[m] for m in model_names), dtype=np.int32,
-                            count=len(model_names)).tobytes()
+        if model_index is None:
+            index = np.fromiter(map(position.__getitem__, model_names), dtype=np.int32,
+                                count=len(model_names))
+        else:
+            table_index = np.array([position[m] for m in model_names], dtype=np.int32)
+            index = table_index[np.asarray(model_index)]
+        index = np.ascontiguousarray(index, dtype=np.int32).tobytes()
         loop = None
     sink = _Sink(telemetry, names)
     fields = ([_csv_field(n) for n in names], [_csv_field(n) for n in sink.request_status],

@@ -301,13 +301,14 @@ def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path, progress):
     progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
     advance = lambda n, t: progress("advance", {"requests": n, "virtual_ns": t})  # noqa: E731
     closed = isinstance(arr, workloads.ClosedLoop)
-    names = None if closed else [arr.models[i] for i in arr.model_index]
     engine = fastsim.engine_for(config.scheduler, config.sim_engine)
     if engine == "compiled":
         telemetry = TelemetryLog(tmp, keep=False)
         out = fastsim.run(scheduler_config, infos, durations, sim_config, config.slo_ns,
                           telemetry, scheduler=config.scheduler,
-                          times_ns=None if closed else arr.times_ns, model_names=names,
+                          times_ns=None if closed else arr.times_ns,
+                          model_names=None if closed else arr.models,
+                          model_index=None if closed else arr.model_index,
                           closed=arr if closed else None, progress=advance)
         telemetry.close()
         return out.requests, out.actions, engine
@@ -317,7 +318,8 @@ def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path, progress):
     if closed:
         sim.run_closed(arr, config.slo_ns, progress=advance)
     else:
-        sim.run(arr.times_ns, names, config.slo_ns, progress=advance)
+        sim.run(arr.times_ns, [arr.models[i] for i in arr.model_index], config.slo_ns,
+                progress=advance)
     telemetry.close()
     return telemetry.requests, telemetry.actions, engine
 
