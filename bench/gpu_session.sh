@@ -10,14 +10,16 @@
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py (#4)
 #   2. bash bench/gpu_session.sh live    # bench/live_gpu.sh: Fig. 5 at five SLOs and the Azure
 #                                        # trace against the TVM-CUDA worker (#5, #6)
-#   3. bash bench/gpu_session.sh kernels # bench/kernels.py, fp32 and fp16 vs PyTorch (#7)
+#   3. bash bench/gpu_session.sh kernels # bench/kernels.py, fp32 and fp16 vs PyTorch, and
+#                                        # split-K convs against none (#7)
 # Results come back under $OUT (pytest-gpu.txt, profile-resnet50.json, worker-gpu.txt,
 # kernels.txt, live.txt, live.tgz); their numbers go to docs/benchmarks.md. With the device time
 # left, the tuning kit (bench/gpu_tune_stage.sh, bench/gpu_tune.sh).
 #
 # .gpucheck/tests    the bundles tests/gpu uses (bench/gpu_stage.py --tests)
 # .gpucheck/kernels  resnet50 (fp32 batch 1-16: also what the worker bench and the live replays
-#                    serve) and resnet50-fp16, resnet18, resnet18-fp16 (batch 1, 4, 16). The
+#                    serve) and resnet50-fp16, resnet18, resnet18-fp16, densenet121 (batch 1, 4,
+#                    16), and NAME-nosplit (compiled with --conv-split off) of the fp32 ones. The
 #                    weights of all but resnet18-fp16 stay here (they would not fit a call): the
 #                    device refills them with a pattern that times exactly like the real ones
 #                    (kernels.py prints no accuracy for those; tests/gpu checks accuracy on real
@@ -60,6 +62,9 @@ stage)
     --batch-sizes 1,4,16
   $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18 --batch-sizes 1,4,16
   $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet50 --batch-sizes 1,2,4,8,16
+  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow densenet121 --batch-sizes 1,4,16
+  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
+    --batch-sizes 1,4,16 --conv-split off
   rm -rf .gpucheck && mv .gpucheck.tmp .gpucheck
   total=$(( $(du -sb .device .gpucheck | awk '{s += $1} END {print s}') \
             + $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) ))
@@ -86,7 +91,8 @@ live)
 kernels)
   device_setup
   step 540 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
-    --models resnet18,resnet50 --batch-sizes 1,4,16 --precision fp32,fp16 --rounds 3 \
+    --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
+    --precision fp32,fp32-nosplit,fp16 --rounds 3 \
     --runs 20 2>&1 | tee "$OUT/kernels.txt"
   ;;
 *)

@@ -2,7 +2,8 @@
 
     python bench/gpu_stage.py --out .gpu/bundles --tests                 # what tests/gpu needs
     python bench/gpu_stage.py --out .gpu/bundles --models resnet18,mobilenet_v2 \\
-        [--batch-sizes 1,2,4,8,16] [--arch sm_90] [--hollow resnet152] [--precision fp32,fp16]
+        [--batch-sizes 1,2,4,8,16] [--arch sm_90] [--hollow resnet152] [--precision fp32,fp16] \
+        [--conv-split off]
     python bench/gpu_stage.py --refill .gpu/bundles/resnet152      # on the GPU machine
 
 `--hollow NAME` stages a bundle without its weights file, for models too large to carry (a call
@@ -12,7 +13,8 @@ like the real one (no kernel's speed depends on the weights' values) but compute
 never use it for accuracy.
 
 Test bundles are named NAME-B_B (the `cuda_bundle` fixture's names; point $CW_TEST_CUDA_BUNDLES at
-the directory); benchmark bundles are named NAME (what bench/kernels.py --bundles expects).
+the directory); benchmark bundles are named NAME, NAME-fp16, and with `--conv-split off`
+NAME-nosplit and NAME-fp16-nosplit (what bench/kernels.py --bundles --precision expects).
 Prints the staged size: a device call carries at most 64 MiB in all.
 """
 
@@ -50,7 +52,7 @@ TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
 
 
 def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
-          hollow: bool = False, precision: str = "fp32") -> None:
+          hollow: bool = False, precision: str = "fp32", conv_split: str = "auto") -> None:
     import model_zoo
     from cw.bundle import open_bundle
     from cw.compile.compiler import CompileConfig, compile_model
@@ -63,7 +65,8 @@ def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
             model_zoo.export(name, onnx_path)
             compile_model(onnx_path, out, CompileConfig(target="cuda", arch=arch,
                                                         batch_sizes=batch_sizes, name=name,
-                                                        precision=precision))
+                                                        precision=precision,
+                                                        conv_split=conv_split))
         print(f"staged {out}")
     if hollow:
         weights = out / open_bundle(out, verify=False).manifest.weights.file
@@ -84,6 +87,9 @@ def main() -> None:
     ap.add_argument("--precision", default="fp32",
                     help="fp32,fp16: --models and --hollow bundles to stage (fp16 ones as "
                          "NAME-fp16)")
+    ap.add_argument("--conv-split", default="auto",
+                    help="off: --models and --hollow bundles without split-K convolutions, "
+                         "named NAME-nosplit (the A/B for cw/compile/cuda_conv.py)")
     args = ap.parse_args()
     if args.refill:
         return refill(args.refill)
@@ -97,14 +103,13 @@ def main() -> None:
             stage(name, out / f"{name}-{'_'.join(map(str, sizes))}{suffix}", sizes, args.arch,
                   precision=precision)
     sizes = tuple(int(b) for b in args.batch_sizes.split(","))
-    for name in filter(None, args.models.split(",")):
-        for precision in args.precision.split(","):
-            stage(name, out / (name if precision == "fp32" else f"{name}-{precision}"), sizes,
-                  args.arch, precision=precision)
-    for name in filter(None, args.hollow.split(",")):
-        for precision in args.precision.split(","):
-            stage(name, out / (name if precision == "fp32" else f"{name}-{precision}"), sizes,
-                  args.arch, hollow=True, precision=precision)
+    split = "" if args.conv_split == "auto" else "-nosplit"
+    for hollow, names in ((False, args.models), (True, args.hollow)):
+        for name in filter(None, names.split(",")):
+            for precision in args.precision.split(","):
+                label = (name if precision == "fp32" else f"{name}-{precision}") + split
+                stage(name, out / label, sizes, args.arch, hollow=hollow, precision=precision,
+                      conv_split=args.conv_split)
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"{out}: {total / 2**20:.1f} MiB")
 

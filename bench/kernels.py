@@ -9,7 +9,7 @@ CPU, on the build machine (compiles the bundles, then measures):
 
 GPU, on the GPU machine, with bundles compiled on the build machine for sm_90:
     python bench/kernels.py --device cuda --bundles DIR --models resnet18,resnet50,densenet121 \\
-        --batch-sizes 1,4,16 [--precision fp32,fp16]
+        --batch-sizes 1,4,16 [--precision fp32,fp16,fp32-nosplit]
 
 Variants (CPU): `generic` = x86-64 code, NCHW convolutions, no tuning records (what cw first
 did), `avx2-untuned` = the same as x86-64-v3 code, `default` = what `cw compile` does (NCHWc
@@ -148,14 +148,17 @@ def gpu_main(args) -> None:
             model_zoo.export(name, onnx_path)
         fp32_model = TorchOnnx(onnx_path, device="cuda")
         for precision in args.precision.split(","):
-            # bench/gpu_stage.py names them so: NAME for fp32, NAME-fp16 for fp16
-            bundle = Path(args.bundles) / (name if precision == "fp32" else f"{name}-{precision}")
+            # bench/gpu_stage.py names them so: NAME for fp32, NAME-fp16 for fp16, and
+            # NAME-nosplit, NAME-fp16-nosplit for bundles compiled with --conv-split off
+            suffix = precision.replace("fp32", "").strip("-")
+            bundle = Path(args.bundles) / (f"{name}-{suffix}" if suffix else name)
             if not bundle.exists():
                 print(f"| {name} | {precision} | – | no bundle {bundle} |", flush=True)
                 continue
             cw_model = LocalModel(bundle, device="cuda:0")
-            dtype = torch.float16 if precision == "fp16" else torch.float32
-            ref_model = fp32_model if precision == "fp32" else TorchOnnx(onnx_path, "cuda", dtype)
+            half = precision.startswith("fp16")
+            dtype = torch.float16 if half else torch.float32
+            ref_model = TorchOnnx(onnx_path, "cuda", dtype) if half else fp32_model
             for batch in args.batch_sizes:
                 x = np.random.default_rng(batch).standard_normal(
                     (batch, *model_zoo.get(name).input_shape)).astype(np.float32)
@@ -195,7 +198,8 @@ def main() -> None:
     ap.add_argument("--tune-db", help="CPU: also a variant compiled with this tuning database")
     ap.add_argument("--bundles", help="GPU: directory with one CUDA bundle per model")
     ap.add_argument("--precision", default="fp32",
-                    help="GPU: fp32,fp16 — which bundles to time (fp16: NAME-fp16 in --bundles)")
+                    help="GPU: fp32,fp16,fp32-nosplit — which bundles to time (NAME, NAME-fp16, "
+                         "NAME-nosplit in --bundles)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--out", default="/tmp/cw-kernels")

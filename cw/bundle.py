@@ -78,6 +78,7 @@ class BatchKernel(msgspec.Struct, frozen=True):
     kernels_tuned: int = 0  # kernels scheduled from a tuning database (the rest: TVM defaults)
     kernels_total: int = 0
     kernels_conv_scheduled: int = 0  # CPU: NCHWc convolutions with cw's schedule
+    kernels_conv_split: int = 0  # CUDA: convolutions split along input channels (split-K)
 
 
 class Target(msgspec.Struct, frozen=True):

@@ -160,7 +160,8 @@ def load_tvm():
         return _tvm
     _configure_cpu_threads()
     problem = None
-    if "tvm" not in sys.modules:
+    imported_before = "tvm" in sys.modules
+    if not imported_before:
         problem = _prepare_cuda_codegen()
     import tvm
 
@@ -174,7 +175,9 @@ def load_tvm():
         problem = problem or "this TVM is runtime-only (no compiler)"
     elif problem is None and tvm.get_global_func("ffi.Module.create.cuda",
                                                  allow_missing=True) is None:
-        problem = "TVM's CUDA backend did not load"
+        problem = "TVM's CUDA backend did not load" + (
+            " (tvm was imported before cw.tvm_env.load_tvm(), which prepares it: call that "
+            "first)" if imported_before else "")
     _cuda_codegen_problem = problem
     _tvm = tvm
     return tvm

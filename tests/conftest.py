@@ -95,6 +95,14 @@ def has_cuda() -> bool:
         return False
 
 
+def pytest_sessionstart(session):
+    # tvm imported by a test before cw.tvm_env.load_tvm() prepares its CUDA backend would leave
+    # the CUDA compile tests of the whole session skipped, depending on which test ran first
+    from cw.tvm_env import load_tvm
+
+    load_tvm()
+
+
 def pytest_collection_modifyitems(config, items):
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if gpu_items and not has_cuda():

@@ -40,6 +40,9 @@ def compile_cmd(
                                   help="fp32, or fp16: convolutions and matmuls with fp16 "
                                        "weights and inputs, fp32 sums (check it with `cw run "
                                        "--verify`)."),
+    conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split",
+                                   help="CUDA convolutions too small to fill the GPU: auto "
+                                        "(split their reduction across thread blocks) or off."),
     force: bool = typer.Option(False, "--force", help="Replace an existing bundle."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
     verbose: bool = typer.Option(False, "-v", "--verbose",
@@ -60,7 +63,7 @@ def compile_cmd(
                            input_shapes=parse_input_shapes(input_shape or []),
                            tune_dbs=tuple(str(p) for p in tune_db or ()),
                            use_committed_records=not untuned, conv_layout=conv_layout,
-                           precision=precision)
+                           precision=precision, conv_split=conv_split)
     out = console()
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -101,8 +104,15 @@ def compile_cmd(
 
 
 def _convs(kernel) -> str:
-    n = kernel.kernels_conv_scheduled
-    return f", {n} NCHWc conv{'s' if n != 1 else ''}" if n else ""
+    n, split = kernel.kernels_conv_scheduled, kernel.kernels_conv_split
+    return ((f", {n} NCHWc conv{'s' if n != 1 else ''}" if n else "")
+            + (f", {split} split-K conv{'s' if split != 1 else ''}" if split else ""))
+
+
+def _conv_cell(kernel) -> str:
+    parts = ([f"{kernel.kernels_conv_scheduled} NCHWc"] if kernel.kernels_conv_scheduled else []) \
+        + ([f"{kernel.kernels_conv_split} split-K"] if kernel.kernels_conv_split else [])
+    return ", ".join(parts) or "-"
 
 
 def render_summary(manifest, path) -> None:
@@ -119,11 +129,14 @@ def render_summary(manifest, path) -> None:
     for note in manifest.notes:
         out.print(f"[yellow]note:[/] {note}")
     table = Table()
-    for col in ("batch", "kernels", "tuned", "workspace", "input", "output", "compile s"):
+    convs = any(_convs(k) for k in manifest.kernels)
+    for col in ("batch", "kernels", "tuned") + (("convs",) if convs else ()) + (
+            "workspace", "input", "output", "compile s"):
         table.add_column(col, justify="right")
     for k in manifest.kernels:
         table.add_row(str(k.batch_size), format_bytes(k.kernel_bytes),
-                      f"{k.kernels_tuned}/{k.kernels_total}{_convs(k)}",
+                      f"{k.kernels_tuned}/{k.kernels_total}",
+                      *((_conv_cell(k),) if convs else ()),
                       format_bytes(k.workspace_bytes), format_bytes(k.input_bytes),
                       format_bytes(k.output_bytes), f"{k.compile_seconds:.1f}")
     out.print(table)

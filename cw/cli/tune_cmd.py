@@ -35,6 +35,9 @@ def tune_cmd(
     precision: str = typer.Option(_DEFAULTS.precision, "--precision",
                                   help="Tune the kernels of `cw compile --precision` fp32 or "
                                        "fp16."),
+    conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split",
+                                   help="Tune the kernels of `cw compile --conv-split` auto or "
+                                        "off (CUDA)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ):
     """Search schedules for a model's kernels with TVM MetaSchedule, measuring each candidate on
@@ -53,7 +56,7 @@ def tune_cmd(
                         batch_sizes=parse_batch_sizes(batch_sizes), trials=trials,
                         time_budget_s=budget_s, num_cores=num_cores,
                         input_shapes=parse_input_shapes(input_shape or []),
-                        precision=precision)
+                        precision=precision, conv_split=conv_split)
     out = console()
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -111,7 +114,8 @@ def tune_cmd(
     else:
         out.print(f"[green]done[/] in {report.seconds:.0f} s; apply with "
                   f"[bold]cw compile {model} -o BUNDLE --tune-db {report.db}"
-                  + (f" --precision {precision}" if precision != "fp32" else "") + "[/]")
+                  + (f" --precision {precision}" if precision != "fp32" else "")
+                  + (f" --conv-split {conv_split}" if conv_split != "auto" else "") + "[/]")
 
 
 @app.command("tune-compact")

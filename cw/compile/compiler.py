@@ -12,7 +12,7 @@ from typing import Callable
 import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
-from cw.compile import cpu_conv, frontend, normalize, paging, rebatch, targets, tuning
+from cw.compile import cpu_conv, cuda_conv, frontend, normalize, paging, rebatch, targets, tuning
 from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
                                  check_device_binary)
 from cw.compile.memory import memory_plan
@@ -39,6 +39,7 @@ class CompileConfig:
     use_committed_records: bool = True
     conv_layout: str = "nchwc"       # CPU: "nchwc" (blocked, cw's schedule) or "nchw" (TVM's)
     precision: str = "fp32"          # "fp32" | "fp16" (convolutions and matmuls, fp32 sums)
+    conv_split: str = "auto"         # CUDA: "auto" (split-K where a conv leaves SMs idle) | "off"
 
     def __post_init__(self):
         if self.target not in ("cpu", "cuda"):
@@ -46,6 +47,9 @@ class CompileConfig:
         if self.conv_layout not in ("nchwc", "nchw"):
             raise UsageError(f"unknown convolution layout '{self.conv_layout}'",
                              "use --conv-layout nchwc (default) or nchw")
+        if self.conv_split not in ("auto", "off"):
+            raise UsageError(f"unknown convolution split '{self.conv_split}'",
+                             "use --conv-split auto (default) or off")
         if self.precision == "tf32":
             raise UsageError("--precision tf32 is not offered: TVM 0.27's CUDA schedules have no "
                              "TF32 tensor-core path, so it would compute exactly as fp32",
@@ -164,10 +168,11 @@ def _pass_name(p) -> str:
     return getattr(getattr(p, "info", None), "name", "") or type(p).__name__
 
 
-def legalized(mod, target, fuse: bool = True):
+def legalized(mod, target, fuse: bool = True, conv_split: bool = True):
     """The graph lowered to fused TIR kernels, before any default schedule: exactly the kernels
-    `cw tune` extracts and a tuning database is matched against. Returns (module, the remaining
-    legalization passes)."""
+    `cw tune` extracts and a tuning database is matched against. `conv_split`: on CUDA, split
+    the reduction of convolutions too small to fill the GPU (cuda_conv). Returns (module, the
+    remaining legalization passes)."""
     from tvm import transform
 
     from tvm import relax
@@ -178,6 +183,10 @@ def legalized(mod, target, fuse: bool = True):
     if target.kind.name == "llvm" and "LegalizeOps" in names:
         passes[names.index("LegalizeOps")] = relax.transform.LegalizeOps(
             {"relax.nn.conv2d": cpu_conv.legalize_conv2d})
+    if target.kind.name == "cuda" and conv_split and "LegalizeOps" in names:
+        sms = cuda_conv.sm_count(str(target.attrs.get("arch", "")))
+        passes[names.index("LegalizeOps")] = relax.transform.LegalizeOps(
+            {"relax.nn.conv2d": cuda_conv.legalizer(target, sms)})
     split = names.index("ApplyDefaultSchedule") if "ApplyDefaultSchedule" in names else len(passes)
     head, rest = passes[:split], passes[split:]
     if not fuse:
@@ -186,11 +195,11 @@ def legalized(mod, target, fuse: bool = True):
         return transform.Sequential(head)(mod), rest
 
 
-def _lower(mod, target, fuse: bool = True, database=None):
+def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = True):
     """The target's default pipeline with the tuning database applied before the default
     schedules, stopped after static memory planning so that the plan can be read, then finished.
     Returns (lowered module, memory plan, (kernels tuned, kernels given cw's convolution
-    schedule), kernels). `fuse=False` drops operator
+    schedule, convolutions split), kernels). `fuse=False` drops operator
     fusion, the fallback where TVM's FuseTIR fails on a graph."""
     from tvm import relax, transform
 
@@ -200,7 +209,8 @@ def _lower(mod, target, fuse: bool = True, database=None):
         raise RuntimeError("unexpected TVM pipeline: memory planning is not the first "
                            "finalization pass")
     with target:
-        mod, rest = legalized(mod, target, fuse)
+        mod, rest = legalized(mod, target, fuse, conv_split)
+        split = cuda_conv.count_split(mod) if target.kind.name == "cuda" else 0
         mod, tuned, total = tuning.apply_database(mod, database)
         if target.kind.name == "llvm":
             mod, convs = cpu_conv.schedule_convs(mod)
@@ -211,7 +221,7 @@ def _lower(mod, target, fuse: bool = True, database=None):
         )(mod)
         plan = memory_plan(planned["main"])
         lowered = transform.Sequential(finalize[1:])(planned)
-    return lowered, plan, (tuned, convs), total
+    return lowered, plan, (tuned, convs, split), total
 
 
 def _check_kernel_constants(mod, name: str) -> None:
@@ -307,6 +317,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         input_names = [n for n, _, _ in onnx_model.inputs]
         output_names = [o.name for o in onnx_model.model.graph.output]
         kernels, inputs_spec, outputs_spec = [], None, None
+        split = config.conv_split == "auto"
         for batch in batch_sizes:
             progress("batch_start", {"batch_size": batch, "total": len(batch_sizes)})
             start = time.perf_counter()
@@ -317,12 +328,13 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
             outs = _tensor_specs(func.ret_ty, batch, output_names)
             try:
                 try:
-                    lowered, plan, scheduled, total = _lower(mod, target, database=database)
+                    lowered, plan, scheduled, total = _lower(mod, target, database=database,
+                                                             conv_split=split)
                 except Exception as e:
                     # TVM 0.27's FuseTIR rejects some graphs (MobileNetV2: "Inconsistent
                     # buffers ... mapped to the same relax var"); unfused kernels are correct.
                     lowered, plan, scheduled, total = _lower(mod, target, fuse=False,
-                                                         database=database)
+                                                         database=database, conv_split=split)
                     note = (f"batch {batch}: operator fusion failed in TVM ("
                             f"{(str(e).strip().splitlines() or ['?'])[-1][:120]}); "
                             "compiled without fusion")
@@ -352,7 +364,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                 storage_blocks=plan.storage_blocks, unplanned=plan.unplanned,
                 compile_seconds=round(time.perf_counter() - start, 3), data_bytes=data_bytes,
                 kernels_tuned=scheduled[0], kernels_conv_scheduled=scheduled[1],
-                kernels_total=total)
+                kernels_conv_split=scheduled[2], kernels_total=total)
             if config.target == "cuda" and kernel.kernel_bytes > LARGE_KERNEL_LIBRARY_BYTES:
                 # Weights computed in the graph (ConstantOfShape, Constant nodes) get folded
                 # into the kernels, where the relax-level constant check does not see them.

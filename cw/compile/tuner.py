@@ -37,6 +37,7 @@ class TuneConfig:
     seed: int = 0
     input_shapes: dict[str, list] = field(default_factory=dict)
     precision: str = "fp32"                    # the kernels of `cw compile --precision`
+    conv_split: str = "auto"                   # ... and of `cw compile --conv-split`
 
     def __post_init__(self):
         if self.trials < 1:
@@ -51,7 +52,8 @@ class TuneConfig:
         # fp16 kernels are other workloads than fp32's: a database tuned for one precision
         # leaves the other's kernels untuned (cw compile counts them as such)
         return CompileConfig(target=self.target, arch=self.arch, batch_sizes=self.batch_sizes,
-                             input_shapes=self.input_shapes, precision=self.precision)
+                             input_shapes=self.input_shapes, precision=self.precision,
+                             conv_split=self.conv_split)
 
 
 @dataclass
@@ -199,7 +201,8 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
     rules: list = []
     for batch in batch_sizes:
         fused, rest = legalized(bind_batch(imported.mod, onnx_model, batch),
-                                targets.tvm_target(config.target, arch))
+                                targets.tvm_target(config.target, arch),
+                                conv_split=compile_config.conv_split == "auto")
         rules = rules or _default_rules(rest)
         for task in ms.relax_integration.extract_tasks(fused, target):
             workload = database.commit_workload(task.dispatched[0])

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cw.compile import targets, tuning
+from cw.compile import cuda_conv, targets, tuning
 from cw.compile.compiler import CompileConfig, compile_model
 from cw.compile.tuner import TuneConfig, compact, tune_model
 from cw.engine import LocalModel
@@ -209,11 +209,12 @@ def test_record_lookup_survives_graphs_tvm_cannot_fuse(zoo_onnx, tmp_path, mlp_d
         assert m.target.arch == targets.GENERIC_CPU
 
 
-def test_cuda_seed_record_reproduces_the_default_schedule(zoo_onnx):
+@pytest.mark.parametrize("model,batch,split", [("small_cnn", 2, 0), ("resnet18", 1, 7)])
+def test_cuda_seed_record_reproduces_the_default_schedule(zoo_onnx, model, batch, split):
     """On CUDA, `cw tune` stores each kernel's default (dlight) schedule as its first record, so
     that the best record is never slower than no tuning. Applied from a database, those records
-    must give exactly the kernels the pipeline's default schedules give. TIR only: no GPU and
-    no CUDA toolkit needed."""
+    must give exactly the kernels the pipeline's default schedules give, split-K convolutions
+    (cw/compile/cuda_conv.py) included. TIR only: no GPU and no CUDA toolkit needed."""
     from tvm import transform, tirx
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -223,10 +224,11 @@ def test_cuda_seed_record_reproduces_the_default_schedule(zoo_onnx):
     from cw.tvm_env import load_tvm
 
     tvm = load_tvm()
-    config = CompileConfig(target="cuda", batch_sizes=(2,))
-    onnx_model, imported, _ = import_graph(zoo_onnx("small_cnn"), config)
+    config = CompileConfig(target="cuda", batch_sizes=(batch,))
+    onnx_model, imported, _ = import_graph(zoo_onnx(model), config)
     target = targets.tvm_target("cuda", config.resolved_arch)
-    fused, rest = legalized(bind_batch(imported.mod, onnx_model, 2), target)
+    fused, rest = legalized(bind_batch(imported.mod, onnx_model, batch), target)
+    assert cuda_conv.count_split(fused) == split
     rules = _default_rules(rest)
     assert rules, "the CUDA pipeline has no default-schedule rules"
     database = ms.database.MemoryDatabase()
