@@ -17,7 +17,7 @@
 # left, the tuning kit (bench/gpu_tune_stage.sh, bench/gpu_tune.sh).
 #
 # .gpucheck/tests    the bundles tests/gpu uses (bench/gpu_stage.py --tests)
-# .gpucheck/kernels  resnet50 (fp32 batch 1-16: also what the worker bench and the live replays
+# .gpucheck/kernels  (as kernels.tar.xz) resnet50 (fp32 batch 1-16: also what the worker bench and the live replays
 #                    serve) and resnet50-fp16, resnet18, resnet18-fp16, densenet121 (batch 1, 4,
 #                    16), and NAME-nosplit (compiled with --conv-split off) of the fp32 ones. The
 #                    weights of all but resnet18-fp16 stay here (they would not fit a call): the
@@ -33,7 +33,10 @@ device_setup() {
   # the working tree is copied afresh for every call; what must outlive a call lives in $W
   source .device/activate.sh >/dev/null
   mkdir -p "$W" "$OUT"
-  if [ ! -d "$W/tests" ]; then cp -r .gpucheck/tests .gpucheck/kernels "$W/"; fi
+  if [ ! -d "$W/tests" ]; then
+    cp -r .gpucheck/tests "$W/"
+    tar -C "$W" -xJf .gpucheck/kernels.tar.xz
+  fi
   for d in "$W"/kernels/*/; do
     if [ -f "$d/HOLLOW" ]; then python3 bench/gpu_stage.py --refill "$d"; fi
   done
@@ -65,11 +68,19 @@ stage)
   $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow densenet121 --batch-sizes 1,4,16
   $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
     --batch-sizes 1,4,16 --conv-split off
-  rm -rf .gpucheck && mv .gpucheck.tmp .gpucheck
-  total=$(( $(du -sb .device .gpucheck | awk '{s += $1} END {print s}') \
+  bash "$0" pack
+  ;;
+pack)  # the end of stage: compress the benchmark bundles, check the size, put them in place
+  # kernel libraries compress ~12x (densenet121's are 6 MiB each): carried as one .tar.xz
+  if [ -d .gpucheck.tmp/kernels ]; then
+    XZ_OPT=-T0 tar -C .gpucheck.tmp -cJf .gpucheck.tmp/kernels.tar.xz kernels
+    rm -rf .gpucheck.tmp/kernels
+  fi
+  total=$(( $(du -sb .device .gpucheck.tmp | awk '{s += $1} END {print s}') \
             + $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) ))
   echo "a call carries $(( total >> 20 )) MiB of 64 (.device, .gpucheck and the tracked files)"
   if [ "$total" -gt $(( 62 << 20 )) ]; then echo "too much to carry" >&2; exit 1; fi
+  rm -rf .gpucheck && mv .gpucheck.tmp .gpucheck
   ;;
 checks)
   device_setup
@@ -96,7 +107,7 @@ kernels)
     --runs 20 2>&1 | tee "$OUT/kernels.txt"
   ;;
 *)
-  echo "usage: bash bench/gpu_session.sh stage | checks | live | kernels" >&2
+  echo "usage: bash bench/gpu_session.sh stage | pack | checks | live | kernels" >&2
   exit 2
   ;;
 esac

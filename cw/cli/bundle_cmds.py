@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from cw.cli.app import app, console, print_json
+from cw.cli.compile_cmd import conv_cell
 from cw.errors import CwError
 from cw.units import format_bytes
 
@@ -40,13 +41,23 @@ def inspect_cmd(
     w = info["weights"]
     out.print(f"weights {format_bytes(w['total_bytes'])} in {len(w['pages'])} page(s) of "
               f"{format_bytes(w['page_size'])}, {len(w['tensors'])} tensors")
+    if t.get("tuning"):
+        out.print(f"tuning records from {t['tuning']}")
+    for note in info.get("notes", []):
+        out.print(f"[yellow]note:[/] {note}")
     table = Table()
-    for col in ("batch", "workspace", "input", "output", "kernel size", "unplanned allocs"):
+    convs = [conv_cell(k.get("kernels_conv_scheduled", 0), k.get("kernels_conv_split", 0))
+             for k in info["kernels"]]
+    show_convs = any(c != "-" for c in convs)
+    for col in ("batch", "workspace", "input", "output", "kernel size", "tuned") + (
+            ("convs",) if show_convs else ()) + ("unplanned allocs",):
         table.add_column(col, justify="right")
-    for k in info["kernels"]:
+    for k, conv in zip(info["kernels"], convs):
         table.add_row(str(k["batch_size"]), format_bytes(k["workspace_bytes"]),
                       format_bytes(k["input_bytes"]), format_bytes(k["output_bytes"]),
-                      format_bytes(k["kernel_bytes"]), str(len(k["unplanned"])))
+                      format_bytes(k["kernel_bytes"]),
+                      f"{k.get('kernels_tuned', 0)}/{k.get('kernels_total', 0)}",
+                      *((conv,) if show_convs else ()), str(len(k["unplanned"])))
     out.print(table)
     out.print(f"profile: {'present' if 'profile' in info else 'none (run `cw profile`)'}")
     out.print(f"[green]{len(info['files'])} files verified[/] (sha256)")

@@ -109,9 +109,9 @@ def _convs(kernel) -> str:
             + (f", {split} split-K conv{'s' if split != 1 else ''}" if split else ""))
 
 
-def _conv_cell(kernel) -> str:
-    parts = ([f"{kernel.kernels_conv_scheduled} NCHWc"] if kernel.kernels_conv_scheduled else []) \
-        + ([f"{kernel.kernels_conv_split} split-K"] if kernel.kernels_conv_split else [])
+def conv_cell(scheduled: int, split: int) -> str:
+    """The convolutions cw treated itself, for a table: NCHWc-scheduled (CPU), split-K (CUDA)."""
+    parts = ([f"{scheduled} NCHWc"] if scheduled else []) + ([f"{split} split-K"] if split else [])
     return ", ".join(parts) or "-"
 
 
@@ -136,7 +136,8 @@ def render_summary(manifest, path) -> None:
     for k in manifest.kernels:
         table.add_row(str(k.batch_size), format_bytes(k.kernel_bytes),
                       f"{k.kernels_tuned}/{k.kernels_total}",
-                      *((_conv_cell(k),) if convs else ()),
+                      *((conv_cell(k.kernels_conv_scheduled, k.kernels_conv_split),)
+                        if convs else ()),
                       format_bytes(k.workspace_bytes), format_bytes(k.input_bytes),
                       format_bytes(k.output_bytes), f"{k.compile_seconds:.1f}")
     out.print(table)

@@ -162,6 +162,8 @@ def test_cw_compile_reports_split_convs_and_turns_them_off(cli, tmp_path):
     assert "1 split-K conv" in r.out
     kernels = open_bundle(tmp_path / "split").manifest.kernels
     assert [k.kernels_conv_split for k in kernels] == [1, 0]  # batch 16 fills the GPU
+    r = cli("inspect", tmp_path / "split")
+    assert r.code == 0 and "1 split-K" in r.out and "convs" in r.out, r.err
     r = cli("compile", onnx_path, "-o", tmp_path / "plain", "--target", "cuda",
             "--batch-sizes", "1", "--conv-split", "off")
     assert r.code == 0, r.err
