@@ -12,7 +12,7 @@ from typing import Callable
 import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
-from cw.compile import cpu_conv, cuda_conv, frontend, normalize, paging, rebatch, targets, tuning
+from cw.compile import cpu_conv, cuda_conv, fast_tvmscript, frontend, normalize, paging, rebatch, targets, tuning
 from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
                                  check_device_binary)
 from cw.compile.memory import memory_plan
@@ -208,7 +208,9 @@ def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = Tru
     if _pass_name(finalize[0]) != "StaticPlanBlockMemory":
         raise RuntimeError("unexpected TVM pipeline: memory planning is not the first "
                            "finalization pass")
-    with target:
+    # dlight's tensor-core rule (fp16 on CUDA) imports tvm.s_tir.tensor_intrin on first use:
+    # 70-90 s of TVMScript parsing here without the fast stack (resnet18 fp16 at batch 1)
+    with fast_tvmscript.fast_inspect_stack(), target:
         mod, rest = legalized(mod, target, fuse, conv_split)
         split = cuda_conv.count_split(mod) if target.kind.name == "cuda" else 0
         mod, tuned, total = tuning.apply_database(mod, database)
