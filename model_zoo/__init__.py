@@ -19,7 +19,7 @@ from .densenet import densenet121
 from .inception import inception_v3
 from .mobilenet import mobilenet_v2
 from .resnet import resnet50_v2, resnet_v1
-from .tiny import mlp, small_cnn
+from .tiny import late_cnn, mlp, small_cnn
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ MODELS: dict[str, ZooEntry] = {e.name: e for e in [
              paper_load_ms=7.77, paper_exec_ms=(4.46, 6.85, 10.99, 16.45, 26.17)),
     ZooEntry("mlp", mlp, (64,), "tiny MLP 64-128-128-10 (tests)"),
     ZooEntry("small_cnn", small_cnn, (3, 32, 32), "tiny CNN, 2 conv layers (tests)"),
+    ZooEntry("late_cnn", late_cnn, (64, 7, 7), "tiny CNN, 2 wide convs on 7x7 (tests: split-K)"),
 ]}
 
 

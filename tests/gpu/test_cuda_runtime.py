@@ -138,6 +138,19 @@ def test_run_on_gpu_matches_onnxruntime(cuda_bundle, zoo_onnx):
     assert result.relative_error < 1e-4 and result.outputs[0].shape == (2, 10)
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_split_k_convs_on_gpu_match_onnxruntime(cuda_bundle, zoo_onnx, batch):
+    """Both convs of late_cnn are split across thread blocks (cw/compile/cuda_conv.py) at batch
+    1 and 4: the parts and their fused sum compute what onnxruntime does."""
+    from cw.engine import run_bundle
+
+    bundle = cuda_bundle("late_cnn")
+    assert all(k.kernels_conv_split == 2 for k in open_bundle(bundle).manifest.kernels)
+    x = random_input((batch, 64, 7, 7), seed=5)
+    result = run_bundle(bundle, [x], device="cuda:0", verify_onnx=zoo_onnx("late_cnn"))
+    assert result.relative_error < 1e-4 and result.outputs[0].shape == (batch, 10)
+
+
 def test_bundle_for_another_gpu_architecture_is_refused(cli, cuda_bundle, tmp_path):
     import shutil
 

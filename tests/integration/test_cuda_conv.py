@@ -173,3 +173,15 @@ def test_cw_compile_reports_split_convs_and_turns_them_off(cli, tmp_path):
     r = cli("compile", onnx_path, "-o", tmp_path / "bad", "--target", "cuda",
             "--conv-split", "sometimes")
     assert r.code != 0 and "--conv-split auto" in r.err
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_late_cnn_splits_both_convs(zoo_onnx, batch):
+    """The premise of tests/gpu's split-K accuracy test on the GPU."""
+    from cw.compile.compiler import CompileConfig, bind_batch, import_graph
+
+    config = CompileConfig(target="cuda", batch_sizes=(batch,))
+    onnx_model, imported, _ = import_graph(zoo_onnx("late_cnn"), config)
+    target = targets.tvm_target("cuda", config.resolved_arch)
+    fused, _ = legalized(bind_batch(imported.mod, onnx_model, batch), target)
+    assert cuda_conv.count_split(fused) == 2
