@@ -319,7 +319,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         input_names = [n for n, _, _ in onnx_model.inputs]
         output_names = [o.name for o in onnx_model.model.graph.output]
         kernels, inputs_spec, outputs_spec = [], None, None
-        split = config.conv_split == "auto"
+        split_convs = config.conv_split == "auto"
         for batch in batch_sizes:
             progress("batch_start", {"batch_size": batch, "total": len(batch_sizes)})
             start = time.perf_counter()
@@ -331,12 +331,13 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
             try:
                 try:
                     lowered, plan, scheduled, total = _lower(mod, target, database=database,
-                                                             conv_split=split)
+                                                             conv_split=split_convs)
                 except Exception as e:
                     # TVM 0.27's FuseTIR rejects some graphs (MobileNetV2: "Inconsistent
                     # buffers ... mapped to the same relax var"); unfused kernels are correct.
                     lowered, plan, scheduled, total = _lower(mod, target, fuse=False,
-                                                         database=database, conv_split=split)
+                                                         database=database,
+                                                         conv_split=split_convs)
                     note = (f"batch {batch}: operator fusion failed in TVM ("
                             f"{(str(e).strip().splitlines() or ['?'])[-1][:120]}); "
                             "compiled without fusion")
