@@ -2,7 +2,7 @@
 
     python bench/gpu_stage.py --out .gpu/bundles --tests                 # what tests/gpu needs
     python bench/gpu_stage.py --out .gpu/bundles --models resnet18,mobilenet_v2 \\
-        [--batch-sizes 1,2,4,8,16] [--arch sm_90] [--hollow resnet152] [--precision fp32,fp16] \
+        [--batch-sizes 1,2,4,8,16] [--arch sm_90] [--hollow resnet152] [--precision fp32,fp16] \\
         [--conv-split off]
     python bench/gpu_stage.py --refill .gpu/bundles/resnet152      # on the GPU machine
 
