@@ -12,6 +12,15 @@
 #                                        # trace against the TVM-CUDA worker (#5, #6)
 #   3. bash bench/gpu_session.sh kernels # bench/kernels.py, fp32 and fp16 vs PyTorch, and
 #                                        # split-K convs against none (#7)
+# Tuning (issue 7), without the TVM compiler on the device: candidates are compiled here into a
+# kit, the device only checks and times them (cw tune-stage / tune-measure / tune-ingest):
+#   bash bench/gpu_session.sh stage-tune [MODELS] [BATCH_SIZES] [BUDGET]  # here: .gputune/kit,
+#                                        # for the database bench/results/tuning-cuda-sm_90/db
+#   bash bench/gpu_session.sh pack-tune  # here: .gputune/carry/kit.tar.xz (size checked)
+#   device, carry [".device", ".gputune/carry"]: bash bench/gpu_session.sh tune
+#                                        # $OUT/tune-results.jsonl (resumed while warm)
+#   bash bench/gpu_session.sh ingest-tune FILE...  # here: records into the database, then
+#                                        # cw tune-compact into cw/tuning/cuda-sm_90
 # Results come back under $OUT (pytest-gpu.txt, profile-resnet50.json, worker-gpu.txt,
 # kernels.txt, live.txt, live.tgz); their numbers go to docs/benchmarks.md. With the device time
 # left, the tuning kit (bench/gpu_tune_stage.sh, bench/gpu_tune.sh).
@@ -27,6 +36,7 @@
 set -euo pipefail
 ROOT=$(git rev-parse --show-toplevel 2>/dev/null || pwd); cd "$ROOT"
 W=${CW_GPU_WORK:-/tmp/cw-gpucheck}
+TUNE_DB=${TUNE_DB:-bench/results/tuning-cuda-sm_90/db}
 OUT=${OUT:-$W/out}
 
 device_setup() {
@@ -106,8 +116,48 @@ kernels)
     --precision fp32,fp32-nosplit,fp16 --rounds 3 \
     --runs 20 2>&1 | tee "$OUT/kernels.txt"
   ;;
+stage-tune)  # build machine: compile candidates for the kernels with the fewest records
+  PY=${PYTHON:-.venv/bin/python}
+  grep -qx '/.gputune/' .git/info/exclude 2>/dev/null || echo '/.gputune/' >> .git/info/exclude
+  mkdir -p .gputune
+  models=${2:-resnet50,resnet18,densenet121}
+  for m in ${models//,/ }; do
+    [ -f ".gputune/$m.onnx" ] || $PY -c "import model_zoo; model_zoo.export('$m', '.gputune/$m.onnx')"
+    $PY -m cw tune-stage ".gputune/$m.onnx" --kit .gputune/kit --db "$TUNE_DB" --target cuda \
+      --batch-sizes "${3:-1,4,16}" --candidates "${CANDIDATES:-16}" --time-budget "${4:-30m}"
+  done
+  bash "$0" pack-tune
+  ;;
+pack-tune)
+  rm -rf .gputune/carry && mkdir -p .gputune/carry
+  XZ_OPT=-T0 tar -C .gputune -cJf .gputune/carry/kit.tar.xz kit
+  total=$(( $(du -sb .device .gputune/carry | awk '{s += $1} END {print s}') \
+            + $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) ))
+  echo "the tune call carries $(( total >> 20 )) MiB of 64 (.device, .gputune/carry, tracked files)"
+  if [ "$total" -gt $(( 62 << 20 )) ]; then echo "too much to carry: stage fewer kernels" >&2; exit 1; fi
+  ;;
+tune)  # device: check and time the kit's candidates (TVM runtime only), resumable while warm
+  source .device/activate.sh >/dev/null
+  mkdir -p "$W" "$OUT"
+  id=$(tar -xJOf .gputune/carry/kit.tar.xz kit/kit.json | python3 -c "import json,sys; print(json.load(sys.stdin)['kit_id'])")
+  if [ ! -f "$W/tunekit-$id/kit/kit.json" ]; then
+    mkdir -p "$W/tunekit-$id" && tar -C "$W/tunekit-$id" -xJf .gputune/carry/kit.tar.xz
+  fi
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } | tee "$OUT/device.txt"
+  step 560 "tune-measure" python3 -m cw tune-measure "$W/tunekit-$id/kit" --device cuda \
+    --out "$W/tune-results-$id.jsonl" --time-budget "${2:-8m}" 2>&1 | tee "$OUT/tune.txt"
+  cp "$W/tune-results-$id.jsonl" "$OUT/tune-results.jsonl"
+  ;;
+ingest-tune)  # build machine: FILE... from the tune calls
+  PY=${PYTHON:-.venv/bin/python}
+  shift
+  $PY -m cw tune-ingest .gputune/kit "$@" --db "$TUNE_DB"
+  $PY -m cw tune-compact "$TUNE_DB" -o cw/tuning/cuda-sm_90
+  echo "now write cw/tuning/cuda-sm_90/index.json (models and batch sizes fully covered)"
+  ;;
 *)
-  echo "usage: bash bench/gpu_session.sh stage | pack | checks | live | kernels" >&2
+  echo "usage: bash bench/gpu_session.sh stage | pack | checks | live | kernels | stage-tune |" \
+       "pack-tune | tune | ingest-tune" >&2
   exit 2
   ;;
 esac

@@ -16,6 +16,12 @@ from cw.units import parse_batch_sizes, parse_duration_ns
 _DEFAULTS = TuneConfig(db="-")
 
 
+def _progress(out, disable: bool = False) -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                    TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                    console=out, transient=True, disable=disable)
+
+
 @app.command("tune")
 def tune_cmd(
     model: Path = typer.Argument(..., help="ONNX model file."),
@@ -58,9 +64,7 @@ def tune_cmd(
                         input_shapes=parse_input_shapes(input_shape or []),
                         precision=precision, conv_split=conv_split)
     out = console()
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                        console=out, transient=True, disable=as_json)
+    progress = _progress(out, disable=as_json)
     with progress:
         bar = progress.add_task("starting", total=None)
 
@@ -131,3 +135,140 @@ def tune_compact_cmd(
     """
     n = compact(db, output)
     console().print(f"[green]wrote[/] {n} records to {output}")
+
+
+@app.command("tune-stage")
+def tune_stage_cmd(
+    model: Path = typer.Argument(..., help="ONNX model file."),
+    kit: Path = typer.Option(..., "--kit", help="Tuning kit directory (created, or added to)."),
+    db: Path = typer.Option(..., "--db", help="Tuning database the kit's results will go to: "
+                                              "kernels with --trials records are left out, "
+                                              "and later rounds learn from the records."),
+    target: str = typer.Option(_DEFAULTS.target, "--target", help="cpu or cuda."),
+    arch: str = typer.Option(None, "--arch", help="As for cw compile."),
+    batch_sizes: str = typer.Option(",".join(map(str, DEFAULT_BATCH_SIZES)), "--batch-sizes",
+                                    help="Batch sizes whose kernels to stage."),
+    candidates: int = typer.Option(32, "--candidates", help="Candidates per kernel."),
+    trials: int = typer.Option(_DEFAULTS.trials, "--trials",
+                               help="Records per kernel after which it is done."),
+    time_budget: str = typer.Option(None, "--time-budget",
+                                    help="Start no kernel after this long, e.g. 60m."),
+    input_shape: list[str] = typer.Option(None, "--input-shape",
+                                          help="NAME=DIMS, N for the batch (repeatable)."),
+    precision: str = typer.Option(_DEFAULTS.precision, "--precision", help="fp32 or fp16."),
+    conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split", help="auto or off."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the candidates' random draws."),
+):
+    """Compile schedule candidates for a model's kernels into a tuning kit, to be timed where
+    the device is (`cw tune-measure`, which needs only TVM's runtime) and brought back with
+    `cw tune-ingest`. Several models may go into one kit.
+
+    Example:
+      [bold]cw tune-stage r50.onnx --kit kit --db r50-h100 --target cuda --batch-sizes 1,16[/]
+    """
+    from cw.compile.frontend import parse_input_shapes
+    from cw.compile.tunekit import stage_kit
+
+    budget_s = parse_duration_ns(time_budget, "time budget") / 1e9 if time_budget else None
+    config = TuneConfig(db=str(db), target=target, arch=arch,
+                        batch_sizes=parse_batch_sizes(batch_sizes), trials=trials,
+                        time_budget_s=budget_s, input_shapes=parse_input_shapes(input_shape or []),
+                        precision=precision, conv_split=conv_split, seed=seed)
+    out = console()
+    progress = _progress(out)
+    with progress:
+        bar = progress.add_task("starting", total=None)
+
+        def on_event(event: str, info: dict) -> None:
+            if event == "stage":
+                progress.update(bar, description=info["text"])
+            elif event == "tasks":
+                progress.update(bar, total=info["total"], completed=0, description="staging")
+            elif event == "kernel_start":
+                progress.update(bar, description=f"{info['name']} (batch {info['batch_size']})")
+            elif event == "kernel_done":
+                progress.advance(bar)
+
+        report = stage_kit(model, config, kit, candidates=candidates, progress=on_event)
+    n = sum(len(t["candidates"]) for t in report.staged)
+    out.print(f"[green]staged[/] {n} candidates of {len(report.staged)} kernel(s) in {kit} "
+              f"({report.seconds:.0f} s); {report.complete} kernel(s) already have {trials} "
+              f"records, {report.in_kit} were in the kit")
+    for line in report.failed:
+        out.print(f"[yellow]left out, TVM failed on[/] {line}")
+    if report.not_started:
+        out.print(f"[yellow]the time budget left {report.not_started} kernel(s) out:[/] run "
+                  "the same command again to add them")
+    out.print(f"next, where the device is: [bold]cw tune-measure {kit} --device "
+              f"{target} --out results.jsonl[/]")
+
+
+@app.command("tune-measure")
+def tune_measure_cmd(
+    kit: Path = typer.Argument(..., help="Tuning kit from cw tune-stage."),
+    out_file: Path = typer.Option(..., "--out", help="Results file (JSON lines; resumed)."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+    time_budget: str = typer.Option(None, "--time-budget",
+                                    help="Start no candidate after this long, e.g. 8m."),
+    repeat: int = typer.Option(3, "--repeat", help="Timed repetitions per candidate."),
+):
+    """Check and time every candidate of a tuning kit on this machine's device. Needs only
+    TVM's runtime. Resumable: candidates already in --out are skipped.
+
+    Example: [bold]cw tune-measure kit --device cuda --out results.jsonl --time-budget 8m[/]
+    """
+    from cw.profile.candidates import MeasureConfig, measure_kit
+
+    budget_s = parse_duration_ns(time_budget, "time budget") / 1e9 if time_budget else None
+    config = MeasureConfig(device=device, repeat=repeat, time_budget_s=budget_s)
+    out = console()
+    progress = _progress(out)
+    with progress:
+        bar = progress.add_task("measuring candidates", total=None)
+
+        def on_event(event: str, info: dict) -> None:
+            if event == "candidates":
+                progress.update(bar, total=info["total"], completed=info["done"])
+            elif event == "result":
+                progress.advance(bar)
+                if info.get("wrong"):
+                    out.print(f"[red]{info['task']}/{info['candidate']}: {info['error']}[/]")
+
+        report = measure_kit(kit, out_file, config, progress=on_event)
+    out.print(f"measured {report.measured}, failed {report.failed} (wrong answers: "
+              f"{report.wrong}), {report.already} measured before, in {report.seconds:.0f} s")
+    if report.left:
+        out.print(f"[yellow]the time budget left {report.left} candidate(s):[/] run the same "
+                  "command again to continue")
+    else:
+        out.print(f"next, where the compiler is: [bold]cw tune-ingest {kit} {out_file} "
+                  "--db DB[/]")
+
+
+@app.command("tune-ingest")
+def tune_ingest_cmd(
+    kit: Path = typer.Argument(..., help="Tuning kit from cw tune-stage."),
+    results: list[Path] = typer.Argument(..., help="Results files from cw tune-measure."),
+    db: Path = typer.Option(..., "--db", help="Tuning database to add the records to."),
+):
+    """Add a kit's measured candidates to a tuning database as records (what `cw tune` would
+    have written), and show what each kernel gained over its default schedule.
+
+    Example: [bold]cw tune-ingest kit results.jsonl --db r50-h100[/]
+    """
+    from cw.compile.tunekit import ingest_results
+
+    report = ingest_results(kit, results, db)
+    out = console()
+    table = Table(title=f"kernels measured ({db})")
+    # "before": the default schedule, or the best record before this kit (re-measured with it)
+    for col in ("kernel", "batch", "calls", "before µs", "best µs", "speed-up"):
+        table.add_column(col, justify="right" if col != "kernel" else "left")
+    for k in sorted(report.kernels, key=lambda k: (k["batch_size"], k["name"])):
+        base, best = k["default_us"], k["best_us"]
+        table.add_row(k["name"], str(k["batch_size"]), str(k["calls"]),
+                      f"{base:,.1f}" if base else "-", f"{best:,.1f}",
+                      f"×{base / best:.2f}" if base else "-")
+    out.print(table)
+    out.print(f"[green]added[/] {report.committed} records to {db}; {report.failed} candidates "
+              f"failed ({report.wrong} wrong answers), {report.already} were added before")

@@ -98,6 +98,24 @@ def tvm_target(kind: str, arch: str | None, num_cores: int | None = None):
     return tvm.target.Target(spec)
 
 
+# What MetaSchedule's GPU rules and its VerifyGPUCode check read from a CUDA target (plain
+# {"kind": "cuda", "arch": ...} lacks them, and tuning then fails before its first candidate):
+# static shared memory per block is 48 KiB on every arch cw targets, threads 1,024, registers
+# 64 Ki. Kernels compiled without them are the same: dlight reads none of these.
+CUDA_TUNING_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
+                      "registers_per_block": 65536, "thread_warp_size": 32}
+
+
+def tuning_target(kind: str, arch: str | None, num_cores: int | None = None):
+    """The target MetaSchedule searches and builds candidates for: `tvm_target` with the
+    hardware limits its rules need."""
+    tvm = load_tvm()
+    if kind == "cuda":
+        return tvm.target.Target({"kind": "cuda", "arch": arch, **CUDA_TUNING_LIMITS},
+                                 host="llvm")
+    return tvm_target(kind, arch, num_cores)
+
+
 def target_key(kind: str, arch: str | None) -> str:
     """Directory name tuning records are filed under: records only transfer between identical
     code generation targets (MetaSchedule's database matches workloads, not targets)."""

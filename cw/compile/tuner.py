@@ -172,31 +172,48 @@ def _flops(task) -> float:
         return 0.0
 
 
-def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
-               progress: Progress = lambda event, info: None) -> TuneReport:
-    _check_device(config)
-    load_tvm()
-    from cw.compile import fast_tvmscript
+@dataclass
+class TaskWork:
+    """One kernel to tune: the batch size it was first seen at, MetaSchedule's task and its
+    workload in the database, and TVM's FLOP estimate for one call."""
+    batch_size: int
+    task: object
+    workload: object
+    flops: float
 
-    with fast_tvmscript.fast_inspect_stack():
-        from tvm.s_tir import meta_schedule as ms
-        import tvm.s_tir.tensor_intrin  # noqa: F401  (what makes MetaSchedule slow to start)
 
-    compile_config = config.compile_config()
-    arch = compile_config.resolved_arch
+def tuning_target(config: TuneConfig):
+    arch = config.compile_config().resolved_arch
     num_cores = config.num_cores or cpu_threads()
-    target = targets.tvm_target(config.target, arch,
-                                num_cores=num_cores if config.target == "cpu" else None)
-    onnx_model, imported, batch_sizes = import_graph(onnx_path, compile_config, progress)
-    db_dir = Path(config.db)
+    return targets.tuning_target(config.target, arch,
+                                 num_cores=num_cores if config.target == "cpu" else None)
+
+
+def open_database(db_dir: Path):
+    """The JSON database at `db_dir`, created if absent; a directory holding anything else is
+    refused rather than written into."""
+    from tvm.s_tir import meta_schedule as ms
+
     if db_dir.exists() and not tuning.is_database(db_dir) and any(db_dir.iterdir()):
         raise UsageError(f"--db {db_dir}: exists and is not a tuning database",
                          "give a new directory, or one written by `cw tune`")
     db_dir.mkdir(parents=True, exist_ok=True)
-    database = ms.database.JSONDatabase(str(db_dir / tuning.WORKLOAD_FILE),
-                                        str(db_dir / tuning.RECORD_FILE), allow_missing=True)
+    return ms.database.JSONDatabase(str(db_dir / tuning.WORKLOAD_FILE),
+                                    str(db_dir / tuning.RECORD_FILE), allow_missing=True)
+
+
+def extract_work(onnx_path, config: TuneConfig, database, progress: Progress):
+    """The distinct kernels `cw compile` would build for the model at every batch size asked,
+    committed as workloads to `database`, heaviest first. Returns (work, the default schedule
+    rules of the target)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    compile_config = config.compile_config()
+    arch = compile_config.resolved_arch
+    target = tuning_target(config)
+    onnx_model, imported, batch_sizes = import_graph(onnx_path, compile_config, progress)
     progress("stage", {"text": "extracting kernels"})
-    work: list[tuple[int, object, object, float]] = []
+    work: list[TaskWork] = []
     seen = set()
     rules: list = []
     for batch in batch_sizes:
@@ -210,14 +227,32 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
             if key in seen:
                 continue
             seen.add(key)
-            work.append((batch, task, workload, _flops(task)))
+            work.append(TaskWork(batch, task, workload, _flops(task)))
     # Heaviest first, by share of its batch size's operations per inference (each batch size
     # counts alike): a time budget that runs out, as a GPU session does, leaves the kernels that
     # matter least untuned. Stable, so ties keep graph order.
     per_batch: dict[int, float] = {}
-    for batch, task, _, flops in work:
-        per_batch[batch] = per_batch.get(batch, 0.0) + flops * float(task.weight)
-    work.sort(key=lambda item: -item[3] * float(item[1].weight) / (per_batch[item[0]] or 1.0))
+    for w in work:
+        per_batch[w.batch_size] = per_batch.get(w.batch_size, 0.0) + w.flops * float(w.task.weight)
+    work.sort(key=lambda w: -w.flops * float(w.task.weight) / (per_batch[w.batch_size] or 1.0))
+    return work, rules
+
+
+def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
+               progress: Progress = lambda event, info: None) -> TuneReport:
+    _check_device(config)
+    load_tvm()
+    from cw.compile import fast_tvmscript
+
+    with fast_tvmscript.fast_inspect_stack():
+        from tvm.s_tir import meta_schedule as ms
+        import tvm.s_tir.tensor_intrin  # noqa: F401  (what makes MetaSchedule slow to start)
+
+    num_cores = config.num_cores or cpu_threads()
+    arch = config.compile_config().resolved_arch
+    db_dir = Path(config.db)
+    database = open_database(db_dir)
+    work, rules = extract_work(onnx_path, config, database, progress)
 
     # one pool of builder and runner processes for every kernel: each worker pays for importing
     # TVM once
@@ -227,7 +262,8 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
     results: list[KernelResult] = []
     not_started = 0
     progress("tasks", {"total": len(work)})
-    for i, (batch, task, workload, flops) in enumerate(work):
+    for i, w in enumerate(work):
+        batch, task, workload, flops = w.batch_size, w.task, w.workload, w.flops
         before = len(database.get_top_k(workload, config.trials))
         result = KernelResult(task.task_name, batch, int(task.weight), before, before,
                               _best_us(database.get_top_k(workload, 1)), flops)
