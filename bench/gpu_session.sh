@@ -16,7 +16,7 @@
 # kit, the device only checks and times them (cw tune-stage / tune-measure / tune-ingest):
 #   bash bench/gpu_session.sh stage-tune [MODELS] [BATCH_SIZES] [BUDGET]  # here: .gputune/kit,
 #                                        # for the database bench/results/tuning-cuda-sm_90/db
-#   bash bench/gpu_session.sh pack-tune  # here: .gputune/carry/kit.tar.xz (size checked)
+#   bash bench/gpu_session.sh pack-tune  # here: .gputune/carry/kits.tar.xz (size checked)
 #   device, carry [".device", ".gputune/carry"]: bash bench/gpu_session.sh tune
 #                                        # $OUT/tune-results.jsonl (resumed while warm)
 #   bash bench/gpu_session.sh ingest-tune FILE...  # here: records into the database, then
@@ -78,6 +78,11 @@ stage)
   $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow densenet121 --batch-sizes 1,4,16
   $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
     --batch-sizes 1,4,16 --conv-split off
+  if [ -f cw/tuning/cuda-sm_90/database_tuning_record.json ]; then
+    # the A/B for the committed records: NAME-untuned beside NAME (which applies them)
+    $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50 \
+      --batch-sizes 1,4,16 --untuned
+  fi
   bash "$0" pack
   ;;
 pack)  # the end of stage: compress the benchmark bundles, check the size, put them in place
@@ -113,7 +118,7 @@ kernels)
   device_setup
   step 540 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
     --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
-    --precision fp32,fp32-nosplit,fp16 --rounds 3 \
+    --precision fp32,fp32-nosplit,fp32-untuned,fp16 --rounds 3 \
     --runs 20 2>&1 | tee "$OUT/kernels.txt"
   ;;
 stage-tune)  # build machine: compile candidates for the kernels with the fewest records
@@ -128,30 +133,38 @@ stage-tune)  # build machine: compile candidates for the kernels with the fewest
   done
   bash "$0" pack-tune
   ;;
-pack-tune)
+pack-tune)  # every .gputune/kit* (kits staged side by side, one per core, go together)
   rm -rf .gputune/carry && mkdir -p .gputune/carry
-  XZ_OPT=-T0 tar -C .gputune -cJf .gputune/carry/kit.tar.xz kit
+  (cd .gputune && XZ_OPT=-T0 tar --exclude='kit*/records' -cJf carry/kits.tar.xz kit*/)  # records stay here
   total=$(( $(du -sb .device .gputune/carry | awk '{s += $1} END {print s}') \
             + $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) ))
   echo "the tune call carries $(( total >> 20 )) MiB of 64 (.device, .gputune/carry, tracked files)"
   if [ "$total" -gt $(( 62 << 20 )) ]; then echo "too much to carry: stage fewer kernels" >&2; exit 1; fi
   ;;
-tune)  # device: check and time the kit's candidates (TVM runtime only), resumable while warm
-  source .device/activate.sh >/dev/null
+tune)  # device: check and time the kits' candidates (TVM runtime only), resumable while warm
+  # TUNE_DEVICE=cpu CW_NO_ACTIVATE=1: the same with CPU kits on any machine (to check this)
+  [ -n "${CW_NO_ACTIVATE:-}" ] || source .device/activate.sh >/dev/null
   mkdir -p "$W" "$OUT"
-  id=$(tar -xJOf .gputune/carry/kit.tar.xz kit/kit.json | python3 -c "import json,sys; print(json.load(sys.stdin)['kit_id'])")
-  if [ ! -f "$W/tunekit-$id/kit/kit.json" ]; then
-    mkdir -p "$W/tunekit-$id" && tar -C "$W/tunekit-$id" -xJf .gputune/carry/kit.tar.xz
-  fi
+  K="$W/tunekits-$(md5sum < .gputune/carry/kits.tar.xz | cut -c1-12)"
+  [ -d "$K" ] || { mkdir -p "$K.tmp" && tar -C "$K.tmp" -xJf .gputune/carry/kits.tar.xz && mv "$K.tmp" "$K"; }
   { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } | tee "$OUT/device.txt"
-  step 560 "tune-measure" python3 -m cw tune-measure "$W/tunekit-$id/kit" --device cuda \
-    --out "$W/tune-results-$id.jsonl" --time-budget "${2:-8m}" 2>&1 | tee "$OUT/tune.txt"
-  cp "$W/tune-results-$id.jsonl" "$OUT/tune-results.jsonl"
+  budget=${2:-480}  # seconds for all kits of this call
+  start=$SECONDS
+  for kit in "$K"/kit*/; do
+    left=$(( budget - (SECONDS - start) ))
+    [ "$left" -gt 10 ] || break
+    # one results file for every kit: rows carry their kit's id, and a rerun resumes
+    step $(( left + 60 )) "tune-measure $(basename "$kit")" python3 -m cw tune-measure "$kit" \
+      --device "${TUNE_DEVICE:-cuda}" --out "$K/tune-results.jsonl" --time-budget "${left}s" 2>&1 | tee -a "$OUT/tune.txt"
+  done
+  cp "$K/tune-results.jsonl" "$OUT/tune-results.jsonl"
   ;;
-ingest-tune)  # build machine: FILE... from the tune calls
+ingest-tune)  # build machine: the tune-results.jsonl files the tune calls brought back
   PY=${PYTHON:-.venv/bin/python}
   shift
-  $PY -m cw tune-ingest .gputune/kit "$@" --db "$TUNE_DB"
+  for kit in .gputune/kit*/; do
+    $PY -m cw tune-ingest "$kit" "$@" --db "$TUNE_DB" || true  # a kit the device never reached
+  done
   $PY -m cw tune-compact "$TUNE_DB" -o cw/tuning/cuda-sm_90
   echo "now write cw/tuning/cuda-sm_90/index.json (models and batch sizes fully covered)"
   ;;

@@ -52,7 +52,8 @@ TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
 
 
 def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
-          hollow: bool = False, precision: str = "fp32", conv_split: str = "auto") -> None:
+          hollow: bool = False, precision: str = "fp32", conv_split: str = "auto",
+          untuned: bool = False) -> None:
     import model_zoo
     from cw.bundle import open_bundle
     from cw.compile.compiler import CompileConfig, compile_model
@@ -66,7 +67,8 @@ def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
             compile_model(onnx_path, out, CompileConfig(target="cuda", arch=arch,
                                                         batch_sizes=batch_sizes, name=name,
                                                         precision=precision,
-                                                        conv_split=conv_split))
+                                                        conv_split=conv_split,
+                                                        use_committed_records=not untuned))
         print(f"staged {out}")
     if hollow:
         weights = out / open_bundle(out, verify=False).manifest.weights.file
@@ -90,6 +92,9 @@ def main() -> None:
     ap.add_argument("--conv-split", default="auto",
                     help="off: --models and --hollow bundles without split-K convolutions, "
                          "named NAME-nosplit (the A/B for cw/compile/cuda_conv.py)")
+    ap.add_argument("--untuned", action="store_true",
+                    help="--models and --hollow bundles without cw's committed tuning records, "
+                         "named NAME-untuned (the A/B for cw/tuning/)")
     args = ap.parse_args()
     if args.refill:
         return refill(args.refill)
@@ -103,13 +108,14 @@ def main() -> None:
             stage(name, out / f"{name}-{'_'.join(map(str, sizes))}{suffix}", sizes, args.arch,
                   precision=precision)
     sizes = tuple(int(b) for b in args.batch_sizes.split(","))
-    split = "" if args.conv_split == "auto" else "-nosplit"
+    split = ("" if args.conv_split == "auto" else "-nosplit") + ("-untuned" if args.untuned
+                                                                  else "")
     for hollow, names in ((False, args.models), (True, args.hollow)):
         for name in filter(None, names.split(",")):
             for precision in args.precision.split(","):
                 label = (name if precision == "fp32" else f"{name}-{precision}") + split
                 stage(name, out / label, sizes, args.arch, hollow=hollow, precision=precision,
-                      conv_split=args.conv_split)
+                      conv_split=args.conv_split, untuned=args.untuned)
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"{out}: {total / 2**20:.1f} MiB")
 

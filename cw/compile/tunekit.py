@@ -266,6 +266,10 @@ def _save_records(ms, where: Path, mod, candidates, target, args) -> None:
 
 def _load_records(ms, where: Path, database) -> tuple[object, dict]:
     """(the workload, committed to `database`; {candidate: (origin, record)}) of a kit task."""
+    if not (where / "candidates.json").is_file():
+        raise UsageError(f"{where}: the kit's schedule records are missing",
+                         "ingest from the kit directory `cw tune-stage` wrote (its records/ "
+                         "stay on the build machine)")
     lines = (where / tuning.WORKLOAD_FILE).read_text().splitlines()
     workload = database.commit_workload(ms.database.Workload.from_json(json.loads(lines[0])).mod)
     names = json.loads((where / "candidates.json").read_text())

@@ -165,6 +165,11 @@ def test_kit_errors_are_one_clear_line(mlp_kit, zoo_onnx, tmp_path, cli):
     assert r.code == 2 and "no results for kit" in r.err
     r = cli("tune-ingest", root / "kit", tmp_path / "missing.jsonl", "--db", tmp_path / "db")
     assert r.code == 2 and "no such results file" in r.err
+    import shutil
+    shutil.copytree(root / "kit", tmp_path / "bare", ignore=shutil.ignore_patterns("records"))
+    measure_kit(tmp_path / "bare", tmp_path / "bare.jsonl")  # the device needs no records
+    with pytest.raises(UsageError, match="records are missing"):
+        ingest_results(tmp_path / "bare", [tmp_path / "bare.jsonl"], tmp_path / "db")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("x")
     with pytest.raises(UsageError, match="not a tuning kit"):
