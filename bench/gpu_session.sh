@@ -7,7 +7,8 @@
 #   bash bench/gpu_session.sh stage    # build machine, ~10 min: .device/ (runtime-only TVM and
 #                                      # wheels, ../shared/device/prepare.sh) and .gpucheck/
 # Then three device calls, back to back, each with carry [".device", ".gpucheck"], timeout 600:
-#   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py (#4)
+#   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and
+#                                        # bench/result_path.py (#4)
 #   2. bash bench/gpu_session.sh live    # bench/live_gpu.sh: Fig. 5 at five SLOs and the Azure
 #                                        # trace against the TVM-CUDA worker (#5, #6)
 #   3. bash bench/gpu_session.sh kernels # bench/kernels.py, fp32 and fp16 vs PyTorch, and
@@ -22,8 +23,9 @@
 #   bash bench/gpu_session.sh ingest-tune FILE...  # here: records into the database, then
 #                                        # cw tune-compact into cw/tuning/cuda-sm_90
 # Results come back under $OUT (pytest-gpu.txt, profile-resnet50.json, worker-gpu.txt,
-# kernels.txt, live.txt, live.tgz); their numbers go to docs/benchmarks.md. With the device time
-# left, the tuning kit (bench/gpu_tune_stage.sh, bench/gpu_tune.sh).
+# result-path.txt, kernels.txt, live.txt, live.tgz, tune-results.jsonl); their numbers go to
+# docs/benchmarks.md. (bench/gpu_tune_stage.sh and gpu_tune.sh are the older way to tune: `cw
+# tune` itself on the device, the compiler carried in two calls.)
 #
 # .gpucheck/tests    the bundles tests/gpu uses (bench/gpu_stage.py --tests)
 # .gpucheck/kernels  (as kernels.tar.xz) resnet50 (fp32 batch 1-16: also what the worker bench and the live replays
@@ -106,6 +108,8 @@ checks)
     --iterations 500 --json > "$OUT/profile-resnet50.json" || true
   step 180 "worker bench" python3 bench/worker_gpu.py --models "$W/live" --model resnet50 \
     --batch 1 --n 300 2>&1 | tee "$OUT/worker-gpu.txt"
+  step 60 "result path" python3 bench/result_path.py --n 1000 --rounds 2 2>&1 \
+    | tee "$OUT/result-path.txt"
   ;;
 live)
   device_setup

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from cw.serve import protocol as p
+from cw.serve.clock import clock_domain
 from cw.serve.launch import WorkerProcesses, local_address
 from cw.serve.runtime.base import now_ns
 from cw.serve.transport import ZmqRouter
@@ -41,7 +42,7 @@ class Controller:
         self.router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker))
         self.procs = WorkerProcesses(local_address(self.router.address), models, 1, "tvm",
                                      [device], copies=2, log_dir=log_dir, log_stalls=log_stalls)
-        self.peer = self.registration = None
+        self.peer = self.registration = self.last_ping = None
         self.results: dict[int, tuple[p.Result, int]] = {}
         self.ids = 0
         deadline = time.monotonic() + 180
@@ -49,7 +50,10 @@ class Controller:
             if time.monotonic() > deadline:
                 raise SystemExit("the worker did not register within 180 s")
             self.pump(50)
-        self.router.send(self.peer, p.Welcome(1, self.registration.worker_ns, now_ns()))
+        # one host, one CLOCK_MONOTONIC: the worker pins its offset to 0, as under a controller
+        self.same_clock = self.registration.clock_domain == clock_domain() != ""
+        self.router.send(self.peer, p.Welcome(1, self.registration.worker_ns, now_ns(),
+                                              self.same_clock))
         for _ in range(20):  # let the worker's clock sync settle on a few pings
             self.pump(50)
 
@@ -59,6 +63,7 @@ class Controller:
                 self.peer, self.registration = who, msg
             elif isinstance(msg, p.Ping):
                 self.router.send(who, p.Pong(msg.worker_sent_ns, now_ns()))
+                self.last_ping = msg
             elif isinstance(msg, p.Result):
                 self.results[msg.id] = (msg, now_ns())
 
@@ -125,6 +130,11 @@ def main() -> None:
         spaced = c.wait(ids)
         starts = [r.timings[1].start_ns - e for (r, _), e in zip(spaced, earliest)]
         tails = [received - r.timings[1].end_ns for r, received in spaced]
+        # the way back in three legs: EXEC end → the completion thread has noticed it (output
+        # phase starts) → outputs copied out (output phase ends) → the result received here
+        noticed = [r.timings[2].start_ns - r.timings[1].end_ns for r, _ in spaced]
+        copied = [r.timings[2].end_ns - r.timings[2].start_ns for r, _ in spaced]
+        sent = [received - r.timings[2].end_ns for r, received in spaced]
         device = [r.timings[1].device_ns for r, _ in spaced]
 
         def queue(n):
@@ -159,6 +169,17 @@ def main() -> None:
               f"{pct(tails, 50) / 1e3:.0f} µs, p99 {pct(tails, 99) / 1e3:.0f} µs; EXEC device p50 "
               f"{pct(device, 50) / ms:.3f} ms ({pct(device, 50) / prof_exec['p50_ns'] - 1:+.2%} "
               f"vs profile)")
+        print(f"  the way back, p50 / p99: EXEC end → noticed {pct(noticed, 50) / 1e3:.0f} / "
+              f"{pct(noticed, 99) / 1e3:.0f} µs; output copied {pct(copied, 50) / 1e3:.0f} / "
+              f"{pct(copied, 99) / 1e3:.0f} µs; → result here {pct(sent, 50) / 1e3:.0f} / "
+              f"{pct(sent, 99) / 1e3:.0f} µs")
+        ping = c.last_ping
+        if ping is not None:
+            print(f"  clock: offset in use {ping.offset_ns / 1e3:.0f} µs "
+                  f"({'pinned: same host' if c.same_clock else 'estimated'}); the round-trip "
+                  f"estimate {ping.estimate_ns / 1e3:+.0f} µs from an RTT of "
+                  f"{ping.rtt_ns / 1e3:.0f} µs (its error, on one host, shifts the figures "
+                  "above by as much)")
         print(f"queue: GPU busy {busy:.1%}; EXEC device p50 {pct(q_device, 50) / ms:.3f} p99 "
               f"{pct(q_device, 99) / ms:.3f} ms; statuses {sorted({s.name for s in q_status})}")
         print(f"queue with {loads_ok} LOADs of a second copy alongside: EXEC device p50 "

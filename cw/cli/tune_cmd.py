@@ -11,6 +11,7 @@ from rich.table import Table
 from cw.cli.app import app, console, print_json
 from cw.compile.compiler import DEFAULT_BATCH_SIZES
 from cw.compile.tuner import TuneConfig, compact, tune_model
+from cw.compile.tunekit import SOURCES
 from cw.units import parse_batch_sizes, parse_duration_ns
 
 _DEFAULTS = TuneConfig(db="-")
@@ -158,6 +159,10 @@ def tune_stage_cmd(
     precision: str = typer.Option(_DEFAULTS.precision, "--precision", help="fp32 or fp16."),
     conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split", help="auto or off."),
     seed: int = typer.Option(0, "--seed", help="Seed of the candidates' random draws."),
+    sources: str = typer.Option(",".join(SOURCES), "--sources",
+                                help="Kinds of new candidates: dlight-tile (dlight's GEMM "
+                                     "schedule with other tiles), sampled (MetaSchedule's space "
+                                     "at random), evolved (its search, from 16 records on)."),
 ):
     """Compile schedule candidates for a model's kernels into a tuning kit, to be timed where
     the device is (`cw tune-measure`, which needs only TVM's runtime) and brought back with
@@ -189,7 +194,8 @@ def tune_stage_cmd(
             elif event == "kernel_done":
                 progress.advance(bar)
 
-        report = stage_kit(model, config, kit, candidates=candidates, progress=on_event)
+        report = stage_kit(model, config, kit, candidates=candidates, progress=on_event,
+                           sources=tuple(x.strip() for x in sources.split(",") if x.strip()))
     n = sum(len(t["candidates"]) for t in report.staged)
     out.print(f"[green]staged[/] {n} candidates of {len(report.staged)} kernel(s) in {kit} "
               f"({report.seconds:.0f} s); {report.complete} kernel(s) already have {trials} "
@@ -262,13 +268,15 @@ def tune_ingest_cmd(
     out = console()
     table = Table(title=f"kernels measured ({db})")
     # "before": the default schedule, or the best record before this kit (re-measured with it)
-    for col in ("kernel", "batch", "calls", "before µs", "best µs", "speed-up"):
-        table.add_column(col, justify="right" if col != "kernel" else "left")
+    # "from": where the fastest schedule came from (default, reference, dlight-tile: dlight's
+    # GEMM with another tile, sampled: MetaSchedule's space at random, evolved: its search)
+    for col in ("kernel", "batch", "calls", "before µs", "best µs", "speed-up", "from"):
+        table.add_column(col, justify="left" if col in ("kernel", "from") else "right")
     for k in sorted(report.kernels, key=lambda k: (k["batch_size"], k["name"])):
         base, best = k["default_us"], k["best_us"]
         table.add_row(k["name"], str(k["batch_size"]), str(k["calls"]),
                       f"{base:,.1f}" if base else "-", f"{best:,.1f}",
-                      f"×{base / best:.2f}" if base else "-")
+                      f"×{base / best:.2f}" if base else "-", k["best_origin"])
     out.print(table)
     out.print(f"[green]added[/] {report.committed} records to {db}; {report.failed} candidates "
               f"failed ({report.wrong} wrong answers), {report.already} were added before")

@@ -59,7 +59,8 @@ class IngestReport:
     failed: int = 0
     wrong: int = 0
     already: int = 0
-    kernels: list[dict] = field(default_factory=list)  # name, batch, default_us, best_us
+    kernels: list[dict] = field(default_factory=list)  # name, batch, default_us, best_us,
+    #                                                    best_origin
 
 
 def _write_json(path: Path, obj) -> None:
@@ -96,6 +97,61 @@ def _random_candidates(ms, s_tir, task, target, count: int, seed: int, avoid: se
             if not all(p.apply(sch) for p in postprocs):
                 continue
         except Exception:  # noqa: BLE001  (a draw TVM cannot lower is just not a candidate)
+            continue
+        key = tvm_ffi.structural_hash(sch.mod)
+        if key not in seen:
+            seen.add(key)
+            found.append(sch)
+    return found
+
+
+# dlight's GEMM schedule (the default for convolutions and matmuls on CUDA: 8x16 threads, 4x4
+# outputs each, a 32-pixel x 64-channel tile, k steps of 16) with other tile shapes, as
+# (block_size_x, block_size_y, micro_size_x, micro_size_y, micro_size_k, vector_size). x runs
+# over output pixels (rows of the implicit GEMM), y over output channels. Larger tiles and more
+# outputs per thread raise arithmetic intensity for big GEMMs (batch 16); narrower pixel tiles
+# waste less on a 7x7 map at batch 1. Ordered by how likely each is to help, so that a small
+# --candidates takes the likeliest.
+DLIGHT_TILES = [
+    (16, 16, 8, 8, 8, 4),    # 128 x 128, 256 threads: the classic SGEMM register block
+    (8, 16, 8, 4, 16, 2),    # 64 x 64, 128 threads
+    (16, 16, 4, 4, 16, 2),   # 64 x 64, 256 threads
+    (8, 16, 8, 8, 8, 4),     # 64 x 128
+    (4, 32, 4, 4, 16, 2),    # 16 x 128: few pixels, many channels (late layers, batch 1)
+    (8, 16, 2, 4, 16, 2),    # 16 x 64
+    (16, 8, 4, 8, 16, 4),    # 64 x 64, channels-major
+    (8, 8, 4, 4, 32, 2),     # 32 x 32, deep k steps
+    (8, 16, 4, 4, 32, 2),    # the default tile, deeper k steps
+    (16, 16, 4, 8, 8, 4),    # 64 x 128, 256 threads
+]
+
+
+def _dlight_variants(task, target, count: int, avoid: set) -> list:
+    """Up to `count` schedules from dlight's GEMM rule with the tiles of DLIGHT_TILES, for a
+    kernel that rule schedules by default ([] for others, and for fp16 kernels it tensorizes:
+    their schedule ignores the tile)."""
+    import dataclasses
+
+    import tvm_ffi
+    from tvm.s_tir import dlight
+
+    default = dlight.gpu.Matmul()
+    if target.kind.name != "cuda" or default.apply(task.dispatched[0]["main"], target,
+                                                   False) is None:
+        return []
+    base = default.get_configs(target)
+    found, seen = [], set(avoid)
+    for bx, by, mx, my, mk, vec in DLIGHT_TILES:
+        if len(found) >= count:
+            break
+        config = dataclasses.replace(base, block_size_x=bx, block_size_y=by, micro_size_x=mx,
+                                     micro_size_y=my, micro_size_k=mk, vector_size=vec)
+        rule = type("MatmulTile", (dlight.gpu.Matmul,), {"get_configs": lambda self, t: config})
+        try:
+            sch = rule().apply(task.dispatched[0]["main"], target, False)
+        except Exception:  # noqa: BLE001  (a tile this kernel's shape cannot take)
+            continue
+        if sch is None:
             continue
         key = tvm_ffi.structural_hash(sch.mod)
         if key not in seen:
@@ -157,17 +213,26 @@ def _build(tvm, schedules: list, target, path: Path) -> list[int]:
     return keep
 
 
+SOURCES = ("dlight-tile", "sampled", "evolved")  # kinds of new candidates, as origins say
+
+
 def stage_kit(onnx_path, config: TuneConfig, kit_dir: str | os.PathLike,
-              candidates: int = 32, progress: Progress = lambda event, info: None
-              ) -> StageReport:
+              candidates: int = 32, progress: Progress = lambda event, info: None,
+              sources: tuple[str, ...] = SOURCES) -> StageReport:
     """Add the model's kernels that still lack --trials records to the kit at `kit_dir`
-    (created if absent; several models may share one kit)."""
+    (created if absent; several models may share one kit). `sources`: the kinds of new
+    candidates to draw; a kernel none of them has a candidate for is left out (so a kit of
+    dlight tiles alone holds only the kernels dlight's GEMM rule schedules)."""
     tvm = load_tvm()
     from cw.compile import fast_tvmscript
     from cw.tvm_env import cuda_codegen_problem
 
     if candidates < 1:
         raise UsageError("--candidates must be at least 1", "e.g. --candidates 32")
+    unknown = sorted(set(sources) - set(SOURCES))
+    if unknown or not sources:
+        raise UsageError(f"unknown candidate source(s): {', '.join(unknown) or '(none given)'}",
+                         f"choose among {', '.join(SOURCES)}, e.g. --sources dlight-tile")
     if config.target == "cuda" and cuda_codegen_problem():
         raise UsageError(f"cannot compile CUDA kernels here: {cuda_codegen_problem()}",
                          "stage the kit on the machine with the TVM compiler and CUDA toolkit")
@@ -217,7 +282,12 @@ def stage_kit(onnx_path, config: TuneConfig, kit_dir: str | os.PathLike,
             with fast_tvmscript.fast_inspect_stack(), target:
                 schedules, origins = _draw(ms, s_tir, w, target, records, rules, database,
                                            min(candidates, config.trials - len(records)),
-                                           config.seed + len(kit["tasks"]) * 7919)
+                                           config.seed + len(kit["tasks"]) * 7919, sources)
+                if set(sources) != set(SOURCES) and all(o in ("default", "reference")
+                                                         for o in origins):
+                    # a kit of some kinds only: a kernel none of them covers stays out (with
+                    # every kind, a lone default is still staged: its record covers the kernel)
+                    schedules = []
                 kept = _build(tvm, schedules, target, kit_dir / "lib" / f"{task_id}.so")
         except Exception as e:  # noqa: BLE001  (one kernel TVM cannot search stops no other)
             kept = []
@@ -281,7 +351,7 @@ def _load_records(ms, where: Path, database) -> tuple[object, dict]:
     return workload, out
 
 
-def _draw(ms, s_tir, w, target, records, rules, database, count, seed):
+def _draw(ms, s_tir, w, target, records, rules, database, count, seed, sources=SOURCES):
     """The kernel's candidates: first its reference (the default schedule while the database
     has no record of the kernel, else its best record, re-measured only to check answers),
     then `count` minus one new ones. Returns (schedules, their origins)."""
@@ -300,15 +370,22 @@ def _draw(ms, s_tir, w, target, records, rules, database, count, seed):
 
     avoid = {tvm_ffi.structural_hash(s.mod) for s in schedules}
     new = count - (origins == ["default"])
-    if new > 0:
+    if new > 0 and not records and "dlight-tile" in sources:  # first round: other tiles
+        for sch in _dlight_variants(w.task, target, new, avoid):
+            schedules.append(sch)
+            origins.append("dlight-tile")
+            avoid.add(tvm_ffi.structural_hash(sch.mod))
+            new -= 1
+    if new > 0 and {"sampled", "evolved"} & set(sources):
         drawn, origin = [], "evolved"
-        if len(database.get_top_k(w.workload, EVOLVE_AFTER)) >= EVOLVE_AFTER:
+        if ("evolved" in sources
+                and len(database.get_top_k(w.workload, EVOLVE_AFTER)) >= EVOLVE_AFTER):
             try:
                 drawn = _evolved_candidates(ms, w.task, target, new, seed, database,
                                             w.workload)
             except Exception:  # noqa: BLE001  (TVM's search fails on some kernels' records)
                 drawn = []
-        if not drawn:
+        if not drawn and "sampled" in sources:
             drawn = _random_candidates(ms, s_tir, w.task, target, new, seed, avoid)
             origin = "sampled"
         for sch in drawn:
@@ -375,9 +452,10 @@ def ingest_results(kit_dir: str | os.PathLike, results: list[str | os.PathLike],
     for task_id, by_origin in timings.items():
         task = tasks[task_id]
         base = by_origin.get("default", by_origin.get("reference"))
-        found = [v for k, v in by_origin.items() if k in ("sampled", "evolved")]
+        best_origin = min(by_origin, key=by_origin.get)
         report.kernels.append({"name": task["name"], "batch_size": task["batch_size"],
                                "calls": task["calls"],
                                "default_us": base * 1e6 if base is not None else None,
-                               "best_us": min([*found, *([base] if base else [])]) * 1e6})
+                               "best_us": by_origin[best_origin] * 1e6,
+                               "best_origin": best_origin})
     return report

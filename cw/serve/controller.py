@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cw.serve import protocol as p
+from cw.serve.clock import clock_domain
 from cw.serve.metrics import Metrics
 from cw.serve.protocol import RequestStatus
 from cw.serve.shm import ShmError, ShmReader, ShmRef, remove_stale, shm_domain
@@ -85,6 +86,8 @@ class _Worker:
     models: dict[str, p.ModelInfo]
     last_seen_ns: int
     shares_shm: bool = False  # sees the controller's /dev/shm: gets inputs as ShmRef
+    same_clock: bool = False  # reads the controller's CLOCK_MONOTONIC: offset pinned to 0
+    result_peers: tuple = ()  # its threads' own connections, which send results only
 
 
 @dataclass
@@ -112,6 +115,9 @@ class Controller:
         self.actions: dict[int, _Action] = {}
         self._started_ns: int | None = None  # for busy fractions
         self.shm_domain = shm_domain()
+        # the loop's clock is time.monotonic_ns (serve_forever): workers reading the same one
+        # are told so and use offset 0; a caller driving another clock sets this to ""
+        self.clock_domain = clock_domain()
         self.shm = ShmReader()
         self._last_shm_sweep_ns: int | None = None
         self._last_stale_check_ns: int | None = None
@@ -233,9 +239,15 @@ class Controller:
         wid = next(self._worker_ids)
         self.workers[wid] = _Worker(wid, peer, msg.name, msg.simulated,
                                     {m.model_id: m for m in msg.models}, now_ns,
-                                    bool(msg.shm_domain) and msg.shm_domain == self.shm_domain)
+                                    bool(msg.shm_domain) and msg.shm_domain == self.shm_domain,
+                                    bool(msg.clock_domain)
+                                    and msg.clock_domain == self.clock_domain,
+                                    tuple(msg.result_peers))
         self.by_peer[peer] = wid
-        self.workers_ep.send(peer, p.Welcome(wid, msg.worker_ns, now_ns))
+        for alias in msg.result_peers:
+            self.by_peer[alias] = wid
+        self.workers_ep.send(peer, p.Welcome(wid, msg.worker_ns, now_ns,
+                                             self.workers[wid].same_clock))
         log.info("worker %d (%s, %s) joined with %d devices and %d models", wid, msg.name,
                  msg.runtime, len(msg.devices), len(msg.models))
         info = WorkerInfo(wid, msg.name, [GpuInfo(d.index, d.pages, d.page_size)
@@ -249,6 +261,8 @@ class Controller:
             self.workers_ep.send(peer, p.Goodbye("unknown worker: register again"))
             return
         self.workers[wid].last_seen_ns = now_ns
+        self.metrics.worker_clock(self.workers[wid].name, msg.offset_ns, msg.estimate_ns,
+                                  msg.rtt_ns)
         self.workers_ep.send(peer, p.Pong(msg.worker_sent_ns, now_ns))
 
     def _on_result(self, now_ns: int, peer: bytes, msg: p.Result) -> None:
@@ -283,7 +297,8 @@ class Controller:
 
     def _worker_left(self, now_ns: int, wid: int, why: str) -> None:
         w = self.workers.pop(wid)
-        self.by_peer.pop(w.peer, None)
+        for peer in (w.peer, *w.result_peers):
+            self.by_peer.pop(peer, None)
         log.warning("worker %d (%s) left: %s", wid, w.name, why)
         for action_id, record in list(self.actions.items()):
             if record.decision.worker_id == wid:

@@ -63,6 +63,7 @@ class Metrics:
         self.queue_length = 0
         self.gpu_busy = {}              # "worker/gpu" -> busy fraction
         self.gpu_models = {}            # "worker/gpu" -> loaded models
+        self.clocks = {}                # worker name -> (offset, estimate, rtt) in ns
         self.started_s = None
         self.now_s = None
 
@@ -76,6 +77,10 @@ class Metrics:
     def action(self, kind: str, status: str) -> None:
         with self._lock:
             self.actions[(kind, status)] += 1
+
+    def worker_clock(self, worker: str, offset_ns: int, estimate_ns: int, rtt_ns: int) -> None:
+        with self._lock:
+            self.clocks[worker] = (offset_ns, estimate_ns, rtt_ns)
 
     def gauges(self, queue_length: int, busy: dict, models: dict, now_s: float) -> None:
         with self._lock:
@@ -109,6 +114,13 @@ class Metrics:
             lines.append("# TYPE cw_gpu_loaded_models gauge")
             for gpu, n in sorted(self.gpu_models.items()):
                 lines.append(f'cw_gpu_loaded_models{{gpu="{gpu}"}} {n}')
+            # the offset a worker translates windows with; on one host it is pinned to 0 and
+            # the round-trip estimate beside it shows the error that pinning avoids
+            for i, name in enumerate(("offset", "estimate", "rtt")):
+                lines.append(f"# TYPE cw_worker_clock_{name}_seconds gauge")
+                for worker, values in sorted(self.clocks.items()):
+                    lines.append(f'cw_worker_clock_{name}_seconds{{worker="{worker}"}} '
+                                 f"{values[i] / 1e9:.9f}")
             return "\n".join(lines) + "\n"
 
 

@@ -100,6 +100,7 @@ class Welcome(msgspec.Struct, frozen=True, tag="welcome"):
     worker_id: int
     worker_sent_ns: int    # echoed from Register, so that Welcome is also a clock sample
     controller_ns: int
+    same_clock: bool = False  # Register's clock_domain is the controller's: the offset is 0
 
 
 class Goodbye(msgspec.Struct, frozen=True, tag="goodbye"):
@@ -147,10 +148,16 @@ class Register(msgspec.Struct, frozen=True, tag="register"):
     models: list[ModelInfo]
     worker_ns: int
     shm_domain: str = ""  # the /dev/shm it sees (shm.shm_domain()); "" for none
+    clock_domain: str = ""  # the CLOCK_MONOTONIC it reads (clock.clock_domain()); "" unknown
+    result_peers: list[bytes] = []  # routing ids of its threads' own result connections
 
 
 class Ping(msgspec.Struct, frozen=True, tag="ping"):
     worker_sent_ns: int
+    # the worker's clock translation as it stands, for the controller's metrics
+    offset_ns: int = 0     # in use (0 when pinned to the same clock)
+    estimate_ns: int = 0   # what the round trips alone say
+    rtt_ns: int = 0        # of the sample the estimate comes from (0: none yet)
 
 
 class Timing(msgspec.Struct, frozen=True):
@@ -170,6 +177,7 @@ class Result(msgspec.Struct, frozen=True, tag="result"):
     timings: list[Timing] = []
     outputs: list[memoryview] = []  # INFER: per model output, n samples
     simulated: bool = False    # produced by a simulated device (outputs are zeros)
+    sent_ns: int = 0           # when the worker encoded it (0: not stamped)
 
 
 FromWorker = Register | Ping | Result

@@ -7,6 +7,10 @@ interface, for tests and simulation. Components receive an endpoint; they never 
 
 `send` may be called from any thread: messages go to an outbox and the owner thread's next `poll`
 writes them (ZeroMQ sockets must only be used by one thread; a pipe wakes a waiting poll).
+A thread on a latency-critical path (a worker's EXEC completions) takes a `sender()` of its own
+instead: a second connection to the same address that it sends on directly, with no hand-over
+to the poll loop. The receiving router sees it as another peer; its `routing_id` is announced
+so the receiver can tell whose it is.
 `poll` decodes with the endpoint's one decoder; what does not decode comes back as `Malformed`, so
 the component can answer with an error and keep serving.
 """
@@ -213,6 +217,31 @@ class ZmqDealer(_ZmqEndpoint):
     def poll(self, timeout_ms: int) -> list[object]:
         return self._poll_socket(timeout_ms, self._receive_one)
 
+    def sender(self) -> "ZmqSender":
+        return ZmqSender(self)
+
+
+class ZmqSender:
+    """A send-only connection of one thread's own to its dealer's address. Create it before
+    that thread starts (or in it); only that thread may send on it."""
+
+    def __init__(self, dealer: ZmqDealer):
+        zmq = dealer._zmq
+        self.routing_id = b"s" + os.urandom(7)
+        self.socket = dealer.context.socket(zmq.DEALER)
+        for option, value in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.ROUTING_ID, self.routing_id),
+                              (zmq.RECONNECT_IVL, 100), (zmq.RECONNECT_IVL_MAX, 1000)):
+            self.socket.setsockopt(option, value)
+        self.socket.connect(dealer.address)
+        self._out = dealer._out
+        self._send_frame = super(zmq.Socket, self.socket).send  # as in _ZmqEndpoint
+
+    def send(self, msg) -> None:
+        self._send_frame(self._out.encode(msg), 0)  # queued at once: no high-water mark
+
+    def close(self) -> None:
+        self.socket.close(linger=500)  # the last results may still be on their way out
+
 
 class MultiPoller:
     """Waits on several endpoints owned by one thread at once; `poll` returns what each
@@ -335,6 +364,14 @@ class InprocDealer:
 
     def poll(self, timeout_ms: int) -> list[object]:
         return [_decode(self._in, data) for data in self.inbox.take(timeout_ms)]
+
+    @property
+    def routing_id(self) -> bytes:
+        return self.identity
+
+    def sender(self) -> "InprocDealer":
+        """Another peer to the same router, as ZmqDealer.sender (its sends are thread-safe)."""
+        return InprocDealer(self.hub, self.address, self._in, self._out)
 
     def close(self) -> None:
         self.closed = True

@@ -372,6 +372,10 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
         assert int(lines['cw_gpu_loaded_models{gpu="1/0"}']) >= 1
         assert int(lines["cw_controller_loop_busy_seconds_count"]) > 10
         assert float(lines["cw_goodput_rps"]) > 0
+        # one host, one CLOCK_MONOTONIC: the worker was told so and translates nothing
+        assert w.worker.clock.pinned and w.worker.clock.offset_ns == 0
+        assert lines['cw_worker_clock_offset_seconds{worker="sim0"}'] == "0.000000000"
+        assert 'cw_worker_clock_rtt_seconds{worker="sim0"}' in lines
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
 
@@ -407,6 +411,7 @@ def test_a_worker_on_a_clock_of_its_own(models_dir, tmp_path, monkeypatch, skew_
 
     host_clock = worker_module.now_ns
     monkeypatch.setattr(worker_module, "now_ns", lambda: host_clock() + skew_s * 10**9)
+    monkeypatch.setattr(worker_module, "clock_domain", lambda: "another host")
     with serving(tmp_path, models_dir, "elsewhere") as (ctl, w):
         # the controller counts the worker in on its Register; the worker takes its first clock
         # sample from the reply, a moment later (its first action can only come after that)
@@ -414,6 +419,7 @@ def test_a_worker_on_a_clock_of_its_own(models_dir, tmp_path, monkeypatch, skew_
         while not w.worker.clock.synced and time.monotonic() < deadline:
             time.sleep(0.005)
         assert abs(w.worker.clock.offset_ns + skew_s * 10**9) < 5_000_000  # within 5 ms
+        assert not w.worker.clock.pinned
         with Client(ctl.clients_address) as client:
             futures = []
             for i in range(200):

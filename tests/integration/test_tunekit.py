@@ -69,6 +69,16 @@ def test_round_trip_gives_records_cw_compile_applies(mlp_kit, zoo_onnx, tmp_path
     assert r.code == 0, r.err
     assert f"added {len(rows)} records" in r.out and "speed-up" in r.out
     assert _lines(db / tuning.RECORD_FILE) == len(rows)
+    # the report names where each kernel's fastest schedule came from
+    report = ingest_results(root / "kit", [results], tmp_path / "db2")
+    for task in kit["tasks"]:
+        mine = [r for r in rows if r["task"] == task["id"]]
+        fastest = min(mine, key=lambda r: sum(r["run_secs"]) / len(r["run_secs"]))
+        saved = json.loads((root / "kit" / "records" / task["id"] /
+                            "candidates.json").read_text())
+        origin = next(o["origin"] for o in saved if o["name"] == fastest["candidate"])
+        assert [k["best_origin"] for k in report.kernels if (k["name"], k["batch_size"])
+                == (task["name"], task["batch_size"])] == [origin]
     r = cli("tune-ingest", root / "kit", results, "--db", db)  # again: nothing new
     assert r.code == 0 and "added 0 records" in r.out
     assert _lines(db / tuning.RECORD_FILE) == len(rows)
@@ -178,6 +188,10 @@ def test_kit_errors_are_one_clear_line(mlp_kit, zoo_onnx, tmp_path, cli):
     with pytest.raises(UsageError, match="is for cpu"):
         stage_kit(zoo_onnx("mlp"), TuneConfig(db=str(tmp_path / "db2"), batch_sizes=(1,),
                                               precision="fp16"), root / "kit")
+    r = cli("tune-stage", zoo_onnx("mlp"), "--kit", tmp_path / "k3", "--db", tmp_path / "db3",
+            "--sources", "dlight-tile,guesses")
+    assert r.code == 2 and "unknown candidate source(s): guesses" in r.err
+    assert "--sources dlight-tile" in r.err and not (tmp_path / "k3").exists()
 
 
 @pytest.mark.slow
@@ -191,18 +205,37 @@ def test_cuda_kit_stages_without_a_gpu(zoo_onnx, tmp_path):
         pytest.skip(f"cannot compile CUDA here: {cuda_codegen_problem()}")
     report = stage_kit(zoo_onnx("small_cnn"), TuneConfig(db=str(tmp_path / "db"),
                                                          target="cuda", batch_sizes=(1,),
-                                                         time_budget_s=60),
-                       tmp_path / "kit", candidates=2)
+                                                         time_budget_s=600),
+                       tmp_path / "kit", candidates=3)
     kit = read_kit(tmp_path / "kit")
     assert kit["device"] == "cuda" and kit["target_key"] == "cuda-sm_90"
     assert report.staged and not report.failed
     conv = next(t for t in kit["tasks"] if "conv2d" in t["name"])
-    assert conv["reference"] == "c0" and len(conv["candidates"]) == 2
+    assert conv["reference"] == "c0" and len(conv["candidates"]) == 3
     lib = (tmp_path / "kit" / conv["library"]).read_bytes()
-    assert b"c1_kernel" in lib or b"c1" in lib
-    origins = json.loads((tmp_path / "kit" / "records" / conv["id"] /
-                          "candidates.json").read_text())
-    assert [o["origin"] for o in origins] == ["default", "sampled"]
+    assert b"c2_kernel" in lib or b"c2" in lib
+
+    def origins(task):
+        return [o["origin"] for o in json.loads(
+            (tmp_path / "kit" / "records" / task["id"] / "candidates.json").read_text())]
+
+    # a convolution's first candidates are dlight's GEMM schedule with other tiles; a kernel
+    # that schedule does not cover (pooling) gets samples of MetaSchedule's space
+    assert origins(conv) == ["default", "dlight-tile", "dlight-tile"]
+    pool = next(t for t in kit["tasks"] if "pool" in t["name"])
+    assert origins(pool)[0] == "default" and set(origins(pool)[1:]) == {"sampled"}
+
+    # a kit of tiles alone: only the kernels dlight's GEMM rule schedules, nothing sampled
+    stage_kit(zoo_onnx("small_cnn"), TuneConfig(db=str(tmp_path / "db-tiles"), target="cuda",
+                                                batch_sizes=(1,), time_budget_s=600),
+              tmp_path / "tiles", candidates=2, sources=("dlight-tile",))
+    tiles = read_kit(tmp_path / "tiles")["tasks"]
+    assert tiles and all("conv2d" in t["name"] for t in tiles)
+    assert {t["name"] for t in tiles} == {t["name"] for t in kit["tasks"] if "conv2d" in t["name"]}
+    for t in tiles:
+        saved = json.loads((tmp_path / "tiles" / "records" / t["id"] / "candidates.json")
+                           .read_text())
+        assert [o["origin"] for o in saved] == ["default", "dlight-tile"]
 
 
 def test_measure_needs_only_the_tvm_runtime(mlp_kit, tmp_path):

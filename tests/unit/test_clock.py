@@ -1,6 +1,9 @@
 """Controller↔worker clock translation from ping/pong round trips (cw/serve/clock.py)."""
 
-from cw.serve.clock import ClockSync
+import subprocess
+import sys
+
+from cw.serve.clock import ClockSync, clock_domain
 
 S = 1_000_000_000
 
@@ -33,3 +36,24 @@ def test_old_samples_leave_the_window_and_bad_ones_are_ignored():
     assert sync.rtt_ns == 200 and sync.offset_ns == 6 * S
     sync.observe(1_000, 9 * S, 900)           # received before sent: not a round trip
     assert sync.rtt_ns == 200 and sync.offset_ns == 6 * S
+
+
+def test_same_clock_pins_the_offset_to_zero_and_keeps_the_estimate_for_reporting():
+    sync = ClockSync()
+    sync.observe(1_000, 1_000 + 40_000 + 300, 1_000 + 100_000)  # biased by the asymmetry
+    assert sync.offset_ns == sync.estimate_ns == -9_700 and sync.rtt_ns == 100_000
+    sync.set_same_clock(True)
+    assert sync.offset_ns == 0 and sync.synced
+    sync.observe(2_000, 2_000 + 10_000, 2_000 + 30_000)
+    assert sync.offset_ns == 0 and sync.estimate_ns == -5_000 and sync.to_local(123) == 123
+    sync.set_same_clock(False)  # registered with a controller elsewhere
+    assert sync.offset_ns == -5_000
+
+
+def test_clock_domain_is_one_for_the_processes_of_one_host():
+    here = clock_domain()
+    assert here  # Linux: boot id and time-namespace offsets are readable
+    there = subprocess.run([sys.executable, "-c",
+                            "from cw.serve.clock import clock_domain; print(clock_domain())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert there == here

@@ -43,3 +43,39 @@ def test_the_owner_never_signals_itself():
         assert list(box.queue) == ["x"]
     finally:
         box.close()
+
+
+def test_a_threads_own_sender_reaches_the_router_as_a_peer_of_its_own():
+    """ZeroMQ and in-process alike: a sender's messages arrive under its routing id, straight
+    from the thread that sends them (no poll of the dealer's owner in between)."""
+    import time
+
+    from cw.serve import protocol as p
+    from cw.serve.transport import InprocDealer, InprocHub, InprocRouter, ZmqDealer, ZmqRouter
+
+    hub = InprocHub()
+    for make_router, make_dealer in (
+            (lambda: ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker)),
+             lambda a: ZmqDealer(a, p.Codec(p.ToWorker), p.Codec(p.FromWorker))),
+            (lambda: InprocRouter(hub, "inproc://w", p.Codec(p.FromWorker), p.Codec(p.ToWorker)),
+             lambda a: InprocDealer(hub, a, p.Codec(p.ToWorker), p.Codec(p.FromWorker)))):
+        router = make_router()
+        dealer = make_dealer(router.address)
+        sender = dealer.sender()
+        try:
+            dealer.send(p.Ping(1))
+            dealer.poll(0)
+            thread = threading.Thread(target=lambda: [sender.send(p.Result(i, "infer", p.Status.OK,
+                                                                           0)) for i in range(5)])
+            thread.start()
+            thread.join()
+            got, deadline = [], time.monotonic() + 5
+            while len(got) < 6 and time.monotonic() < deadline:
+                got += router.poll(50)
+            peers = {type(m).__name__: peer for peer, m in got}
+            assert len(got) == 6 and peers["Ping"] != peers["Result"] == sender.routing_id
+            assert [m.id for _, m in got if isinstance(m, p.Result)] == list(range(5))
+        finally:
+            sender.close()
+            dealer.close()
+            router.close()
