@@ -317,11 +317,13 @@ def test_local_cpu_workers_each_run_on_cores_of_their_own(models_dir, tmp_path):
         ctl.close()
 
 
-def test_worker_registers_again_with_a_restarted_controller(models_dir, tmp_path):
+@pytest.mark.parametrize("runtime", ["simulated", "tvm"])
+def test_worker_registers_again_with_a_restarted_controller(models_dir, tmp_path, runtime):
     """A controller that goes away and comes back on the same address: the worker keeps
-    running, is told it is unknown at its next ping, registers again and serves."""
+    running, is told it is unknown at its next ping, registers again and serves (a CPU
+    worker's results come on its output thread's own connection, which reconnects too)."""
     first = start(tmp_path / "first")
-    w = WorkerThread(first.workers_address, models_dir, "simulated", "sim0")
+    w = WorkerThread(first.workers_address, models_dir, runtime, "w0")
     second = None
     try:
         first.wait_for_workers(1)
