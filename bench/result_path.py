@@ -14,6 +14,8 @@ received − stamped is the one-way time with no clock estimate in it. Ways, int
             the socket (the poll loop) through a pipe; the owner sends it (cw's worker today)
   owner     the poll loop itself produces and sends: no hand-over (a lower bound)
   own       the producing thread sends on a socket of its own, connected to the same ROUTER
+  lane      the same, to the router's Unix datagram lane past ZeroMQ (cw's worker now, on the
+            controller's host)
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import numpy as np
 MS = 1_000_000
 
 
-def _sender(address: str, way: str, n: int, gap_ns: int, out_bytes: int, ready) -> None:
+def _sender(address: str, lane: str, way: str, n: int, gap_ns: int, out_bytes: int,
+            ready) -> None:
     from cw.serve import protocol as p
     from cw.serve.runtime.base import now_ns
     from cw.serve.transport import ZmqDealer
@@ -45,11 +48,11 @@ def _sender(address: str, way: str, n: int, gap_ns: int, out_bytes: int, ready) 
                         [p.Timing(stamp, stamp, 0)], [output])
 
     def producer(send):
+        # sleeps, as a completion thread waits: a spinning stand-in would hold the GIL and a
+        # core that the hand-over and ZeroMQ's threads need (the stamp is taken on waking)
         next_ns = now_ns() + 50 * MS
         for i in range(n):
-            while now_ns() < next_ns:  # spin the last stretch: the stamp is what matters
-                if next_ns - now_ns() > 300_000:
-                    time.sleep(0.0001)
+            time.sleep(max(0, next_ns - now_ns()) / 1e9)
             send(result(i))
             next_ns += gap_ns
         stop.set()
@@ -58,7 +61,7 @@ def _sender(address: str, way: str, n: int, gap_ns: int, out_bytes: int, ready) 
     if way == "owner":
         next_ns, i = now_ns() + 50 * MS, 0
         while i < n:
-            main.poll(max(0, (next_ns - now_ns()) // MS))
+            main.poll(max(0, -(-(next_ns - now_ns()) // MS)))  # rounded up: no spinning
             if now_ns() >= next_ns:
                 main.send(result(i))
                 i += 1
@@ -71,6 +74,11 @@ def _sender(address: str, way: str, n: int, gap_ns: int, out_bytes: int, ready) 
             own.poll(0)
             thread = threading.Thread(target=producer, args=(lambda m: (own.send(m),
                                                                        own.poll(0)),))
+        elif way == "lane":
+            sender = main.sender()
+            if not sender.use_lane(lane):
+                raise SystemExit("the router's lane cannot be reached")
+            thread = threading.Thread(target=producer, args=(sender.send,))
         else:
             thread = threading.Thread(target=producer, args=(main.send,))
         thread.start()
@@ -87,10 +95,12 @@ def run_way(way: str, n: int, gap_ns: int, out_bytes: int) -> np.ndarray:
     from cw.serve.runtime.base import now_ns
     from cw.serve.transport import ZmqRouter
 
-    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker))
+    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker),
+                       lane=True)
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
-    proc = ctx.Process(target=_sender, args=(router.address, way, n, gap_ns, out_bytes, ready))
+    proc = ctx.Process(target=_sender, args=(router.address, router.lane_address, way, n,
+                                             gap_ns, out_bytes, ready))
     proc.start()
     delays = []
     ready.set()
@@ -113,7 +123,7 @@ def main() -> None:
     ap.add_argument("--gap-us", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out-bytes", type=int, default=4000, help="resnet50's output: 4,000 B")
-    ap.add_argument("--ways", default="handoff,owner,own")
+    ap.add_argument("--ways", default="handoff,owner,own,lane")
     args = ap.parse_args()
     ways = args.ways.split(",")
     got = {w: [] for w in ways}

@@ -39,7 +39,8 @@ MS = 1_000_000
 
 class Controller:
     def __init__(self, models: Path, device: str, log_dir: Path, log_stalls: str | None):
-        self.router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker))
+        self.router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker),
+                                lane=True)
         self.procs = WorkerProcesses(local_address(self.router.address), models, 1, "tvm",
                                      [device], copies=2, log_dir=log_dir, log_stalls=log_stalls)
         self.peer = self.registration = self.last_ping = None
@@ -53,7 +54,8 @@ class Controller:
         # one host, one CLOCK_MONOTONIC: the worker pins its offset to 0, as under a controller
         self.same_clock = self.registration.clock_domain == clock_domain() != ""
         self.router.send(self.peer, p.Welcome(1, self.registration.worker_ns, now_ns(),
-                                              self.same_clock))
+                                              self.same_clock,
+                                              self.router.lane_address if self.same_clock else ""))
         for _ in range(20):  # let the worker's clock sync settle on a few pings
             self.pump(50)
 
@@ -130,11 +132,14 @@ def main() -> None:
         spaced = c.wait(ids)
         starts = [r.timings[1].start_ns - e for (r, _), e in zip(spaced, earliest)]
         tails = [received - r.timings[1].end_ns for r, received in spaced]
-        # the way back in three legs: EXEC end → the completion thread has noticed it (output
-        # phase starts) → outputs copied out (output phase ends) → the result received here
+        # the way back in legs: EXEC end → the completion thread has noticed it (output phase
+        # starts) → outputs copied out (output phase ends) → the result encoded and handed to
+        # its socket (sent_ns: it leaves the worker, issue 4's end point) → received here
         noticed = [r.timings[2].start_ns - r.timings[1].end_ns for r, _ in spaced]
         copied = [r.timings[2].end_ns - r.timings[2].start_ns for r, _ in spaced]
-        sent = [received - r.timings[2].end_ns for r, received in spaced]
+        encoded = [r.sent_ns - r.timings[2].end_ns for r, _ in spaced]
+        wire = [received - r.sent_ns for r, received in spaced]
+        leaving = [r.sent_ns - r.timings[1].end_ns for r, _ in spaced]
         device = [r.timings[1].device_ns for r, _ in spaced]
 
         def queue(n):
@@ -169,10 +174,14 @@ def main() -> None:
               f"{pct(tails, 50) / 1e3:.0f} µs, p99 {pct(tails, 99) / 1e3:.0f} µs; EXEC device p50 "
               f"{pct(device, 50) / ms:.3f} ms ({pct(device, 50) / prof_exec['p50_ns'] - 1:+.2%} "
               f"vs profile)")
-        print(f"  the way back, p50 / p99: EXEC end → noticed {pct(noticed, 50) / 1e3:.0f} / "
-              f"{pct(noticed, 99) / 1e3:.0f} µs; output copied {pct(copied, 50) / 1e3:.0f} / "
-              f"{pct(copied, 99) / 1e3:.0f} µs; → result here {pct(sent, 50) / 1e3:.0f} / "
-              f"{pct(sent, 99) / 1e3:.0f} µs")
+        def p50_99(xs):
+            return f"{pct(xs, 50) / 1e3:.0f} / {pct(xs, 99) / 1e3:.0f} µs"
+
+        print(f"  EXEC end → result leaving the worker (issue 4's figure) p50 / p99 "
+              f"{p50_99(leaving)}; in legs: noticed {p50_99(noticed)}, output copied "
+              f"{p50_99(copied)}, encoded and handed to the socket {p50_99(encoded)}; then "
+              f"to here {p50_99(wire)} ({c.router.lane.received} of all results by the lane, "
+              "the rest by ZeroMQ)")
         ping = c.last_ping
         if ping is not None:
             print(f"  clock: offset in use {ping.offset_ns / 1e3:.0f} µs "

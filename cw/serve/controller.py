@@ -246,8 +246,9 @@ class Controller:
         self.by_peer[peer] = wid
         for alias in msg.result_peers:
             self.by_peer[alias] = wid
-        self.workers_ep.send(peer, p.Welcome(wid, msg.worker_ns, now_ns,
-                                             self.workers[wid].same_clock))
+        same = self.workers[wid].same_clock
+        self.workers_ep.send(peer, p.Welcome(wid, msg.worker_ns, now_ns, same,
+                                             self.workers_ep.lane_address if same else ""))
         log.info("worker %d (%s, %s) joined with %d devices and %d models", wid, msg.name,
                  msg.runtime, len(msg.devices), len(msg.models))
         info = WorkerInfo(wid, msg.name, [GpuInfo(d.index, d.pages, d.page_size)

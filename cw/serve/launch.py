@@ -35,7 +35,7 @@ class ControllerThread:
 
     def __init__(self, config: ControllerConfig, keep_telemetry: bool = False):
         self.workers_ep = ZmqRouter(config.workers_listen, p.Codec(p.FromWorker),
-                                    p.Codec(p.ToWorker))
+                                    p.Codec(p.ToWorker), lane=True)
         try:
             self.clients_ep = ZmqRouter(config.clients_listen, p.Codec(p.FromClient),
                                         p.Codec(p.ToClient))

@@ -101,6 +101,7 @@ class Welcome(msgspec.Struct, frozen=True, tag="welcome"):
     worker_sent_ns: int    # echoed from Register, so that Welcome is also a clock sample
     controller_ns: int
     same_clock: bool = False  # Register's clock_domain is the controller's: the offset is 0
+    lane_address: str = ""    # with same_clock: where results may go past ZeroMQ (transport.py)
 
 
 class Goodbye(msgspec.Struct, frozen=True, tag="goodbye"):

@@ -116,8 +116,9 @@ class _Device:
             self.exec = Executor(f"dev{index}-exec", w._run_exec, w._too_late, SPIN_NS)
             self.output = Executor(f"dev{index}-output", w._run_output, w._too_late, SPIN_NS)
         # INFER results leave from the thread that collects the outputs, on a connection of
-        # its own: a hand-over to the poll loop (pipe, wake-up, GIL) cost ~50 µs at p50 and
-        # ~1 ms at p99 on the build machine (bench/result_path.py)
+        # its own (on the controller's host, its lane past ZeroMQ): a hand-over to the poll
+        # loop (pipe, wake-up, GIL) and ZeroMQ's I/O threads are most of the way back
+        # (bench/result_path.py)
         self.result_sender = w.transport.sender() if self.sim is None else None
         self.completions: queue.SimpleQueue | None = None
         if self.sim is None and runtime.launch_lead_ns:
@@ -262,6 +263,9 @@ class Worker:
     def _on_welcome(self, msg: Welcome) -> None:
         self.worker_id = msg.worker_id
         self.clock.set_same_clock(msg.same_clock)
+        for device in self.devices:
+            if device.result_sender is not None:
+                device.result_sender.use_lane(msg.lane_address)
         self.clock.observe(msg.worker_sent_ns, msg.controller_ns, now_ns())
         log.info("registered as worker %d", msg.worker_id)
 

@@ -135,6 +135,10 @@ def test_cpu_worker_and_cw_infer_match_cw_run(models_dir, tmp_path, cli):
                                                                                     seed=s)])[0])
             listed = {m.model_id for m in client.models()}
             assert listed == {"small_cnn", "mlp"}
+        # one host: the INFER results came from the worker's output thread by the lane
+        infers = sum(a.kind == "infer" and a.status == "OK" for a in ctl.telemetry.actions)
+        assert infers >= 2 and ctl.workers_ep.lane.received == infers
+        assert w.worker.devices[0].result_sender.sent_on_lane == infers
     finally:
         w.close()
         ctl.close()

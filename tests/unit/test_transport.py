@@ -79,3 +79,44 @@ def test_a_threads_own_sender_reaches_the_router_as_a_peer_of_its_own():
             sender.close()
             dealer.close()
             router.close()
+
+
+def test_the_lane_carries_a_senders_messages_past_zeromq_and_falls_back_when_it_cannot():
+    import time
+
+    from cw.serve import protocol as p
+    from cw.serve.transport import LANE_MAX_BYTES, MultiPoller, ZmqDealer, ZmqRouter
+
+    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker),
+                       lane=True)
+    other = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromClient), p.Codec(p.ToClient))
+    dealer = ZmqDealer(router.address, p.Codec(p.ToWorker), p.Codec(p.FromWorker))
+    sender = dealer.sender()
+    poller = MultiPoller([router, other])  # as the controller's loop waits on both
+    try:
+        assert router.lane_address.startswith("\0cw-lane-") and other.lane_address == ""
+        assert not sender.use_lane("\0cw-lane-nobody-listens")  # ZeroMQ alone, then
+        assert sender.use_lane(router.lane_address)
+        small = p.Result(1, "infer", p.Status.OK, 0, outputs=[memoryview(b"x" * 4000)])
+        big = p.Result(2, "infer", p.Status.OK, 0, outputs=[memoryview(b"y" * LANE_MAX_BYTES)])
+        sender.send(small)
+        sender.send(big)  # too large for a datagram: ZeroMQ takes it
+        got, deadline = [], time.monotonic() + 5
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += poller.poll(50)[0]
+        assert sorted((peer, m.id) for peer, m in got) == [(sender.routing_id, 1),
+                                                           (sender.routing_id, 2)]
+        assert {m.id: bytes(m.outputs[0])[:1] for _, m in got} == {1: b"x", 2: b"y"}
+        assert router.lane.received == 1 and sender.sent_on_lane == 1
+        router.lane.close()  # the router's lane is gone: sends go the ZeroMQ way again
+        router.lane = None
+        sender.send(small)
+        got, deadline = [], time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            got += router.poll(50)
+        assert [m.id for _, m in got] == [1] and sender.sent_on_lane == 1
+    finally:
+        sender.close()
+        dealer.close()
+        router.close()
+        other.close()
