@@ -123,7 +123,7 @@ def test_references_travel_in_requests_next_to_plain_bytes():
 def test_the_controller_removes_dead_clients_segments_and_lets_go_of_closed_ones(arena):
     from cw.serve.controller import Controller, ControllerConfig
     from cw.serve.scheduler import make_scheduler
-    from cw.serve.transport import InprocHub, InprocRouter
+    from cw.serve.inproc import InprocHub, InprocRouter
 
     ms = 1_000_000
     hub = InprocHub()

@@ -51,7 +51,8 @@ def test_a_threads_own_sender_reaches_the_router_as_a_peer_of_its_own():
     import time
 
     from cw.serve import protocol as p
-    from cw.serve.transport import InprocDealer, InprocHub, InprocRouter, ZmqDealer, ZmqRouter
+    from cw.serve.inproc import InprocDealer, InprocHub, InprocRouter
+    from cw.serve.transport import ZmqDealer, ZmqRouter
 
     hub = InprocHub()
     for make_router, make_dealer in (
