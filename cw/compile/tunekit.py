@@ -79,7 +79,6 @@ def _new_kit(config: TuneConfig, tolerance: float) -> dict:
 def _random_candidates(ms, s_tir, task, target, count: int, seed: int, avoid: set) -> list:
     """Up to `count` distinct schedules drawn at random from the kernel's design space that
     pass MetaSchedule's postprocessors (on CUDA: shared memory, threads, vector width)."""
-    import tvm_ffi
 
     context = ms.TuneContext(mod=task.dispatched[0], target=target,
                              space_generator="post-order-apply", task_name=task.task_name,
@@ -98,11 +97,18 @@ def _random_candidates(ms, s_tir, task, target, count: int, seed: int, avoid: se
                 continue
         except Exception:  # noqa: BLE001  (a draw TVM cannot lower is just not a candidate)
             continue
-        key = tvm_ffi.structural_hash(sch.mod)
-        if key not in seen:
-            seen.add(key)
-            found.append(sch)
+        _keep_if_new(sch, seen, found)
     return found
+
+
+def _keep_if_new(sch, seen: set, found: list) -> None:
+    """Appends the schedule unless one of the same structure was seen (hashes kept in seen)."""
+    import tvm_ffi
+
+    key = tvm_ffi.structural_hash(sch.mod)
+    if key not in seen:
+        seen.add(key)
+        found.append(sch)
 
 
 # dlight's GEMM schedule (the default for convolutions and matmuls on CUDA: 8x16 threads, 4x4
@@ -132,7 +138,6 @@ def _dlight_variants(task, target, count: int, avoid: set) -> list:
     their schedule ignores the tile)."""
     import dataclasses
 
-    import tvm_ffi
     from tvm.s_tir import dlight
 
     default = dlight.gpu.Matmul()
@@ -151,12 +156,8 @@ def _dlight_variants(task, target, count: int, avoid: set) -> list:
             sch = rule().apply(task.dispatched[0]["main"], target, False)
         except Exception:  # noqa: BLE001  (a tile this kernel's shape cannot take)
             continue
-        if sch is None:
-            continue
-        key = tvm_ffi.structural_hash(sch.mod)
-        if key not in seen:
-            seen.add(key)
-            found.append(sch)
+        if sch is not None:
+            _keep_if_new(sch, seen, found)
     return found
 
 
