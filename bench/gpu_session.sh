@@ -21,7 +21,8 @@
 #   device, carry [".device", ".gputune/carry"]: bash bench/gpu_session.sh tune
 #                                        # $OUT/tune-results.jsonl (resumed while warm)
 #   bash bench/gpu_session.sh ingest-tune FILE...  # here: records into the database, then
-#                                        # cw tune-compact into cw/tuning/cuda-sm_90
+#                                        # cw tune-compact into cw/tuning/cuda-sm_90 and its
+#                                        # index.json (bench/tuning_index.py)
 # Results come back under $OUT (pytest-gpu.txt, profile-resnet50.json, worker-gpu.txt,
 # result-path.txt, kernels.txt, live.txt, live.tgz, tune-results.jsonl); their numbers go to
 # docs/benchmarks.md. (bench/gpu_tune_stage.sh and gpu_tune.sh are the older way to tune: `cw
@@ -170,7 +171,9 @@ ingest-tune)  # build machine: the tune-results.jsonl files the tune calls broug
     $PY -m cw tune-ingest "$kit" "$@" --db "$TUNE_DB" || true  # a kit the device never reached
   done
   $PY -m cw tune-compact "$TUNE_DB" -o cw/tuning/cuda-sm_90
-  echo "now write cw/tuning/cuda-sm_90/index.json (models and batch sizes fully covered)"
+  # compiles each zoo model per batch size: the index lists those with every kernel tuned
+  $PY bench/tuning_index.py cuda-sm_90 --models resnet18,resnet50,densenet121 \
+    --batch-sizes 1,4,16
   ;;
 *)
   echo "usage: bash bench/gpu_session.sh stage | pack | checks | live | kernels | stage-tune |" \
