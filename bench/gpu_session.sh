@@ -140,7 +140,8 @@ stage-tune)  # build machine: compile candidates for the kernels with the fewest
   ;;
 pack-tune)  # every .gputune/kit* (kits staged side by side, one per core, go together)
   rm -rf .gputune/carry && mkdir -p .gputune/carry
-  (cd .gputune && XZ_OPT=-T0 tar --exclude='kit*/records' -cJf carry/kits.tar.xz kit*/)  # records stay here
+  # records stay here; a library a stage was cut short in (.tmp) is in no kit.json
+  (cd .gputune && XZ_OPT=-T0 tar --exclude='kit*/records' --exclude='*.tmp*' -cJf carry/kits.tar.xz kit*/)
   total=$(( $(du -sb .device .gputune/carry | awk '{s += $1} END {print s}') \
             + $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) ))
   echo "the tune call carries $(( total >> 20 )) MiB of 64 (.device, .gputune/carry, tracked files)"

@@ -200,6 +200,9 @@ def tune_stage_cmd(
     out.print(f"[green]staged[/] {n} candidates of {len(report.staged)} kernel(s) in {kit} "
               f"({report.seconds:.0f} s); {report.complete} kernel(s) already have {trials} "
               f"records, {report.in_kit} were in the kit")
+    if report.uncovered:
+        out.print(f"{report.uncovered} kernel(s) left out: none of --sources {sources} has a "
+                  "candidate for them")
     for line in report.failed:
         out.print(f"[yellow]left out, TVM failed on[/] {line}")
     if report.not_started:

@@ -49,6 +49,7 @@ class StageReport:
     complete: int = 0       # kernels whose records already reach --trials
     in_kit: int = 0         # kernels the kit already held
     not_started: int = 0    # the time budget ran out first
+    uncovered: int = 0      # kernels none of the chosen --sources has a candidate for
     failed: list[str] = field(default_factory=list)  # kernels TVM could not search or build
     seconds: float = 0.0
 
@@ -284,12 +285,13 @@ def stage_kit(onnx_path, config: TuneConfig, kit_dir: str | os.PathLike,
                 schedules, origins = _draw(ms, s_tir, w, target, records, rules, database,
                                            min(candidates, config.trials - len(records)),
                                            config.seed + len(kit["tasks"]) * 7919, sources)
-                if set(sources) != set(SOURCES) and all(o in ("default", "reference")
-                                                         for o in origins):
-                    # a kit of some kinds only: a kernel none of them covers stays out (with
-                    # every kind, a lone default is still staged: its record covers the kernel)
-                    schedules = []
-                kept = _build(tvm, schedules, target, kit_dir / "lib" / f"{task_id}.so")
+                # a kit of some kinds only: a kernel none of them covers stays out (with every
+                # kind, a lone default is still staged: its record covers the kernel)
+                uncovered = set(sources) != set(SOURCES) and all(
+                    o in ("default", "reference") for o in origins)
+                kept = [] if uncovered else _build(tvm, schedules, target,
+                                                   kit_dir / "lib" / f"{task_id}.so")
+                report.uncovered += uncovered
         except Exception as e:  # noqa: BLE001  (one kernel TVM cannot search stops no other)
             kept = []
             report.failed.append(f"{w.task.task_name} (batch {w.batch_size}): "

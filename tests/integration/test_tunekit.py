@@ -226,9 +226,11 @@ def test_cuda_kit_stages_without_a_gpu(zoo_onnx, tmp_path):
     assert origins(pool)[0] == "default" and set(origins(pool)[1:]) == {"sampled"}
 
     # a kit of tiles alone: only the kernels dlight's GEMM rule schedules, nothing sampled
-    stage_kit(zoo_onnx("small_cnn"), TuneConfig(db=str(tmp_path / "db-tiles"), target="cuda",
-                                                batch_sizes=(1,), time_budget_s=600),
-              tmp_path / "tiles", candidates=2, sources=("dlight-tile",))
+    report = stage_kit(zoo_onnx("small_cnn"), TuneConfig(db=str(tmp_path / "db-tiles"),
+                                                         target="cuda", batch_sizes=(1,),
+                                                         time_budget_s=600),
+                       tmp_path / "tiles", candidates=2, sources=("dlight-tile",))
+    assert report.uncovered >= 2 and not report.failed  # pooling: left out, not failed
     tiles = read_kit(tmp_path / "tiles")["tasks"]
     assert tiles and all("conv2d" in t["name"] for t in tiles)
     assert {t["name"] for t in tiles} == {t["name"] for t in kit["tasks"] if "conv2d" in t["name"]}
