@@ -19,7 +19,11 @@
 #                                        # for the database bench/results/tuning-cuda-sm_90/db
 #   bash bench/gpu_session.sh pack-tune  # here: .gputune/carry/kits.tar.xz (size checked)
 #   device, carry [".device", ".gputune/carry"]: bash bench/gpu_session.sh tune
-#                                        # $OUT/tune-results.jsonl (resumed while warm)
+#                                        # $OUT/tune-results.jsonl (resumed while warm; in a
+#                                        # later session, from .gputune/carry/tune-results.jsonl
+#                                        # if the last one is copied there after pack-tune).
+#                                        # Kits are measured
+#                                        # in name order: kit-1-* (dlight tiles) first.
 #   bash bench/gpu_session.sh ingest-tune FILE...  # here: records into the database, then
 #                                        # cw tune-compact into cw/tuning/cuda-sm_90 and its
 #                                        # index.json (bench/tuning_index.py)
@@ -153,6 +157,10 @@ tune)  # device: check and time the kits' candidates (TVM runtime only), resumab
   mkdir -p "$W" "$OUT"
   K="$W/tunekits-$(md5sum < .gputune/carry/kits.tar.xz | cut -c1-12)"
   [ -d "$K" ] || { mkdir -p "$K.tmp" && tar -C "$K.tmp" -xJf .gputune/carry/kits.tar.xz && mv "$K.tmp" "$K"; }
+  # a later session resumes where the last stopped: its results, copied into the carry
+  if [ ! -f "$K/tune-results.jsonl" ] && [ -f .gputune/carry/tune-results.jsonl ]; then
+    cp .gputune/carry/tune-results.jsonl "$K/tune-results.jsonl"
+  fi
   { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } | tee "$OUT/device.txt"
   budget=${2:-480}  # seconds for all kits of this call
   start=$SECONDS
