@@ -301,6 +301,7 @@ class ZmqSender:
         self._out = dealer._out
         self._send_frame = super(zmq.Socket, self.socket).send  # as in _ZmqEndpoint
         self._lane: socket.socket | None = None
+        self._retired: list[socket.socket] = []
         self.sent_on_lane = 0
 
     def use_lane(self, address: str) -> bool:
@@ -317,8 +318,8 @@ class ZmqSender:
             else:
                 lane.setblocking(False)
         old, self._lane = self._lane, lane
-        if old is not None:
-            old.close()  # a send racing this one falls back to ZeroMQ (OSError on a closed socket)
+        if old is not None:  # closed with the sender: the sending thread may be using it now
+            self._retired.append(old)
         return lane is not None
 
     def send(self, msg) -> None:
@@ -335,6 +336,9 @@ class ZmqSender:
 
     def close(self) -> None:
         self.use_lane("")
+        for lane in self._retired:
+            lane.close()
+        self._retired.clear()
         self.socket.close(linger=500)  # the last results may still be on their way out
 
 

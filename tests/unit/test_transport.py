@@ -109,6 +109,17 @@ def test_the_lane_carries_a_senders_messages_past_zeromq_and_falls_back_when_it_
                                                            (sender.routing_id, 2)]
         assert {m.id: bytes(m.outputs[0])[:1] for _, m in got} == {1: b"x", 2: b"y"}
         assert router.lane.received == 1 and sender.sent_on_lane == 1
+        import socket
+
+        from cw.serve.transport import Malformed
+        stranger = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # any local process can
+        stranger.sendto(b"x" * 8 + b"\xc1 not msgpack", router.lane_address)
+        stranger.sendto(b"abc", router.lane_address)  # shorter than a routing id
+        stranger.close()
+        got, deadline = [], time.monotonic() + 5
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += router.poll(50)
+        assert [type(m) for _, m in got] == [Malformed, Malformed]
         router.lane.close()  # the router's lane is gone: sends go the ZeroMQ way again
         router.lane = None
         sender.send(small)
