@@ -22,8 +22,8 @@
 #                                        # $OUT/tune-results.jsonl (resumed while warm; in a
 #                                        # later session, from .gputune/carry/tune-results.jsonl
 #                                        # if the last one is copied there after pack-tune).
-#                                        # Kits are measured in name order: kit-1-* (dlight
-#                                        # tiles) first.
+#                                        # Kits are measured in name order: number them by
+#                                        # priority (kit-1-..., kit-2-...).
 #   bash bench/gpu_session.sh ingest-tune FILE...  # here: records into the database, then
 #                                        # cw tune-compact into cw/tuning/cuda-sm_90 and its
 #                                        # index.json (bench/tuning_index.py)
