@@ -169,7 +169,8 @@ tune)  # device: check and time the kits' candidates (TVM runtime only), resumab
     [ "$left" -gt 10 ] || break
     # one results file for every kit: rows carry their kit's id, and a rerun resumes
     step $(( left + 60 )) "tune-measure $(basename "$kit")" python3 -m cw tune-measure "$kit" \
-      --device "${TUNE_DEVICE:-cuda}" --out "$K/tune-results.jsonl" --time-budget "${left}s" 2>&1 | tee -a "$OUT/tune.txt"
+      --device "${TUNE_DEVICE:-cuda}" --out "$K/tune-results.jsonl" --time-budget "${left}s" \
+      --min-repeat-ms "${MIN_REPEAT_MS:-10}" 2>&1 | tee -a "$OUT/tune.txt"
   done
   cp "$K/tune-results.jsonl" "$OUT/tune-results.jsonl"
   ;;

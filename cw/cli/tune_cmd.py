@@ -220,6 +220,9 @@ def tune_measure_cmd(
     time_budget: str = typer.Option(None, "--time-budget",
                                     help="Start no candidate after this long, e.g. 8m."),
     repeat: int = typer.Option(3, "--repeat", help="Timed repetitions per candidate."),
+    min_repeat_ms: int = typer.Option(20, "--min-repeat-ms",
+                                      help="Each repetition runs the kernel at least this long "
+                                           "(fewer: faster, noisier)."),
 ):
     """Check and time every candidate of a tuning kit on this machine's device. Needs only
     TVM's runtime. Resumable: candidates already in --out are skipped.
@@ -229,7 +232,8 @@ def tune_measure_cmd(
     from cw.profile.candidates import MeasureConfig, measure_kit
 
     budget_s = parse_duration_ns(time_budget, "time budget") / 1e9 if time_budget else None
-    config = MeasureConfig(device=device, repeat=repeat, time_budget_s=budget_s)
+    config = MeasureConfig(device=device, repeat=repeat, min_repeat_ms=min_repeat_ms,
+                           time_budget_s=budget_s)
     out = console()
     progress = _progress(out)
     with progress:

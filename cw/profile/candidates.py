@@ -44,8 +44,8 @@ class MeasureConfig:
 
     def __post_init__(self):
         if self.repeat < 1 or self.min_repeat_ms < 0:
-            raise UsageError("repeat must be at least 1 and min_repeat_ms not negative",
-                             "e.g. --repeat 3")
+            raise UsageError("--repeat must be at least 1 and --min-repeat-ms not negative",
+                             "e.g. --repeat 3 --min-repeat-ms 20")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
             raise UsageError("--time-budget must be positive", "e.g. --time-budget 8m")
 

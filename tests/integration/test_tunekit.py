@@ -54,7 +54,7 @@ def test_stage_compiles_a_reference_and_candidates_per_kernel(mlp_kit):
 def test_round_trip_gives_records_cw_compile_applies(mlp_kit, zoo_onnx, tmp_path, cli):
     root, _ = mlp_kit
     results = tmp_path / "results.jsonl"
-    r = cli("tune-measure", root / "kit", "--out", results)
+    r = cli("tune-measure", root / "kit", "--out", results, "--min-repeat-ms", "5")
     assert r.code == 0, r.err
     rows = read_results(results)
     kit = read_kit(root / "kit")
@@ -168,6 +168,8 @@ def test_kit_errors_are_one_clear_line(mlp_kit, zoo_onnx, tmp_path, cli):
     root, _ = mlp_kit
     r = cli("tune-measure", tmp_path, "--out", tmp_path / "r.jsonl")
     assert r.code == 2 and "not a tuning kit" in r.err and "cw tune-stage" in r.err
+    r = cli("tune-measure", root / "kit", "--out", tmp_path / "r.jsonl", "--min-repeat-ms", "-1")
+    assert r.code == 2 and "--min-repeat-ms not negative" in r.err
     r = cli("tune-measure", root / "kit", "--out", tmp_path / "r.jsonl", "--device", "cuda")
     assert r.code == 2 and "cpu kernels" in r.err and "--device cpu" in r.err
     (tmp_path / "other.jsonl").write_text('{"kit_id": "someone else", "task": "t0000"}\n')
