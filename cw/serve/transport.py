@@ -195,7 +195,12 @@ class ZmqRouter(_ZmqEndpoint):
                  lane: bool = False):
         self.unreachable: list[bytes] = []  # peers a send failed for, since the last poll
         super().__init__("ROUTER", address, decode, encode, context)
-        self.lane = _Lane() if lane else None
+        self.lane = None
+        if lane:
+            try:
+                self.lane = _Lane()
+            except (OSError, AttributeError):  # no abstract Unix sockets here (not Linux)
+                self.lane = None
         if self.lane is not None:
             self._poller.register(self.lane.socket.fileno(), self._zmq.POLLIN)
 
