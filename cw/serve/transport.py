@@ -161,7 +161,11 @@ class _Lane:
     def __init__(self):
         self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.address = f"\0cw-lane-{os.getpid()}-{os.urandom(6).hex()}"
-        self.socket.bind(self.address)
+        try:
+            self.socket.bind(self.address)
+        except OSError:
+            self.socket.close()
+            raise
         self.socket.setblocking(False)
         try:  # room for bursts of results; the kernel caps it at net.core.rmem_max
             self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _LANE_RCVBUF)
