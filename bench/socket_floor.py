@@ -21,15 +21,20 @@ GAP_S = 1e-3
 PAYLOAD = bytes(4000)
 
 
-def _zmq_sender(address: str, n: int, ready) -> None:
-    s = zmq.Context().socket(zmq.DEALER)
-    s.connect(address)
+def _send_stamped(send, n: int, ready) -> None:
+    """One message every GAP_S, each stamped with the moment it is sent."""
     ready.wait()
     time.sleep(0.2)
     for _ in range(n):
         time.sleep(GAP_S)
-        s.send(struct.pack("q", time.monotonic_ns()) + PAYLOAD)
+        send(struct.pack("q", time.monotonic_ns()) + PAYLOAD)
     time.sleep(0.5)
+
+
+def _zmq_sender(address: str, n: int, ready) -> None:
+    s = zmq.Context().socket(zmq.DEALER)
+    s.connect(address)
+    _send_stamped(s.send, n, ready)
 
 
 def zmq_one_way(address: str, n: int) -> np.ndarray:
@@ -56,13 +61,7 @@ def zmq_one_way(address: str, n: int) -> np.ndarray:
 
 
 def _unix_sender(fd: int, n: int, ready) -> None:
-    s = socket.socket(fileno=fd)
-    ready.wait()
-    time.sleep(0.2)
-    for _ in range(n):
-        time.sleep(GAP_S)
-        s.sendall(struct.pack("q", time.monotonic_ns()) + PAYLOAD)
-    time.sleep(0.5)
+    _send_stamped(socket.socket(fileno=fd).sendall, n, ready)
 
 
 def unix_one_way(n: int) -> np.ndarray:
