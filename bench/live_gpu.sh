@@ -37,4 +37,6 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
           f"latency ms {s['latency_ms']}, mean batch {s['mean_batch_size']}, "
           f"controller loop {s.get('controller_loop')}, stalls over 1 ms {s.get('stalls')} "
           f"(lines in {f.stem}/stalls.log)")
+    for part, p in (s.get("answer_delay_ms") or {}).items():
+        print(f"{'':>14}answer delay {part}: p50 {p['p50']} p99 {p['p99']} max {p['max']} ms")
 PY

@@ -39,7 +39,7 @@ _EXPECTED = {Status.OK: 0, Status.TOO_LATE: 2, Status.NOT_LOADED: 3, Status.NO_P
              RequestStatus.BAD_INPUT: 4, RequestStatus.ERROR: 6}
 if any(int(k) != v for k, v in _EXPECTED.items()):  # pragma: no cover - a protocol change
     raise ImportError("cw/replay/native: status codes differ from cw.serve.protocol")
-if len(REQUEST_COLUMNS) != 16 or len(ACTION_COLUMNS) != 20:  # pragma: no cover
+if len(REQUEST_COLUMNS) != 16 or len(ACTION_COLUMNS) != 21:  # pragma: no cover
     raise ImportError("cw/replay/native: telemetry columns differ from cw.serve.telemetry")
 
 
@@ -192,7 +192,7 @@ class _Sink:
             self.telemetry.extend(kind, [], text)
             return
         if kind == "requests":
-            cols = _columns(data, 16)
+            cols = _columns(data, len(REQUEST_COLUMNS))
             names, status = self.names, self.request_status
             cols[1] = [names[i] for i in cols[1]]
             cols[8] = [status[i] for i in cols[8]]
@@ -200,12 +200,12 @@ class _Sink:
                 cols[j] = [bool(v) for v in cols[j]]
             self.telemetry.extend("requests", list(map(RequestRow, *cols)), text)
         else:
-            cols = _columns(data, 20)
+            cols = _columns(data, len(ACTION_COLUMNS))
             names, status = self.names, self.action_status
             cols[1] = [ACTION_KINDS[i] for i in cols[1]]
             cols[2] = [status[i] for i in cols[2]]
             cols[5] = [names[i] for i in cols[5]]
-            cols[19] = [bool(v) for v in cols[19]]
+            cols[-1] = [bool(v) for v in cols[-1]]  # simulated
             self.telemetry.extend("actions", list(map(ActionRow, *cols)), text)
 
 

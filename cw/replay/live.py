@@ -25,7 +25,7 @@ from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 
 TIME_FIELDS_REQUEST = ("arrival_ns", "deadline_ns", "completion_ns")
 TIME_FIELDS_ACTION = ("sent_ns", "earliest_ns", "latest_ns", "expected_end_ns", "start_ns",
-                      "end_ns", "result_ns")
+                      "end_ns", "result_sent_ns", "result_ns")
 
 
 def shift(rows, fields, origin_ns: int):

@@ -212,9 +212,17 @@ def run_series(r: Run, dur: float, bucket: float) -> RunSeries:
         res.append(("infer completion error", x, y))
         return res
 
+    def answer():
+        done = ran("infer")
+        end, sent, got = act["end_ns"][done], act["result_sent_ns"][done], act["result_ns"][done]
+        stamped = sent > 0
+        return [(label, *_cdf(v / 1e3)) for label, v in (
+            ("EXEC end → result here", got - end), ("in the worker", (sent - end)[stamped]),
+            ("way back", (got - sent)[stamped])) if v.size]
+
     return RunSeries(r.label, r.summary,
                      [[(label, *_thin(x, y)) for label, x, y in fn()]
-                      for fn in (load, lat_time, lat_cdf, batches, cold, busy, pred)])
+                      for fn in (load, lat_time, lat_cdf, batches, cold, busy, pred, answer)])
 
 
 def figures(runs: list[RunSeries], bucket: float) -> list[str]:
@@ -229,6 +237,8 @@ def figures(runs: list[RunSeries], bucket: float) -> list[str]:
         ("Busy fraction (mean over GPUs)", "time (s)", "fraction", {"steps": True}),
         ("Prediction and completion error CDFs", "measured − expected (µs)",
          "fraction of actions", {}),
+        ("Answer delay CDFs: INFER's EXEC end → its result at the controller", "delay (µs)",
+         "fraction of INFERs", {}),
     ]
     figs = []
     for i, (title, xlabel, ylabel, options) in enumerate(specs):

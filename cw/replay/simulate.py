@@ -203,10 +203,11 @@ class Simulation:
 
     def _reply(self, d, t, status, start, end, device_ns, extra=0) -> None:
         result = ActionResult(d.action_id, status, start, end, device_ns)
-        self._push(max(end, t) + extra + self.config.network_ns, _RESULT, (d, result))
+        sent = max(end, t) + extra  # the worker sends it once the output is copied out
+        self._push(sent + self.config.network_ns, _RESULT, (d, result, sent))
 
     # --- the controller's side -----------------------------------------------------------
-    def _result(self, d, result: ActionResult) -> None:
+    def _result(self, d, result: ActionResult, result_sent_ns: int) -> None:
         sent = self.actions.pop(d.action_id)
         infer = type(d) is SendInfer
         ran = result.status == Status.OK
@@ -217,7 +218,7 @@ class Simulation:
             d.earliest_ns, d.latest_ns, d.expected_ns, expected_end,
             result.start_ns if ran else 0, result.end_ns if ran else 0, result.device_ns,
             result.device_ns - d.expected_ns if ran else 0,
-            result.end_ns - expected_end if ran else 0, self.now, True))
+            result.end_ns - expected_end if ran else 0, result_sent_ns, self.now, True))
         self._current = d
         self._apply(self.scheduler.result_returned(self.now, result))
 

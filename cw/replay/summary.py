@@ -46,6 +46,13 @@ def summarize(requests: list[RequestRow] | Columns, actions: list[ActionRow] | C
     seconds = duration_ns / NS if duration_ns else 0
     infers = act.equals("kind", "infer") & act.equals("status", "OK")
     overshoot_ns = (req["completion_ns"] - req["deadline_ns"])[late_mask]
+    # EXEC end -> result at the controller: what a completion margin must cover, split at the
+    # worker's send to tell a slow worker from a slow way back (0: the worker did not stamp it)
+    ends, sent = act["end_ns"][infers], act["result_sent_ns"][infers]
+    stamped = sent > 0
+    answer_delay = {"total": percentiles_ms(act["result_ns"][infers] - ends),
+                    "in_worker": percentiles_ms((sent - ends)[stamped]),
+                    "way_back": percentiles_ms((act["result_ns"][infers] - sent)[stamped])}
     summary = {
         "requests": n,
         "completed_in_slo": n_good,
@@ -66,6 +73,7 @@ def summarize(requests: list[RequestRow] | Columns, actions: list[ActionRow] | C
         "cold_starts": int(np.count_nonzero(req["cold_start"])),
         "loads": int(np.count_nonzero(act.equals("kind", "load") & act.equals("status", "OK"))),
         "actions_too_late": int(np.count_nonzero(act.equals("status", "TOO_LATE"))),
+        "answer_delay_ms": answer_delay,
         "duration_s": seconds,
         "runtime": runtime,
         "simulated": runtime == "simulated",
@@ -74,6 +82,7 @@ def summarize(requests: list[RequestRow] | Columns, actions: list[ActionRow] | C
         "seed": seed,
     }
     if not actions_seen:
-        summary.update(mean_batch_size=None, cold_starts=None, loads=None, actions_too_late=None)
+        summary.update(mean_batch_size=None, cold_starts=None, loads=None, actions_too_late=None,
+                       answer_delay_ms=None)
     summary.update(extra or {})
     return summary

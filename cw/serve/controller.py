@@ -446,8 +446,8 @@ class Controller:
             d.action_id, kind, status, d.worker_id, d.gpu, d.model,
             getattr(d, "batch_size", 0), len(getattr(d, "request_ids", [])), record.sent_ns,
             d.earliest_ns, d.latest_ns, d.expected_ns, expected_end, start, end, measured,
-            measured - d.expected_ns if main else 0, end - expected_end if main else 0, now_ns,
-            simulated))
+            measured - d.expected_ns if main else 0, end - expected_end if main else 0,
+            record.result.sent_ns if record.result is not None else 0, now_ns, simulated))
 
     def _update_gauges(self, now_ns: int) -> None:
         busy, models = {}, {}

@@ -52,11 +52,14 @@ class ActionRow(msgspec.Struct, frozen=True, gc=False):
     measured_ns: int       # device-measured duration of the main phase
     prediction_error_ns: int   # measured - expected
     completion_error_ns: int   # end - expected_end
+    result_sent_ns: int    # when the worker sent the result (controller clock), 0 if unstamped
     result_ns: int         # when the result reached the controller
     simulated: bool        # executed by a simulated worker
 
 
 REQUEST_COLUMNS = list(RequestRow.__struct_fields__)
+# Columns that files written by an older cw lack; they read back as this value ("unknown").
+ADDED_COLUMNS = {"result_sent_ns": "0"}
 ACTION_COLUMNS = list(ActionRow.__struct_fields__)
 
 _TEXT_FIELDS = {kind: [f for f in row.__struct_fields__ if row.__annotations__[f] == "str"]
@@ -212,7 +215,7 @@ def read_csv(path: str | Path, row_type):
         header = next(reader, None)
         if header is None:
             raise UsageError(f"{path} is empty", "it should start with a header row")
-        missing = [c for c in fields if c not in header]
+        missing = [c for c in fields if c not in header and c not in ADDED_COLUMNS]
         if missing:
             raise UsageError(f"{path} lacks columns {', '.join(missing)}",
                              "give a file written by cw (columns: docs/telemetry.md)")
@@ -220,7 +223,8 @@ def read_csv(path: str | Path, row_type):
         # replay of an hour has millions of rows, and a loop over the fields per row took 1.4x
         # as long. It holds only column indices and the converters above.
         names = {"int": "int", "str": "", "bool": "_bool", "float": "float"}
-        args = ", ".join(f"{names[str(annotations[c])]}(rec[{header.index(c)}])" for c in fields)
+        args = ", ".join(f"{names[str(annotations[c])]}(rec[{header.index(c)}])" if c in header
+                         else f"{names[str(annotations[c])]}({ADDED_COLUMNS[c]!r})" for c in fields)
         build = eval(f"lambda rec: _Row({args})",  # noqa: S307
                      {"_Row": row_type, "_bool": _parse_bool, "int": int, "float": float})
         for line_no, rec in enumerate(reader, start=2):

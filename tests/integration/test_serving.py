@@ -101,6 +101,10 @@ def test_two_simulated_workers_thousands_of_requests_none_late(models_dir, tmp_p
         assert max(r.batch_size for r in ok) > 1  # batching happened
         infers = [a for a in ctl.telemetry.actions if a.kind == "infer"]
         assert infers and all(a.status in ("OK", "TOO_LATE") for a in infers)
+        # each result says when the worker sent it: after EXEC's end, before it arrived here
+        # (one host, so one clock: the worker's offset is pinned to 0)
+        ran = [a for a in infers if a.status == "OK"]
+        assert all(a.end_ns <= a.result_sent_ns <= a.result_ns for a in ran)
         # the loop wrote the rows as it went (housekeeping hands them to the OS every 200 ms)
         on_disk = (tmp_path / "log" / "requests.csv").read_text().splitlines()
         assert len(on_disk) == 3001

@@ -18,7 +18,7 @@ def request_row(i, model="resnet50#3", status="OK"):
 
 def action_row(i):
     return ActionRow(i, "infer", "TOO_LATE", 2, 1, "m", 8, 3, 10**12, 10**12 + 1, 10**12 + 2,
-                     -5, 10**12 + 7, 0, 0, 123, -128, 0, 10**12 + 9, False)
+                     -5, 10**12 + 7, 0, 0, 123, -128, 0, 10**12 + 8, 10**12 + 9, False)
 
 
 def csv_bytes(columns, rows):
@@ -42,6 +42,18 @@ def test_csv_files_equal_the_csv_modules_and_read_back(tmp_path):
     assert (tmp_path / "actions.csv").read_bytes() == csv_bytes(ACTION_COLUMNS, actions)
     assert read_csv(tmp_path / "requests.csv", RequestRow) == requests
     assert read_csv(tmp_path / "actions.csv", ActionRow) == actions
+
+
+def test_files_of_an_older_cw_read_back_without_the_columns_added_since(tmp_path):
+    rows = [action_row(i) for i in range(3)]
+    old_columns = [c for c in ACTION_COLUMNS if c != "result_sent_ns"]
+    with open(tmp_path / "actions.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(old_columns)
+        w.writerows([getattr(r, c) for c in old_columns] for r in rows)
+    back = read_csv(tmp_path / "actions.csv", ActionRow)
+    assert back == [msgspec.structs.replace(r, result_sent_ns=0) for r in rows]
+    assert back[0].result_ns == rows[0].result_ns  # matched by name, not position
 
 
 def test_names_that_need_quoting_are_quoted(tmp_path):

@@ -30,12 +30,12 @@ struct SentAction {  // a decision sent to a simulated worker, and its result
   int type, worker, gpu, model, batch, nreq;
   i64 earliest, latest, expected, sent;
   int status;
-  i64 start, end, device;
+  i64 start, end, device, result_sent = 0;
 };
 
 struct SimReq { i64 arrival, deadline; int model; bool live; };
 
-const int REQ_COLS = 16, ACT_COLS = 20;
+const int REQ_COLS = 16, ACT_COLS = 21;
 const size_t CHUNK_ROWS = 65536;
 
 struct Sim {
@@ -160,7 +160,8 @@ struct Sim {
         }
       }
     }
-    push(std::max(a.end, t) + extra + c.network_ns, E_RESULT, d.id);
+    a.result_sent = std::max(a.end, t) + extra;  // once the output is copied out
+    push(a.result_sent + c.network_ns, E_RESULT, d.id);
     actions.emplace(d.id, a);
   }
 
@@ -175,14 +176,15 @@ struct Sim {
     i64 row[ACT_COLS] = {action_id, kind, a.status, a.worker, a.gpu, a.model,
                          infer ? a.batch : 0, infer ? a.nreq : 0, a.sent, a.earliest, a.latest,
                          a.expected, expected_end, ran ? a.start : 0, ran ? a.end : 0, a.device,
-                         ran ? a.device - a.expected : 0, ran ? a.end - expected_end : 0, now, 1};
+                         ran ? a.device - a.expected : 0, ran ? a.end - expected_end : 0,
+                         a.result_sent, now, 1};
     act_rows.insert(act_rows.end(), row, row + ACT_COLS);
     for (int j = 0; j < ACT_COLS; j++) {
       if (j) act_csv += ',';
       if (j == 1) act_csv += field(kind_csv, row[j]);
       else if (j == 2) act_csv += field(status_csv, row[j]);
       else if (j == 5) act_csv += field(model_csv, row[j]);
-      else if (j == 19) put_bool(act_csv, row[j]);
+      else if (j == ACT_COLS - 1) put_bool(act_csv, row[j]);
       else put(act_csv, row[j]);
     }
     act_csv += "\r\n";
