@@ -3,7 +3,7 @@
     python bench/gpu_stage.py --out .gpu/bundles --tests                 # what tests/gpu needs
     python bench/gpu_stage.py --out .gpu/bundles --models resnet18,mobilenet_v2 \\
         [--batch-sizes 1,2,4,8,16] [--arch sm_90] [--hollow resnet152] [--precision fp32,fp16] \\
-        [--conv-split off]
+        [--conv-split off] [--conv-algo winograd2] [--page-size 64MiB]
     python bench/gpu_stage.py --refill .gpu/bundles/resnet152      # on the GPU machine
 
 `--hollow NAME` stages a bundle without its weights file, for models too large to carry (a call
@@ -14,7 +14,8 @@ never use it for accuracy.
 
 Test bundles are named NAME-B_B (the `cuda_bundle` fixture's names; point $CW_TEST_CUDA_BUNDLES at
 the directory); benchmark bundles are named NAME, NAME-fp16, and with `--conv-split off`
-NAME-nosplit and NAME-fp16-nosplit (what bench/kernels.py --bundles --precision expects).
+NAME-nosplit and NAME-fp16-nosplit, with `--conv-algo winograd2` NAME-winograd2 (what
+bench/kernels.py --bundles --precision expects).
 Prints the staged size: a device call carries at most 64 MiB in all.
 """
 
@@ -53,7 +54,8 @@ TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
 
 def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
           hollow: bool = False, precision: str = "fp32", conv_split: str = "auto",
-          untuned: bool = False) -> None:
+          untuned: bool = False, conv_algo: str = "direct",
+          page_size: int | None = None) -> None:
     import model_zoo
     from cw.bundle import open_bundle
     from cw.compile.compiler import CompileConfig, compile_model
@@ -68,7 +70,10 @@ def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
                                                         batch_sizes=batch_sizes, name=name,
                                                         precision=precision,
                                                         conv_split=conv_split,
-                                                        use_committed_records=not untuned))
+                                                        conv_algo=conv_algo,
+                                                        use_committed_records=not untuned,
+                                                        **({"page_size": page_size}
+                                                           if page_size else {})))
         print(f"staged {out}")
     if hollow:
         weights = out / open_bundle(out, verify=False).manifest.weights.file
@@ -95,6 +100,12 @@ def main() -> None:
     ap.add_argument("--untuned", action="store_true",
                     help="--models and --hollow bundles without cw's committed tuning records, "
                          "named NAME-untuned (the A/B for cw/tuning/)")
+    ap.add_argument("--conv-algo", default="direct",
+                    help="winograd2 or winograd4: --models and --hollow bundles with Winograd "
+                         "3x3 convolutions, named NAME-winograd2 (the A/B for "
+                         "cw/compile/winograd.py)")
+    ap.add_argument("--page-size", default=None,
+                    help="weights page size (winograd4's transformed filters need 64MiB)")
     args = ap.parse_args()
     if args.refill:
         return refill(args.refill)
@@ -109,13 +120,20 @@ def main() -> None:
                   precision=precision)
     sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     split = ("" if args.conv_split == "auto" else "-nosplit") + ("-untuned" if args.untuned
-                                                                  else "")
+                                                                  else "") \
+        + ("" if args.conv_algo == "direct" else f"-{args.conv_algo}")
+    page_size = None
+    if args.page_size:
+        from cw.units import parse_size
+
+        page_size = parse_size(args.page_size, "page size")
     for hollow, names in ((False, args.models), (True, args.hollow)):
         for name in filter(None, names.split(",")):
             for precision in args.precision.split(","):
                 label = (name if precision == "fp32" else f"{name}-{precision}") + split
                 stage(name, out / label, sizes, args.arch, hollow=hollow, precision=precision,
-                      conv_split=args.conv_split, untuned=args.untuned)
+                      conv_split=args.conv_split, untuned=args.untuned,
+                      conv_algo=args.conv_algo, page_size=page_size)
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"{out}: {total / 2**20:.1f} MiB")
 

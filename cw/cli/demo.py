@@ -41,8 +41,8 @@ def demo_cmd(
     out.rule(f"2/4 cw compile {onnx_path} -o {bundle} --target cpu --batch-sizes {batch_sizes}")
     compile_cmd(model=onnx_path, output=bundle, target="cpu", arch=None, batch_sizes=batch_sizes,
                 page_size="16MiB", name=model, input_shape=[], tune_db=[], untuned=False,
-                conv_layout="nchwc", precision="fp32", conv_split="auto", force=True, as_json=False,
-                verbose=False)
+                conv_layout="nchwc", precision="fp32", conv_split="auto", conv_algo="direct",
+                force=True, as_json=False, verbose=False)
     out.rule(f"3/4 cw run {bundle} --input x.npy --verify {onnx_path}")
     x = np.random.default_rng(0).standard_normal((batch, *entry.input_shape)).astype(np.float32)
     np.save(workdir / "x.npy", x)

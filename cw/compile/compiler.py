@@ -40,6 +40,7 @@ class CompileConfig:
     conv_layout: str = "nchwc"       # CPU: "nchwc" (blocked, cw's schedule) or "nchw" (TVM's)
     precision: str = "fp32"          # "fp32" | "fp16" (convolutions and matmuls, fp32 sums)
     conv_split: str = "auto"         # CUDA: "auto" (split-K where a conv leaves SMs idle) | "off"
+    conv_algo: str = "direct"        # 3x3 convs: "direct" | "winograd2" | "winograd4"
 
     def __post_init__(self):
         if self.target not in ("cpu", "cuda"):
@@ -50,6 +51,13 @@ class CompileConfig:
         if self.conv_split not in ("auto", "off"):
             raise UsageError(f"unknown convolution split '{self.conv_split}'",
                              "use --conv-split auto (default) or off")
+        if self.conv_algo not in ("direct", "winograd2", "winograd4"):
+            raise UsageError(f"unknown convolution algorithm '{self.conv_algo}'",
+                             "use --conv-algo direct (default), winograd2 or winograd4")
+        if self.conv_algo != "direct" and self.precision != "fp32":
+            raise UsageError(f"--conv-algo {self.conv_algo} is fp32 only: its transforms "
+                             "round too coarsely in fp16",
+                             "use --precision fp32 with it, or --conv-algo direct")
         if self.precision == "tf32":
             raise UsageError("--precision tf32 is not offered: TVM 0.27's CUDA schedules have no "
                              "TF32 tensor-core path, so it would compute exactly as fp32",
@@ -84,7 +92,11 @@ def bind_batch(mod, onnx_model, batch: int):
     from tvm import relax
 
     if onnx_model.fixed_batch is None:
-        return relax.transform.BindSymbolicVars({frontend.BATCH_VAR: batch})(mod)
+        mod = relax.transform.BindSymbolicVars({frontend.BATCH_VAR: batch})(mod)
+        # TIR kernels emitted before this (the importer's emit_te, cw's Winograd transforms)
+        # still have a symbolic batch in their buffers; FuseTIR rejects a fused kernel whose
+        # buffers disagree with the now static Relax shapes ("Inconsistent buffers")
+        return relax.transform.SpecializePrimFuncBasedOnCallSite()(mod)
     return mod
 
 
@@ -269,7 +281,12 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
     blocked = config.target == "cpu" and config.conv_layout == "nchwc"
     progress("stage", {"text": "importing into TVM Relax"})
     imported = frontend.import_model(onnx_model, blocked_convs=blocked,
-                                     fp16=config.precision == "fp16")
+                                     fp16=config.precision == "fp16", conv_algo=config.conv_algo,
+                                     page_size=config.page_size)
+    if config.conv_algo != "direct" and config.target == "cpu":
+        onnx_model.notes.append(f"{config.conv_algo} on the CPU: Winograd's kernels get TVM's "
+                                "default loops, far slower than cw's NCHWc convolutions (it is "
+                                "meant for CUDA)")
     if config.precision == "fp16":
         onnx_model.notes.append("precision fp16: convolutions and matrix products take fp16 "
                                 "inputs and weights and sum in fp32; inputs and outputs stay "
@@ -333,8 +350,9 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                     lowered, plan, scheduled, total = _lower(mod, target, database=database,
                                                              conv_split=split_convs)
                 except Exception as e:
-                    # TVM 0.27's FuseTIR rejects some graphs (MobileNetV2: "Inconsistent
-                    # buffers ... mapped to the same relax var"); unfused kernels are correct.
+                    # TVM 0.27's FuseTIR rejects some graphs ("Inconsistent buffers ... mapped
+                    # to the same relax var": MobileNetV2 on CUDA until bind_batch specialized
+                    # its kernels); unfused kernels are correct.
                     lowered, plan, scheduled, total = _lower(mod, target, fuse=False,
                                                          database=database,
                                                          conv_split=split_convs)

@@ -172,9 +172,12 @@ def _check_operators(path: Path, model: onnx.ModelProto) -> None:
 
 
 def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
-                 fp16: bool = False) -> ImportedModel:
+                 fp16: bool = False, conv_algo: str = "direct",
+                 page_size: int | None = None) -> ImportedModel:
     """Import into Relax and evaluate the weight-only computation once, on the CPU.
     `blocked_convs`: convolutions in NCHWc layouts (CPU targets, cw/compile/cpu_conv.py).
+    `conv_algo`: winograd2 / winograd4 for 3x3 convolutions (cw/compile/winograd.py), those
+    whose transformed filter fits in a weights page of `page_size` bytes.
     `fp16`: convolutions and matrix products in fp16 with fp32 sums (TVM's ToMixedPrecision)."""
     tvm = load_tvm()
     from tvm import relax
@@ -198,6 +201,16 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
     if len(onnx_names) == len(raw_names):  # the importer keeps initializer order
         raw_names = onnx_names
     mod = relax.transform.DecomposeOpsForInference()(mod)
+    if conv_algo != "direct":
+        from cw.compile import winograd
+        # before lifting, so that the filter transform is lifted (the bundle stores U);
+        # before the layout conversion, which leaves the convolutions it does not take as they are
+        mod, rewritten, too_large = winograd.rewrite(mod, conv_algo, page_size)
+        m = winograd.ALGOS[conv_algo]
+        onnx_model.notes.append(
+            f"{conv_algo}: {rewritten} 3x3 convolutions as Winograd F({m}x{m}, 3x3)"
+            + (f"; {too_large} left direct, their transformed filters larger than a weights "
+               "page (a larger --page-size takes them)" if too_large else ""))
     if blocked_convs:
         from cw.compile import cpu_conv
         # before lifting, so that the weights' relayout is lifted with the rest

@@ -197,16 +197,41 @@ def test_tune_cli_reports_and_refuses_foreign_directories(zoo_onnx, tmp_path, cl
 
 
 @pytest.mark.slow
-def test_record_lookup_survives_graphs_tvm_cannot_fuse(zoo_onnx, tmp_path, mlp_db):
-    """MobileNetV2 in NCHW makes TVM's FuseTIR fail; looking up records must fall back to
-    unfused kernels as the compile itself does, not crash."""
-    db, _ = mlp_db
+def test_mobilenet_v2_fuses_once_its_kernels_have_the_batch_bound(zoo_onnx, tmp_path):
+    """The importer emits MobileNetV2's Clip (ReLU6) as TIR kernels with a symbolic batch; until
+    bind_batch specialized them to the bound batch, TVM's FuseTIR rejected the graph
+    ("Inconsistent buffers") and every kernel ran unfused."""
     m = compile_model(zoo_onnx("mobilenet_v2"), tmp_path / "m",
-                      CompileConfig(batch_sizes=(1,), tune_dbs=(str(db),), conv_layout="nchw"))
-    assert any("operator fusion failed" in n for n in m.notes)
-    assert m.kernels[0].kernels_tuned == 0 and m.kernels[0].kernels_total > 0
-    if targets.default_cpu_arch() not in (None, targets.GENERIC_CPU):
-        assert m.target.arch == targets.GENERIC_CPU
+                      CompileConfig(batch_sizes=(1,), conv_layout="nchw"))
+    assert not any("operator fusion failed" in n for n in m.notes), m.notes
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    y = LocalModel(tmp_path / "m").run([x])[0]
+    assert max_relative_error(y, onnx_reference(zoo_onnx("mobilenet_v2"), [x])[0]) < 1e-4
+
+
+def test_record_lookup_survives_graphs_tvm_cannot_fuse(zoo_onnx, tmp_path, mlp_db,
+                                                       monkeypatch):
+    """Where TVM's FuseTIR fails on a graph, looking up records falls back to unfused kernels as
+    the compile itself does, and says so, instead of crashing. (No zoo graph fails any more, so
+    the failure is made here.)"""
+    from cw.compile import compiler
+
+    real = compiler.legalized
+
+    def fusion_fails(mod, target, fuse=True, conv_split=True):
+        if fuse:
+            raise RuntimeError("Inconsistent buffers (made by the test)")
+        return real(mod, target, fuse, conv_split)
+
+    monkeypatch.setattr(compiler, "legalized", fusion_fails)
+    db, _ = mlp_db
+    m = compile_model(zoo_onnx("mlp"), tmp_path / "m",
+                      CompileConfig(batch_sizes=(2,), tune_dbs=(str(db),)))
+    assert any("operator fusion failed" in n and "made by the test" in n for n in m.notes)
+    assert m.kernels[0].kernels_total > 0
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+    y = LocalModel(tmp_path / "m").run([x])[0]
+    assert max_relative_error(y, onnx_reference(zoo_onnx("mlp"), [x])[0]) < 1e-4
 
 
 @pytest.mark.parametrize("model,batch,split", [("small_cnn", 2, 0), ("resnet18", 1, 7)])
