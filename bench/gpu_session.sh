@@ -12,7 +12,8 @@
 #   2. bash bench/gpu_session.sh live    # bench/live_gpu.sh: Fig. 5 at five SLOs and the Azure
 #                                        # trace against the TVM-CUDA worker (#5, #6)
 #   3. bash bench/gpu_session.sh kernels # bench/kernels.py, fp32 and fp16 vs PyTorch, and
-#                                        # split-K convs against none (#7)
+#                                        # split-K convs against none, Winograd against
+#                                        # direct convs (#7)
 # Tuning (issue 7), without the TVM compiler on the device: candidates are compiled here into a
 # kit, the device only checks and times them (cw tune-stage / tune-measure / tune-ingest):
 #   bash bench/gpu_session.sh stage-tune [MODELS] [BATCH_SIZES] [BUDGET]  # here: .gputune/kit,
@@ -35,7 +36,9 @@
 # .gpucheck/tests    the bundles tests/gpu uses (bench/gpu_stage.py --tests)
 # .gpucheck/kernels  (as kernels.tar.xz) resnet50 (fp32 batch 1-16: also what the worker bench and the live replays
 #                    serve) and resnet50-fp16, resnet18, resnet18-fp16, densenet121 (batch 1, 4,
-#                    16), and NAME-nosplit (compiled with --conv-split off) of the fp32 ones. The
+#                    16), NAME-nosplit (compiled with --conv-split off) of the fp32 ones, and
+#                    NAME-winograd2 / NAME-winograd4 (--conv-algo; winograd4 for resnet18 and
+#                    resnet50 only, with 64 MiB pages for their transformed filters). The
 #                    weights of all but resnet18-fp16 stay here (they would not fit a call): the
 #                    device refills them with a pattern that times exactly like the real ones
 #                    (kernels.py prints no accuracy for those; tests/gpu checks accuracy on real
@@ -85,6 +88,10 @@ stage)
   $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow densenet121 --batch-sizes 1,4,16
   $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
     --batch-sizes 1,4,16 --conv-split off
+  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
+    --batch-sizes 1,4,16 --conv-algo winograd2
+  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50 \
+    --batch-sizes 1,4,16 --conv-algo winograd4 --page-size 64MiB
   if [ -f cw/tuning/cuda-sm_90/database_tuning_record.json ]; then
     # the A/B for the committed records: NAME-untuned beside NAME (which applies them)
     $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50 \
@@ -127,7 +134,7 @@ kernels)
   device_setup
   step 540 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
     --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
-    --precision fp32,fp32-nosplit,fp32-untuned,fp16 --rounds 3 \
+    --precision fp32,fp32-nosplit,fp32-untuned,fp32-winograd2,fp16,fp32-winograd4 --rounds 3 \
     --runs 20 2>&1 | tee "$OUT/kernels.txt"
   ;;
 stage-tune)  # build machine: compile candidates for the kernels with the fewest records

@@ -45,6 +45,9 @@ def tune_cmd(
     conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split",
                                    help="Tune the kernels of `cw compile --conv-split` auto or "
                                         "off (CUDA)."),
+    conv_algo: str = typer.Option(_DEFAULTS.conv_algo, "--conv-algo",
+                                  help="Tune the kernels of `cw compile --conv-algo` direct, "
+                                       "winograd2 or winograd4."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ):
     """Search schedules for a model's kernels with TVM MetaSchedule, measuring each candidate on
@@ -63,7 +66,7 @@ def tune_cmd(
                         batch_sizes=parse_batch_sizes(batch_sizes), trials=trials,
                         time_budget_s=budget_s, num_cores=num_cores,
                         input_shapes=parse_input_shapes(input_shape or []),
-                        precision=precision, conv_split=conv_split)
+                        precision=precision, conv_split=conv_split, conv_algo=conv_algo)
     out = console()
     progress = _progress(out, disable=as_json)
     with progress:
@@ -158,6 +161,8 @@ def tune_stage_cmd(
                                           help="NAME=DIMS, N for the batch (repeatable)."),
     precision: str = typer.Option(_DEFAULTS.precision, "--precision", help="fp32 or fp16."),
     conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split", help="auto or off."),
+    conv_algo: str = typer.Option(_DEFAULTS.conv_algo, "--conv-algo",
+                                  help="direct, winograd2 or winograd4."),
     seed: int = typer.Option(0, "--seed", help="Seed of the candidates' random draws."),
     sources: str = typer.Option(",".join(SOURCES), "--sources",
                                 help="Kinds of new candidates: dlight-tile (dlight's GEMM "
@@ -178,7 +183,8 @@ def tune_stage_cmd(
     config = TuneConfig(db=str(db), target=target, arch=arch,
                         batch_sizes=parse_batch_sizes(batch_sizes), trials=trials,
                         time_budget_s=budget_s, input_shapes=parse_input_shapes(input_shape or []),
-                        precision=precision, conv_split=conv_split, seed=seed)
+                        precision=precision, conv_split=conv_split, conv_algo=conv_algo,
+                        seed=seed)
     out = console()
     progress = _progress(out)
     with progress:

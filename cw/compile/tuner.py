@@ -38,6 +38,7 @@ class TuneConfig:
     input_shapes: dict[str, list] = field(default_factory=dict)
     precision: str = "fp32"                    # the kernels of `cw compile --precision`
     conv_split: str = "auto"                   # ... and of `cw compile --conv-split`
+    conv_algo: str = "direct"                  # ... and of `cw compile --conv-algo`
 
     def __post_init__(self):
         if self.trials < 1:
@@ -53,7 +54,7 @@ class TuneConfig:
         # leaves the other's kernels untuned (cw compile counts them as such)
         return CompileConfig(target=self.target, arch=self.arch, batch_sizes=self.batch_sizes,
                              input_shapes=self.input_shapes, precision=self.precision,
-                             conv_split=self.conv_split)
+                             conv_split=self.conv_split, conv_algo=self.conv_algo)
 
 
 @dataclass
