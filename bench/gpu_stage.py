@@ -49,7 +49,8 @@ def refill(path: Path) -> None:
 
 # name, batch sizes, precision: as tests/conftest.py's bundle_dirname names them
 TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
-                ("small_cnn", (1, 4), "fp16"), ("late_cnn", (1, 4), "fp32")]
+                ("small_cnn", (1, 4), "fp16"), ("late_cnn", (1, 4), "fp32"),
+                ("late_cnn", (1, 4), "winograd2"), ("late_cnn", (1, 4), "winograd4")]
 
 
 def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
@@ -114,10 +115,12 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.tests:
-        for name, sizes, precision in TEST_BUNDLES:
-            suffix = "" if precision == "fp32" else f"-{precision}"
+        for name, sizes, variant in TEST_BUNDLES:
+            suffix = "" if variant == "fp32" else f"-{variant}"
+            winograd = variant.startswith("winograd")
             stage(name, out / f"{name}-{'_'.join(map(str, sizes))}{suffix}", sizes, args.arch,
-                  precision=precision)
+                  precision="fp32" if winograd else variant,
+                  conv_algo=variant if winograd else "direct")
     sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     split = ("" if args.conv_split == "auto" else "-nosplit") + ("-untuned" if args.untuned
                                                                   else "") \

@@ -61,9 +61,17 @@ def zoo_onnx(zoo_dir):
 
 
 def bundle_dirname(name: str, batch_sizes, precision: str = "fp32") -> str:
-    """As bench/gpu_stage.py --tests names the bundles it stages."""
+    """As bench/gpu_stage.py --tests names the bundles it stages. `precision` also takes a
+    convolution algorithm (winograd2: fp32 with `--conv-algo winograd2`)."""
     return f"{name}-{'_'.join(map(str, batch_sizes))}" + ("" if precision == "fp32"
                                                             else f"-{precision}")
+
+
+def compile_variant(precision: str) -> dict:
+    """CompileConfig fields for a bundle_dirname `precision`."""
+    if precision.startswith("winograd"):
+        return {"precision": "fp32", "conv_algo": precision}
+    return {"precision": precision}
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +87,7 @@ def cpu_bundle(zoo_onnx, tmp_path_factory):
         if key not in built:
             out = root / bundle_dirname(name, batch_sizes, precision)
             compile_model(zoo_onnx(name), out, CompileConfig(batch_sizes=tuple(batch_sizes),
-                                                             precision=precision))
+                                                             **compile_variant(precision)))
             built[key] = out
         return built[key]
 
@@ -134,7 +142,7 @@ def cuda_bundle(zoo_onnx, tmp_path_factory):
         elif cuda_codegen_problem() is None:
             compile_model(zoo_onnx(name), out, CompileConfig(target="cuda",
                                                              batch_sizes=tuple(batch_sizes),
-                                                             precision=precision))
+                                                             **compile_variant(precision)))
         else:
             pytest.fail(f"no CUDA bundle {dirname}: this TVM cannot compile CUDA "
                         f"({cuda_codegen_problem()}) and $CW_TEST_CUDA_BUNDLES does not hold it")
