@@ -164,14 +164,17 @@ bool Scheduler::best_batch(i64 now, Gpu& g, int m, Best* best) {
   int largest = info.largest;
   i64 floor = std::max(g.exec_free, g.loaded[m]);
   i64 reach = now + c.network_latency;
+  i64 due = g.exec_free - c.schedule_ahead;  // see ClockworkScheduler._best_batch
   auto& h = heaps[m];
   i64 deadline = h.front().key - margin(g.worker);
   if (h.size() == 1) {
     const Req& r = h.front();
     if (r.n > largest) return false;
     int b = info.padded[r.n];
+    i64 arrive = reach + (i64)((double)r.n * info.per_sample);
+    if (arrive <= due) return false;
     i64 est = exec_est(g, m, b);
-    i64 start = std::max(floor, reach + (i64)((double)r.n * info.per_sample));
+    i64 start = std::max(floor, arrive);
     if (start + est > deadline) return false;
     *best = {deadline - est, start, b, 1, est, deadline};
     return true;
@@ -192,9 +195,11 @@ bool Scheduler::best_batch(i64 now, Gpu& g, int m, Best* best) {
     inputs_ns.push_back(input_ns);
   }
   for (int k = (int)prefix.size(); k >= 1; k--) {
+    i64 arrive = reach + (i64)inputs_ns[k - 1];
+    if (arrive <= due) return false;
     int b = info.padded[prefix[k - 1]];
     i64 est = exec_est(g, m, b);
-    i64 start = std::max(floor, reach + (i64)inputs_ns[k - 1]);
+    i64 start = std::max(floor, arrive);
     if (start + est <= deadline) {
       *best = {deadline - est, start, b, k, est, deadline};
       return true;
@@ -212,7 +217,7 @@ bool Scheduler::holds_any(const Gpu& g, const std::vector<char>& set, int n_in_s
 
 void Scheduler::plan_infers(i64 now) {
   if (!queues.size) return;
-  i64 horizon = now + c.schedule_ahead;
+  i64 horizon = now + c.schedule_ahead + std::max<i64>(lead_cap, c.network_latency);
   std::vector<int> candidates;
   for (size_t i = 0; i < gpus.size(); i++)
     if (gpus[i].exec_free < horizon) candidates.push_back((int)i);
@@ -413,10 +418,17 @@ i64 Scheduler::next_wakeup(i64 now) {
   if (!queues.size) return has_guard ? std::max(now + 100000, guard) : NONE;
   i64 least = NONE;
   auto take = [&](i64 t) { if (least == NONE || t < least) least = t; };
-  std::vector<char> all(nm, 0);
-  for (int m = queues.head; m >= 0; m = queues.next[m]) all[m] = 1;
-  for (auto& g : gpus)
-    if (holds_any(g, all, queues.size)) take(g.exec_free - c.schedule_ahead);
+  for (auto& g : gpus) {  // ClockworkScheduler._wake_lead_ns
+    i64 lead = NONE;
+    for (int m = queues.head; m >= 0; m = queues.next[m]) {
+      if (g.loaded[m] == NONE) continue;
+      const Model& info = (*models)[m];
+      int samples = std::min((int)heaps[m].size(), info.largest);
+      i64 t = (i64)((double)samples * info.per_sample);
+      if (lead == NONE || t > lead) lead = t;
+    }
+    if (lead != NONE) take(g.exec_free - c.schedule_ahead - (lead + c.network_latency) + 1);
+  }
   for (int m = queues.head; m >= 0; m = queues.next[m])
     take(heaps[m].front().key - c.completion_margin);
   if (has_guard) take(guard);

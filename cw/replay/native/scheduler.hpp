@@ -125,6 +125,7 @@ struct Scheduler {
   bool has_last_sweep = false, has_last_replication = false;
   i64 last_sweep = 0, last_replication = 0;
   i64 loaded_counter = 0;
+  i64 lead_cap = -1;  // ClockworkScheduler._lead_cap_ns: set when the first worker joins
   std::vector<Decision>* out;
 
   void init(std::vector<Model>* ms, std::vector<Decision>* o) {
@@ -185,8 +186,11 @@ struct Scheduler {
       last_exec.push_back(0);
       busy_infers.push_back(0);
     }
+    if (lead_cap < 0) lead_cap = c.network_latency;
     for (int m = 0; m < nm; m++) {
       const Model& model = (*models)[m];
+      lead_cap = std::max(lead_cap, c.network_latency +
+                                    (i64)((double)model.largest * model.per_sample));
       for (int gi = 0; gi < ngpus; gi++) {
         Gpu& g = gpus[gpus.size() - ngpus + gi];
         seed(load_cells[g.slot][m], model.load_info);

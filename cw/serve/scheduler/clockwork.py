@@ -5,6 +5,11 @@
   before now + schedule_ahead, the most urgent model loaded there is given one INFER: the largest
   batch (padded to a compiled size) whose estimated EXEC still finishes before the most urgent
   deadline in it. Urgency = deadline − estimate, the paper's strategy priority.
+- A batch's inputs travel with its INFER, so "now" above is when they could reach the worker:
+  a batch is planned once the GPU frees less than schedule_ahead after its inputs, sent now,
+  would arrive. Clockwork's own rule is the case of inputs that take no time. Planning a
+  16-image resnet50 batch (9.6 MB, ~10 ms through a socket) only 5 ms ahead left the GPU idle
+  ~5 ms before every such batch: half of it, in the Fig. 5 setup at SLO 500 ms.
 - A request that can no longer meet its deadline anywhere is rejected at once; nothing is sent
   to a worker that the estimates say would finish late.
 - Estimates are the rolling p99 of the last measurements per (worker, GPU, model, batch, kind),
@@ -83,6 +88,9 @@ class ClockworkScheduler(Scheduler):
         # the answer guard (SchedulerConfig.answer_guard_ns). Entries of INFERs that returned
         # are dropped when they reach the top.
         self._guards: list[tuple[int, int]] = []
+        # The longest any catalogued model's largest batch takes to reach a worker, network
+        # allowance included: GPUs busy beyond now + schedule_ahead + this need no look.
+        self._lead_cap_ns = config.network_latency_ns
 
     # --- events --------------------------------------------------------------------------
     def worker_joined(self, now_ns: int, worker: WorkerInfo) -> list[Decision]:
@@ -93,6 +101,9 @@ class ClockworkScheduler(Scheduler):
                 shares_memory=worker.shares_memory)
         for m in worker.models:
             self.catalog.setdefault(m.model_id, m)
+            padded, per_sample, _ = self._model_facts(m.model_id)
+            self._lead_cap_ns = max(self._lead_cap_ns, self.config.network_latency_ns
+                                    + int((len(padded) - 1) * per_sample))
             self.holders.setdefault(m.model_id, set()).add(worker.worker_id)
             for g in worker.gpus:
                 self.estimates.seed(("load", worker.worker_id, g.index, m.model_id), m.load_ns)
@@ -310,9 +321,12 @@ class ClockworkScheduler(Scheduler):
         (urgency, start, batch size, k requests, estimate, deadline), or None."""
         padded, per_sample, per_sample_shared = self._facts.get(model) or self._model_facts(model)
         largest = len(padded) - 1
-        # the inputs must reach the worker first: more of them (a larger batch) start later
+        # the inputs must reach the worker first: more of them (a larger batch) start later,
+        # and a batch is not planned while the GPU frees more than schedule_ahead after they
+        # could arrive (the larger the batch, the sooner it is due)
         floor = max(gpu.exec_free_ns, gpu.loaded[model])
         reach = now_ns + self.config.network_latency_ns
+        due = gpu.exec_free_ns - self.config.schedule_ahead_ns
         per_sample_ref = per_sample_shared if gpu.shares_memory else per_sample
         # EDF: the head is the most urgent
         deadline = queue[0][0] - self.margin_ns.get(gpu.worker_id,
@@ -323,9 +337,11 @@ class ClockworkScheduler(Scheduler):
             if r.n > largest:
                 return None
             b = padded[r.n]
+            arrive = reach + int(r.n * (per_sample_ref if r.by_reference else per_sample))
+            if arrive <= due:
+                return None
             est = get(("exec", gpu.worker_id, gpu.index, model, b))
-            start = max(floor, reach + int(r.n * (per_sample_ref if r.by_reference
-                                                  else per_sample)))
+            start = max(floor, arrive)
             return (deadline - est, start, b, 1, est, deadline) if start + est <= deadline \
                 else None
         if len(queue) <= largest:
@@ -341,9 +357,12 @@ class ClockworkScheduler(Scheduler):
             prefix.append(samples)
             inputs_ns.append(input_ns)
         for k in range(len(prefix), 0, -1):
+            arrive = reach + int(inputs_ns[k - 1])
+            if arrive <= due:
+                return None  # smaller batches arrive sooner: not due either
             b = padded[prefix[k - 1]]
             est = get(("exec", gpu.worker_id, gpu.index, model, b))
-            start = max(floor, reach + int(inputs_ns[k - 1]))
+            start = max(floor, arrive)
             if start + est <= deadline:
                 return deadline - est, start, b, k, est, deadline
         return None
@@ -351,7 +370,8 @@ class ClockworkScheduler(Scheduler):
     def _plan_infers(self, now_ns: int, decisions: list[Decision]) -> None:
         if not self.queues:
             return
-        horizon = now_ns + self.config.schedule_ahead_ns
+        # the planning horizon, stretched by the longest time a batch's inputs may take
+        horizon = now_ns + self.config.schedule_ahead_ns + self._lead_cap_ns
         queues = self.queues
         # Only GPUs inside the horizon and only models with waiting requests are looked at:
         # with thousands of resident models, a tick must not cost a pass over all of them.
@@ -497,6 +517,19 @@ class ClockworkScheduler(Scheduler):
     def queue_length(self) -> int:
         return sum(len(q) for q in self.queues.values())
 
+    def _wake_lead_ns(self, gpu: Gpu) -> int | None:
+        """How long the inputs of the largest batch queued for `gpu` take to reach it (each
+        request counted as one sample), or None if it holds no model with waiting requests."""
+        lead, loaded = None, gpu.loaded
+        for m, queue in self.queues.items():
+            if m in loaded:
+                padded, per_sample, per_sample_shared = self._facts.get(m) or self._model_facts(m)
+                samples = min(len(queue), len(padded) - 1)
+                t = int(samples * (per_sample_shared if gpu.shares_memory else per_sample))
+                if lead is None or t > lead:
+                    lead = t
+        return None if lead is None else lead + self.config.network_latency_ns
+
     def next_wakeup_ns(self, now_ns: int) -> int | None:
         """When a tick could next do something no event will prompt: a GPU reaching the planning
         horizon while requests wait, or an INFER's answer guard coming due. For event-driven
@@ -511,8 +544,11 @@ class ClockworkScheduler(Scheduler):
         # A GPU matters only if it holds a model with waiting requests; a model still loading
         # is woken by its LOAD's result. The earliest head deadline bounds how long an
         # infeasible request waits for its rejection.
-        queued = self.queues
-        times = [g.exec_free_ns - ahead for g in self.gpus.values() if _holds_any(g, queued)]
+        times = []
+        for g in self.gpus.values():
+            lead = self._wake_lead_ns(g)
+            if lead is not None:
+                times.append(g.exec_free_ns - ahead - lead + 1)  # the first ns it is due
         times += [q[0][0] - self.config.completion_margin_ns for q in self.queues.values() if q]
         if guard is not None:
             times.append(guard)
