@@ -267,4 +267,6 @@ def describe(path: str | os.PathLike) -> dict:
         except msgspec.DecodeError:
             raise BundleError(f"{bundle.path / PROFILE_FILE} is not valid JSON",
                               "run `cw profile` again") from None
+    elif (bundle.path / PROFILE_FILE).is_file():
+        info["unregistered_profile"] = str(bundle.path / PROFILE_FILE)  # copied in by hand
     return info

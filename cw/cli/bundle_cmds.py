@@ -59,7 +59,17 @@ def inspect_cmd(
                       f"{k.get('kernels_tuned', 0)}/{k.get('kernels_total', 0)}",
                       *((conv,) if show_convs else ()), str(len(k["unplanned"])))
     out.print(table)
-    out.print(f"profile: {'present' if 'profile' in info else 'none (run `cw profile`)'}")
+    if "profile" in info:
+        p = info["profile"]
+        sizes = ", ".join(str(b["batch_size"]) for b in p.get("batches", []))
+        out.print(f"profile: {p.get('device', {}).get('name')} ({p.get('runtime')}, "
+                  f"{p.get('date_utc')}), batch sizes {sizes}")
+    elif info.get("unregistered_profile"):
+        path = info["unregistered_profile"]
+        out.print(f"[yellow]profile: {path} is not in the manifest and is ignored[/] (register "
+                  f"it: cw profile {bundle} --import {path})")
+    else:
+        out.print("profile: none (run `cw profile`)")
     out.print(f"[green]{len(info['files'])} files verified[/] (sha256)")
 
 

@@ -31,6 +31,9 @@ def profile_cmd(
     concurrency: int = typer.Option(1, "--concurrency",
                                     help="Also run K EXECs at once (reported, not stored)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    import_file: Path = typer.Option(None, "--import", metavar="FILE",
+                                     help="Measure nothing: register FILE, a profile.json "
+                                          "measured elsewhere, as the bundle's profile."),
     ungated: bool = typer.Option(False, "--ungated", hidden=True,
                                  help="Experiment: let the GPU start EXEC while the host is "
                                       "still launching its kernels (GPU; not stored)."),
@@ -40,7 +43,12 @@ def profile_cmd(
     Examples:
       [bold]cw profile r50 --device cuda:0 --iterations 10000[/]
       [bold]cw profile mlp --device cpu --iterations 200 --concurrency 4[/]
+      [bold]cw profile r50 --import model_zoo/profiles/nvidia-h100/resnet50.json[/]
     """
+    if import_file is not None:
+        _import(bundle, import_file, as_json, batch_sizes is not None or concurrency != 1
+                or ungated)
+        return
     config = ProfileConfig(device=device, iterations=iterations, warmup=warmup,
                            load_iterations=load_iterations,
                            batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None,
@@ -89,3 +97,21 @@ def profile_cmd(
                   f"{_ms(c.latency.p9999_ns)} ms (reported only, not stored)")
     out.print(f"device memory {profile.device_memory_bytes / 2**20:.1f} MiB; wrote "
               f"{bundle / 'profile.json'}")
+
+
+def _import(bundle: Path, import_file: Path, as_json: bool, measuring: bool) -> None:
+    import msgspec
+
+    from cw.errors import UsageError
+    from cw.profile.store import import_profile
+
+    if measuring:
+        raise UsageError("--import measures nothing", "drop --batch-sizes, --concurrency and "
+                         "--ungated, or drop --import")
+    profile = import_profile(bundle, import_file)
+    if as_json:
+        print_json({"profile": msgspec.to_builtins(profile)})
+        return
+    sizes = ", ".join(str(b.batch_size) for b in profile.batches)
+    console().print(f"registered {import_file} as {bundle / 'profile.json'}: "
+                    f"{profile.device.name} ({profile.runtime}), batch sizes {sizes}")

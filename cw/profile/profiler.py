@@ -14,15 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import msgspec
-
 import cw
-from cw.bundle import PROFILE_FILE, Bundle, encode_json, open_bundle, replace_file_in_bundle
+from cw.bundle import PROFILE_FILE, encode_json, open_bundle, replace_file_in_bundle
 from cw.engine import check_target, parse_device, tvm_device
 from cw.errors import UsageError
 from cw.profile.schema import (PROFILE_SCHEMA_VERSION, BatchProfile, DeviceInfo, LoadProfile,
                                Profile)
 from cw.profile.stats import Stats, summarize
+from cw.profile.store import merge_measured, read_profile  # noqa: F401 (read_profile: API)
 from cw.serve.runtime.base import Runtime, now_ns
 from cw.serve.runtime.host import HostModel, HostWeights
 from cw.tvm_env import load_tvm
@@ -140,7 +139,8 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
         iterations=config.iterations, warmup=config.warmup,
         device_memory_bytes=device_memory, load=load, batches=batches, notes=notes)
     if config.write and config.gate_exec:
-        replace_file_in_bundle(bundle, PROFILE_FILE, encode_json(profile))
+        stored = merge_measured(read_profile(bundle), profile)
+        replace_file_in_bundle(bundle, PROFILE_FILE, encode_json(stored))
     return profile, concurrency
 
 
@@ -238,9 +238,3 @@ def _concurrent(runtime: Runtime, model: HostModel, batch: int, inputs, config: 
         raise errors[0]
     flat = [x for lst in latencies for x in lst]
     return ConcurrencyResult(k, batch, len(flat) * batch / elapsed, summarize(flat))
-
-
-def read_profile(bundle: Bundle) -> Profile | None:
-    if not bundle.has_profile:
-        return None
-    return msgspec.json.decode(bundle.file(PROFILE_FILE).read_bytes(), type=Profile)

@@ -268,6 +268,8 @@ def _cell(value) -> str:
 
 
 TIMING_SOURCES = {"profile": "from their bundles' profile.json",
+                  "profile-partial": "from their bundles' profile.json (sizes it lacks "
+                                     "interpolated)",
                   "zoo-profile": "measured on the GPU machine (model_zoo/profiles)",
                   "paper": "from Clockwork's Table 1 (V100)",
                   "default": "from size-based defaults (no profile)"}

@@ -1,5 +1,5 @@
 """Durations of a model's actions before anything was measured live: from the bundle's
-profile.json, else (for zoo models) from Clockwork's Table 1, else from a size-based default.
+profile.json (batch sizes it lacks interpolated), else (for zoo models) from Clockwork's Table 1, else from a size-based default.
 Zoo models simulated by name take the profiles measured on the GPU machine and committed under
 model_zoo/profiles/ (`zoo_profile`), falling back to Table 1.
 
@@ -26,19 +26,35 @@ class Estimates:
     exec_ns: dict[int, int]     # per compiled batch size
     input_ns: dict[int, int]
     output_ns: dict[int, int]
-    source: str                 # "profile" | "zoo-profile" | "paper" | "default"
+    source: str  # "profile" | "profile-partial" | "zoo-profile" | "paper" | "default"
 
 
 def profile_estimates(profile, batch_sizes, percentile: str = "p99_ns",
                       source: str = "profile") -> Estimates:
-    """Each phase's `percentile` in a measured profile, for `batch_sizes` (all measured)."""
+    """Each phase's `percentile` in a measured profile, for `batch_sizes`. A size the profile
+    did not measure (`cw profile --batch-sizes 1,16`) is interpolated between the nearest
+    measured sizes around it; below the smallest it takes the smallest's time, above the
+    largest the largest's scaled by batch size (both err long, never short)."""
     measured = {b.batch_size: b for b in profile.batches}
-    return Estimates(
-        getattr(profile.load.stats, percentile),
-        {b: getattr(measured[b].exec, percentile) for b in batch_sizes},
-        {b: getattr(measured[b].input, percentile) for b in batch_sizes},
-        {b: getattr(measured[b].output, percentile) for b in batch_sizes},
-        source)
+
+    def phase(name: str) -> dict[int, int]:
+        points = sorted((b, getattr(getattr(p, name), percentile)) for b, p in measured.items())
+        return {b: _interpolate(points, b) for b in batch_sizes}
+
+    return Estimates(getattr(profile.load.stats, percentile), phase("exec"), phase("input"),
+                     phase("output"), source)
+
+
+def _interpolate(points: list[tuple[int, int]], b: int) -> int:
+    below = [p for p in points if p[0] <= b]
+    above = [p for p in points if p[0] >= b]
+    if not below:
+        return above[0][1]
+    if not above:
+        size, ns = below[-1]
+        return -(-ns * b // size)
+    (b0, t0), (b1, t1) = below[-1], above[0]
+    return t0 if b0 == b1 else t0 + -(-(t1 - t0) * (b - b0) // (b1 - b0))
 
 
 ZOO_PROFILE_DEVICE = "nvidia-h100"
@@ -69,13 +85,15 @@ def bundle_estimates(bundle: Bundle, percentile: str = "p99_ns") -> Estimates:
     m = bundle.manifest
     copies_in = {k.batch_size: _copy_ns(k.input_bytes) for k in m.kernels}
     copies_out = {k.batch_size: _copy_ns(k.output_bytes) for k in m.kernels}
-    if bundle.has_profile:
-        from cw.profile.profiler import read_profile
+    from cw.profile.store import read_profile, warn_unregistered
 
-        profile = read_profile(bundle)
-        if {b.batch_size for b in profile.batches} >= set(m.batch_sizes):
-            return profile_estimates(profile, m.batch_sizes, percentile)
+    profile = read_profile(bundle)
+    if profile is not None and profile.batches:
+        complete = {b.batch_size for b in profile.batches} >= set(m.batch_sizes)
+        return profile_estimates(profile, m.batch_sizes, percentile,
+                                 "profile" if complete else "profile-partial")
     paper = _paper_figures(m.name, m.source.producer)
+    warn_unregistered(bundle, "from Clockwork's Table 1" if paper else "from size-based defaults")
     if paper is not None:
         load_ms, exec_ms = paper
         by_size = dict(zip((1, 2, 4, 8, 16), exec_ms))

@@ -130,7 +130,7 @@ class ModelInfo(msgspec.Struct, frozen=True):
     outputs: list[TensorInfo]
     load_ns: int                 # profiled LOAD time (p99), the controller's first estimate
     exec_ns: dict[int, int]      # profiled EXEC time (p99) per compiled batch size
-    estimates_from: str          # "profile" | "paper" (Clockwork's Table 1) | "default"
+    estimates_from: str  # "profile" | "profile-partial" | "paper" (Table 1) | "default"
 
 
 class DeviceDesc(msgspec.Struct, frozen=True):

@@ -80,3 +80,90 @@ def test_profile_of_corrupted_bundle(cli, bundle):
     r = cli("profile", bundle, "--device", "cpu")
     assert r.code == 4 and "checksum mismatch" in r.err
     assert not (bundle / "profile.json").exists()
+
+
+def _profile_cpu(cli, bundle, *args):
+    r = cli("profile", bundle, "--device", "cpu", "--iterations", "20", "--warmup", "2",
+            "--load-iterations", "2", *args)
+    assert r.code == 0, r.err
+    return r
+
+
+def test_a_partial_profile_is_used_and_later_runs_keep_its_sizes(cli, bundle):
+    """`cw profile --batch-sizes 4` stores size 4 only; estimates then interpolate size 1 from
+    it instead of dropping the whole profile, and measuring size 1 later keeps size 4."""
+    from cw.bundle import open_bundle
+    from cw.serve.estimates import bundle_estimates
+
+    _profile_cpu(cli, bundle, "--batch-sizes", "4")
+    est = bundle_estimates(open_bundle(bundle), "p50_ns")
+    four = json.loads((bundle / "profile.json").read_text())["batches"][0]
+    assert est.source == "profile-partial"
+    assert est.exec_ns == {1: four["exec"]["p50_ns"], 4: four["exec"]["p50_ns"]}
+    _profile_cpu(cli, bundle, "--batch-sizes", "1")
+    stored = json.loads((bundle / "profile.json").read_text())
+    assert [b["batch_size"] for b in stored["batches"]] == [1, 4]
+    assert stored["batches"][1] == four  # kept as measured
+    assert any("kept from the profile" in n for n in stored["notes"])
+    est = bundle_estimates(open_bundle(bundle), "p50_ns")
+    assert est.source == "profile"
+    assert est.exec_ns[1] == stored["batches"][0]["exec"]["p50_ns"]
+
+
+def test_a_profile_copied_in_by_hand_is_flagged_and_can_be_imported(cli, bundle, tmp_path,
+                                                                     caplog):
+    from cw.bundle import open_bundle
+    from cw.serve.estimates import bundle_estimates
+
+    _profile_cpu(cli, bundle)
+    measured = tmp_path / "measured.json"
+    shutil.copy(bundle / "profile.json", measured)
+    # a fresh bundle (no profile) with the file copied in: not in the manifest, so ignored ...
+    fresh = tmp_path / "fresh"
+    shutil.copytree(bundle, fresh)
+    shutil.copy(measured, fresh / "profile.json")
+    manifest = json.loads((fresh / "manifest.json").read_text())
+    del manifest["files"]["profile.json"]
+    (fresh / "manifest.json").write_text(json.dumps(manifest))
+    with caplog.at_level("WARNING", logger="cw.profile"):
+        est = bundle_estimates(open_bundle(fresh))
+    assert est.source == "default"
+    assert "is not in the bundle's manifest, so it is ignored" in caplog.text
+    assert f"cw profile {fresh} --import" in caplog.text
+    r = cli("inspect", fresh)
+    assert r.code == 0 and "not in the manifest and is ignored" in r.out
+    # ... until it is registered
+    r = cli("profile", fresh, "--import", fresh / "profile.json")
+    assert r.code == 0, r.err
+    assert "profile.json" in open_bundle(fresh).manifest.files  # checksum recorded
+    est = bundle_estimates(open_bundle(fresh), "p99_ns")
+    batches = json.loads(measured.read_text())["batches"]
+    assert est.source == "profile"
+    assert est.exec_ns == {b["batch_size"]: b["exec"]["p99_ns"] for b in batches}
+    assert "imported from profile.json" in json.loads((fresh / "profile.json").read_text())[
+        "notes"][-1]
+
+
+def test_import_refuses_a_profile_that_does_not_fit(cli, bundle, tmp_path):
+    _profile_cpu(cli, bundle)
+    good = json.loads((bundle / "profile.json").read_text())
+    before = (bundle / "profile.json").read_bytes()
+    cases = {
+        "cuda.json": ({**good, "device": {**good["device"], "kind": "cuda"}},
+                      "measured on a cuda device, but"),
+        "sizes.json": ({**good, "batches": good["batches"] + [{**good["batches"][0],
+                                                                "batch_size": 16}]},
+                       "measures batch sizes [1, 4, 16]"),
+        "pages.json": ({**good, "load": {**good["load"], "pages": 99}}, "loads 99 weight page"),
+        "junk.json": ({"hello": 1}, "is not a cw profile"),
+    }
+    for name, (content, text) in cases.items():
+        (tmp_path / name).write_text(json.dumps(content))
+        r = cli("profile", bundle, "--import", tmp_path / name)
+        assert r.code == 2 and text in r.err, (name, r.err)
+        assert len(r.err.strip().splitlines()) == 1
+    r = cli("profile", bundle, "--import", tmp_path / "missing.json")
+    assert r.code == 2 and "no profile at" in r.err
+    r = cli("profile", bundle, "--import", tmp_path / "junk.json", "--concurrency", "2")
+    assert r.code == 2 and "--import measures nothing" in r.err
+    assert (bundle / "profile.json").read_bytes() == before  # nothing half-written
