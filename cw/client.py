@@ -21,7 +21,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from cw.errors import CwError
+from cw.errors import CwError, UsageError
 from cw.serve import protocol as p
 from cw.serve.protocol import RequestStatus
 from cw.serve.shm import ShmArena, remove_stale, shm_domain
@@ -177,7 +177,7 @@ class Client:
         arrays for a model with several inputs)."""
         inputs = [x] if isinstance(x, np.ndarray) else list(x)
         n = inputs[0].shape[0]
-        slo_ns = 0 if slo_ms is None else int(slo_ms * 1_000_000)
+        slo_ns = _slo_ns(slo_ms)
         if model not in self._models:
             self.models()  # output shapes and dtypes, fetched once (not from the I/O thread)
         payload, slots = self._payload(inputs)
@@ -196,9 +196,9 @@ class Client:
 
     def infer_response_async(self, model: str, x, slo_ms: float | None = None) -> Future:
         """A future of the raw response, never of an exception: for load generators, which
-        count statuses and need not turn outputs into arrays."""
+        count statuses and need not turn outputs into arrays. (An SLO ≤ 0 raises at once.)"""
         inputs = [x] if isinstance(x, np.ndarray) else list(x)
-        slo_ns = 0 if slo_ms is None else int(slo_ms * 1_000_000)
+        slo_ns = _slo_ns(slo_ms)
         payload, slots = self._payload(inputs)
         return self._send(lambda rid: p.InferRequest(rid, model, payload, inputs[0].shape[0],
                                                      slo_ns), None, slots)
@@ -218,3 +218,11 @@ class Client:
         outs = [np.frombuffer(data, dtype=s.dtype).reshape(n, *s.sample_shape)
                 for data, s in zip(msg.outputs, info.outputs)]
         return outs[0] if len(outs) == 1 else outs
+
+
+def _slo_ns(slo_ms: float | None) -> int:
+    if slo_ms is None:
+        return 0  # the controller's default SLO
+    if slo_ms > 0:  # (NaN is not)
+        return max(1, int(slo_ms * 1_000_000))  # a 0 on the wire would mean the default
+    raise UsageError(f"SLO {slo_ms} ms must be positive", "omit it for the controller's default")

@@ -239,6 +239,8 @@ def infer_cmd(
     # Local mistakes first: no need to wait on a controller to hear of a missing file.
     x = _load_npy(input) if input is not None else None
     slo_ms = parse_duration_ns(slo, "--slo") / 1e6 if slo else None
+    if slo_ms is not None and slo_ms <= 0:
+        raise UsageError(f"--slo {slo} must be positive", "omit it for the controller's default")
     with Client(controller, timeout_s=10) as client:
         models = {m.model_id: m for m in client.models()}
         if list_models or model is None:

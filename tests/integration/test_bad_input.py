@@ -223,4 +223,7 @@ def test_infer_input_checked_before_reaching_a_controller(cli, tmp_path):
     line = _one_error_line(cli("infer", "mlp", "--random", "--slo", "soon",
                                "--controller", address))
     assert "--slo" in line
+    line = _one_error_line(cli("infer", "mlp", "--random", "--slo", "0ms",
+                               "--controller", address))
+    assert "--slo 0ms must be positive" in line  # 0 would have meant the default SLO
     assert time.monotonic() - t0 < 8

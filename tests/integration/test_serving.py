@@ -10,6 +10,7 @@ import pytest
 
 from cw.client import Client, RequestFailed
 from cw.engine import LocalModel
+from cw.errors import UsageError
 from cw.serve.controller import ControllerConfig
 from cw.serve.launch import ControllerThread, build_worker
 from cw.serve import protocol as p
@@ -197,7 +198,6 @@ def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
                 ("mlp", random_input((1, 63)), 100, RequestStatus.BAD_INPUT),
                 ("mlp", random_input((1, 64)).astype(np.float64), 100, RequestStatus.BAD_INPUT),
                 ("mlp", random_input((17, 64)), 100, RequestStatus.BAD_INPUT),
-                ("mlp", random_input((1, 64)), -5, RequestStatus.BAD_SLO),
                 ("mlp", random_input((1, 64)), 10**10, RequestStatus.BAD_SLO),
                 ("mlp", random_input((1, 64)), 0.001, RequestStatus.REJECTED),
             ]
@@ -205,6 +205,13 @@ def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
                 r = client.infer_response(model, x, slo)
                 assert r.status == expected, (model, x.shape, slo, r)
                 assert r.message
+            for slo_ms in (0, -5, float("nan")):  # refused before anything is sent
+                with pytest.raises(UsageError, match="must be positive"):
+                    client.infer_response("mlp", random_input((1, 64)), slo_ms)
+            # a negative SLO that reaches the controller anyway (another client) is refused there
+            r = client._send(lambda rid: p.InferRequest(
+                rid, "mlp", [random_input((1, 64)).tobytes()], 1, -5)).result(timeout=10)
+            assert r.status == RequestStatus.BAD_SLO and r.message
             if shm_domain():  # references to shared memory that is not there
                 good = client._arena.put([random_input((1, 64))])[0]
                 for ref in (ShmRef("cw-1-1-ab-0", 0, 256), ShmRef(good.segment, 1 << 40, 256),
