@@ -84,6 +84,10 @@ class ReplayConfig:
             raise UsageError(f"--concurrency {self.concurrency} must be ≥ 1")
         if self.rate is not None and self.rate <= 0:
             raise UsageError(f"--rate {self.rate:g} must be positive")
+        for flag, value in (("--target-rate", self.target_rate),
+                            ("--rate-scale", self.rate_scale)):
+            if value is not None and not value > 0:
+                raise UsageError(f"{flag} {value:g} must be positive")
         if self.scheduler not in SCHEDULERS:
             raise UsageError(f"unknown scheduler '{self.scheduler}'",
                              f"choose from {', '.join(SCHEDULERS)} (several, comma-separated, "

@@ -129,6 +129,8 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--zoo-timings", "v100"), "unknown --zoo-timings"),
     (("--log-stalls", "1ms"), "--log-stalls watches the controller and workers a live replay"),
     (("--slo", "0ms"), "--slo must be positive"),
+    (("--target-rate", "0"), "--target-rate 0 must be positive"),
+    (("--rate-scale", "-2"), "--rate-scale -2 must be positive"),
     (("--scheduler", "clockwork,nope"), "unknown scheduler 'nope'"),
     (("--scheduler", "fifo,fifo"), "names a policy twice"),
     (("--scheduler", "clockwork,fifo", "--controller", "tcp://127.0.0.1:1"),
