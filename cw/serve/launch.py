@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -249,6 +250,10 @@ class WorkerProcesses:
 
         self.procs: list[subprocess.Popen] = []
         self.log_dir = log_dir
+        # Without a log directory the workers still write to files, in a temporary one, so that
+        # a worker that dies at start can be quoted (`check`) rather than lost to /dev/null.
+        self._scratch = None if log_dir else tempfile.TemporaryDirectory(prefix="cw-workers-")
+        self._logs = log_dir or Path(self._scratch.name)
         # CPU workers on one machine get disjoint cores: each EXEC then runs on cores no other
         # worker's kernels compete for, which keeps its duration what the profile says.
         cores = split_cores(count) if runtime == "tvm" and set(devices) == {"cpu"} else None
@@ -263,9 +268,9 @@ class WorkerProcesses:
                 cmd += ["--page-cache", page_cache]
             if log_stalls:
                 cmd += ["--log-stalls", log_stalls]
-            out = open(log_dir / f"worker-{i}.log", "w") if log_dir else subprocess.DEVNULL
-            self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                               start_new_session=True))
+            with open(self._logs / f"worker-{i}.log", "w") as out:
+                self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                                   start_new_session=True))
 
     def check(self) -> None:
         for i, proc in enumerate(self.procs):
@@ -275,13 +280,11 @@ class WorkerProcesses:
                 raise CwError(f"worker {i} exited with code {proc.returncode}"
                               + (f": {why}" if why else ""),
                               f"see {self.log_dir / f'worker-{i}.log'}" if self.log_dir
-                              else "run `cw serve worker` by hand to see why")
+                              else "run `cw serve worker` by hand to see its whole output")
 
     def _last_line(self, i: int) -> str | None:
-        if self.log_dir is None:
-            return None
         try:
-            lines = (self.log_dir / f"worker-{i}.log").read_text(errors="replace").splitlines()
+            lines = (self._logs / f"worker-{i}.log").read_text(errors="replace").splitlines()
         except OSError:
             return None
         lines = [line for line in lines if line.strip()]
@@ -315,6 +318,8 @@ class WorkerProcesses:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if self._scratch is not None:
+            self._scratch.cleanup()
 
 
 def install_signal_stop(stop: threading.Event) -> None:

@@ -332,6 +332,27 @@ def test_local_cpu_workers_each_run_on_cores_of_their_own(models_dir, tmp_path):
         ctl.close()
 
 
+def test_a_worker_that_dies_at_start_is_quoted_without_a_log_dir(models_dir, tmp_path):
+    """`cw serve` without --log-dir: the worker's own error line still reaches the user, and
+    the scratch files that held it are gone afterwards."""
+    from cw.errors import CwError
+    from cw.serve.launch import WorkerProcesses, local_address
+
+    ctl = start(tmp_path)
+    procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, 1, "tvm",
+                            ["cuda:7"])  # no such GPU here (nor, surely, on a GPU machine)
+    scratch = procs._logs
+    try:
+        with pytest.raises(CwError) as e:
+            procs.wait_until_joined(ctl, timeout_s=60)
+        assert "worker 0 exited with code" in e.value.message
+        assert "CUDA" in e.value.message or "GPU" in e.value.message, e.value.message
+    finally:
+        procs.stop()
+        ctl.close()
+    assert not scratch.exists()
+
+
 @pytest.mark.parametrize("runtime", ["simulated", "tvm"])
 def test_worker_registers_again_with_a_restarted_controller(models_dir, tmp_path, runtime):
     """A controller that goes away and comes back on the same address: the worker keeps
