@@ -98,8 +98,10 @@ def _check_device(config: TuneConfig) -> None:
     tvm = load_tvm()
     if not tvm.cuda(0).exist:
         raise DeviceError("tuning for cuda measures kernels on a GPU, and this machine has none",
-                          "run `cw tune --target cuda` on the GPU machine; `cw compile` "
-                          "then applies its database anywhere")
+                          "run `cw tune --target cuda` on the GPU machine, or compile "
+                          "candidates here with `cw tune-stage` and time them there with `cw "
+                          "tune-measure` (docs/tuning.md); `cw compile` applies the database "
+                          "anywhere")
 
 
 def _best_us(records) -> float | None:
