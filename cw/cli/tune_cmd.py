@@ -164,6 +164,9 @@ def tune_stage_cmd(
     conv_algo: str = typer.Option(_DEFAULTS.conv_algo, "--conv-algo",
                                   help="direct, winograd2 or winograd4."),
     seed: int = typer.Option(0, "--seed", help="Seed of the candidates' random draws."),
+    kernels: str = typer.Option(None, "--kernels",
+                                help="Stage only kernels whose names contain one of these "
+                                     "comma-separated strings, e.g. matmul."),
     sources: str = typer.Option(",".join(SOURCES), "--sources",
                                 help="Kinds of new candidates: dlight-tile (dlight's GEMM "
                                      "schedule with other tiles), sampled (MetaSchedule's space "
@@ -201,11 +204,15 @@ def tune_stage_cmd(
                 progress.advance(bar)
 
         report = stage_kit(model, config, kit, candidates=candidates, progress=on_event,
-                           sources=tuple(x.strip() for x in sources.split(",") if x.strip()))
+                           sources=tuple(x.strip() for x in sources.split(",") if x.strip()),
+                           kernels=tuple(x.strip() for x in (kernels or "").split(",")
+                                         if x.strip()))
     n = sum(len(t["candidates"]) for t in report.staged)
     out.print(f"[green]staged[/] {n} candidates of {len(report.staged)} kernel(s) in {kit} "
               f"({report.seconds:.0f} s); {report.complete} kernel(s) already have {trials} "
               f"records, {report.in_kit} were in the kit")
+    if report.not_chosen:
+        out.print(f"{report.not_chosen} kernel(s) left out by --kernels {kernels}")
     if report.uncovered:
         out.print(f"{report.uncovered} kernel(s) left out: none of --sources {sources} has a "
                   "candidate for them")

@@ -50,6 +50,7 @@ class StageReport:
     in_kit: int = 0         # kernels the kit already held
     not_started: int = 0    # the time budget ran out first
     uncovered: int = 0      # kernels none of the chosen --sources has a candidate for
+    not_chosen: int = 0     # kernels whose names --kernels leaves out
     failed: list[str] = field(default_factory=list)  # kernels TVM could not search or build
     seconds: float = 0.0
 
@@ -220,11 +221,14 @@ SOURCES = ("dlight-tile", "sampled", "evolved")  # kinds of new candidates, as o
 
 def stage_kit(onnx_path, config: TuneConfig, kit_dir: str | os.PathLike,
               candidates: int = 32, progress: Progress = lambda event, info: None,
-              sources: tuple[str, ...] = SOURCES) -> StageReport:
+              sources: tuple[str, ...] = SOURCES,
+              kernels: tuple[str, ...] = ()) -> StageReport:
     """Add the model's kernels that still lack --trials records to the kit at `kit_dir`
     (created if absent; several models may share one kit). `sources`: the kinds of new
     candidates to draw; a kernel none of them has a candidate for is left out (so a kit of
-    dlight tiles alone holds only the kernels dlight's GEMM rule schedules)."""
+    dlight tiles alone holds only the kernels dlight's GEMM rule schedules). `kernels`: if
+    given, only kernels whose names contain one of these strings (e.g. "matmul": a Winograd
+    bundle's products, whose other kernels other kits already cover)."""
     tvm = load_tvm()
     from cw.compile import fast_tvmscript
     from cw.tvm_env import cuda_codegen_problem
@@ -267,6 +271,10 @@ def stage_kit(onnx_path, config: TuneConfig, kit_dir: str | os.PathLike,
     progress("tasks", {"total": len(work)})
     for n, w in enumerate(work):
         key = str(w.workload.as_json()[0])
+        if kernels and not any(k in w.task.task_name for k in kernels):
+            report.not_chosen += 1
+            progress("kernel_done", {"index": n, "skipped": True})
+            continue
         records = database.get_top_k(w.workload, config.trials)
         if key in in_kit or len(records) >= config.trials:
             report.in_kit += key in in_kit

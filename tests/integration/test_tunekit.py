@@ -268,3 +268,18 @@ def test_measure_needs_only_the_tvm_runtime(mlp_kit, tmp_path):
     rows = read_results(results)
     total = sum(len(t["candidates"]) for t in read_kit(root / "kit")["tasks"])
     assert len(rows) == total and not [r for r in rows if "error" in r]
+
+
+def test_stage_only_the_kernels_named(mlp_kit, zoo_onnx, tmp_path):
+    """--kernels: a kit of some kernels only (a Winograd bundle's products, say), the others
+    counted as left out, not as staged or as cut by the time budget."""
+    root, _ = mlp_kit
+    names = sorted(t["name"] for t in read_kit(root / "kit")["tasks"])
+    config = TuneConfig(db=str(tmp_path / "db"), batch_sizes=(1,))
+    none = stage_kit(zoo_onnx("mlp"), config, tmp_path / "none", candidates=2,
+                     kernels=("no such kernel",))
+    assert not none.staged and none.not_chosen == 3 and none.not_started == 0
+    some = stage_kit(zoo_onnx("mlp"), config, tmp_path / "some", candidates=2,
+                     kernels=(names[-1],))
+    assert [t["name"] for t in some.staged] == [n for n in names if names[-1] in n]
+    assert some.not_chosen == 3 - len(some.staged)
