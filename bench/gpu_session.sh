@@ -24,7 +24,11 @@
 #                                        # later session, from .gputune/carry/tune-results.jsonl
 #                                        # if the last one is copied there after pack-tune).
 #                                        # Kits are measured in name order: number them by
-#                                        # priority (kit-1-..., kit-2-...).
+#                                        # priority (kit-1-..., kit-2-...). Staged so far:
+#                                        # kit-1..3 dlight tiles, kit-4..6 MetaSchedule
+#                                        # samples (resnet18, resnet50, densenet121), kit-7/8
+#                                        # the Winograd bundles' products (tune-stage
+#                                        # --conv-algo winograd2|winograd4 --kernels matmul).
 #   bash bench/gpu_session.sh ingest-tune FILE...  # here: records into the database, then
 #                                        # cw tune-compact into cw/tuning/cuda-sm_90 and its
 #                                        # index.json (bench/tuning_index.py)
