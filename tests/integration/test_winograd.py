@@ -60,3 +60,28 @@ def test_cuda_winograd_compiles_fused(zoo_onnx, tmp_path):
         assert k.kernels_total == d.kernels_total + 2 * 2, (k.kernels_total, d.kernels_total)
     assert open_bundle(tmp_path / "cuda").manifest.weights.total_bytes > \
         open_bundle(tmp_path / "direct").manifest.weights.total_bytes
+
+
+def test_winograd_products_tune_and_their_records_apply(zoo_onnx, tmp_path):
+    """The Winograd kernels worth tuning, the batched products, stage alone (`--kernels
+    matmul`, as the GPU runbook's kits 7/8 do), and once measured and ingested `cw compile`
+    applies their records to a Winograd bundle, which still computes what onnxruntime does."""
+    from cw.compile.tuner import TuneConfig
+    from cw.compile.tunekit import ingest_results, stage_kit
+    from cw.profile.candidates import measure_kit
+
+    src = zoo_onnx("small_cnn")
+    db = tmp_path / "db"
+    report = stage_kit(src, TuneConfig(db=str(db), batch_sizes=(1,), conv_algo="winograd2"),
+                       tmp_path / "kit", candidates=3, kernels=("matmul",))
+    assert report.staged and all("matmul" in t["name"] for t in report.staged)
+    assert report.not_chosen > 0  # transforms, pooling, ...: left to the direct kits
+    measure_kit(tmp_path / "kit", tmp_path / "results.jsonl")
+    ingest_results(tmp_path / "kit", [tmp_path / "results.jsonl"], db)
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1,), conv_algo="winograd2",
+                                                         tune_dbs=(str(db),)))
+    (kernel,) = m.kernels
+    assert kernel.kernels_tuned == len(report.staged)
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    y = LocalModel(tmp_path / "b").run([x])[0]
+    assert max_relative_error(y, onnx_reference(src, [x])[0]) < 1e-5
