@@ -84,6 +84,11 @@ class ReplayConfig:
             raise UsageError(f"--concurrency {self.concurrency} must be ≥ 1")
         if self.rate is not None and self.rate <= 0:
             raise UsageError(f"--rate {self.rate:g} must be positive")
+        if self.seed < 0:
+            raise UsageError(f"--seed {self.seed} must be ≥ 0")
+        if self.start_minute < 0:
+            raise UsageError(f"--start-minute {self.start_minute} must be ≥ 0",
+                             "minutes count from the trace's first, 0")
         for flag, value in (("--target-rate", self.target_rate),
                             ("--rate-scale", self.rate_scale)):
             if value is not None and not value > 0:

@@ -130,6 +130,8 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--log-stalls", "1ms"), "--log-stalls watches the controller and workers a live replay"),
     (("--slo", "0ms"), "--slo must be positive"),
     (("--target-rate", "0"), "--target-rate 0 must be positive"),
+    (("--seed", "-1"), "--seed -1 must be ≥ 0"),
+    (("--start-minute", "-3"), "--start-minute -3 must be ≥ 0"),
     (("--rate-scale", "-2"), "--rate-scale -2 must be positive"),
     (("--scheduler", "clockwork,nope"), "unknown scheduler 'nope'"),
     (("--scheduler", "fifo,fifo"), "names a policy twice"),
