@@ -113,6 +113,8 @@ def serve_all(
     _logging(verbose)
     if runtime not in ("cpu", "simulated", "cuda"):
         raise UsageError(f"unknown runtime '{runtime}'", "use cpu, simulated or cuda")
+    if workers < 1 or copies < 1:
+        raise UsageError(f"--workers {workers} and --copies {copies} must each be ≥ 1")
     models_dir = models or demo_models_dir()
     config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
                                 default_slo, metrics_port, log_dir, log_stalls)
@@ -132,8 +134,8 @@ def serve_all(
         out.print(f"[green]serving[/] {names}")
         out.print(f"clients: {local_address(ctl.clients_address)}   workers: "
                   f"{local_address(ctl.workers_address)}"
-                  + (f"   metrics: http://127.0.0.1:{metrics_port}/metrics" if metrics_port
-                     else ""))
+                  + (f"   metrics: http://127.0.0.1:{ctl.metrics_port}/metrics"
+                     if ctl.metrics_port is not None else ""))
         out.print(f"try: cw infer {sorted(ctl.controller.scheduler.models())[0]} --random "
                   f"--controller {local_address(ctl.clients_address)}   (Ctrl-C to stop)")
         while not stop.is_set():
@@ -168,7 +170,9 @@ def serve_controller(
                                 default_slo, metrics_port, log_dir, log_stalls)
     ctl = ControllerThread(config).start()
     console().print(f"controller: workers at {ctl.workers_address}, clients at "
-                    f"{ctl.clients_address} (Ctrl-C to stop)")
+                    f"{ctl.clients_address}"
+                    + (f", metrics at http://127.0.0.1:{ctl.metrics_port}/metrics"
+                       if ctl.metrics_port is not None else "") + " (Ctrl-C to stop)")
     stop = threading.Event()
     install_signal_stop(stop)
     try:

@@ -63,6 +63,9 @@ class ControllerConfig:
             raise UsageError("--default-slo must be positive and at most an hour")
         if self.schedule_ahead_ns < 0:
             raise UsageError("--schedule-ahead must not be negative")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise UsageError(f"--metrics-port {self.metrics_port} is not a port",
+                             "give one within 1..65535 (0: any free port)")
 
 
 @dataclass

@@ -49,7 +49,8 @@ class ControllerThread:
             try:
                 self.metrics_server = serve_metrics(self.metrics, config.metrics_port)
             except OSError as e:
-                self.close()
+                self.workers_ep.close()
+                self.clients_ep.close()
                 from cw.errors import UsageError
                 raise UsageError(f"cannot serve metrics on port {config.metrics_port}: "
                                  f"{e.strerror}", "choose another --metrics-port") from None
@@ -70,6 +71,11 @@ class ControllerThread:
     @property
     def clients_address(self) -> str:
         return self.clients_ep.address
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The bound metrics port (the one --metrics-port 0 got), or None."""
+        return None if self.metrics_server is None else self.metrics_server.server_address[1]
 
     def start(self) -> "ControllerThread":
         freeze_heap()

@@ -227,3 +227,43 @@ def test_infer_input_checked_before_reaching_a_controller(cli, tmp_path):
                                "--controller", address))
     assert "--slo 0ms must be positive" in line  # 0 would have meant the default SLO
     assert time.monotonic() - t0 < 8
+
+
+def test_serve_flags_checked_before_anything_starts(cli, tmp_path):
+    for args, text in [(("--workers", "0"), "--workers 0 and --copies 1 must each be ≥ 1"),
+                       (("--copies", "0"), "--workers 1 and --copies 0 must each be ≥ 1"),
+                       (("--metrics-port", "99999"), "--metrics-port 99999 is not a port")]:
+        line = _one_error_line(cli("serve", "--models", tmp_path, "--runtime", "simulated",
+                                   "--workers-listen", "tcp://127.0.0.1:*",
+                                   "--clients-listen", "tcp://127.0.0.1:*", *args))
+        assert text in line, line
+
+
+def test_a_metrics_port_in_use_is_one_error_and_frees_the_sockets():
+    """The controller's sockets are bound before the metrics server: when that fails they are
+    closed again (binding them anew succeeds) and the error names the port."""
+    import socket
+
+    from cw.errors import UsageError
+    from cw.serve.controller import ControllerConfig
+    from cw.serve.launch import ControllerThread
+
+    taken = socket.socket()
+    taken.bind(("0.0.0.0", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    workers, clients = socket.socket(), socket.socket()
+    for s in (workers, clients):
+        s.bind(("127.0.0.1", 0))
+    addresses = [f"tcp://127.0.0.1:{s.getsockname()[1]}" for s in (workers, clients)]
+    workers.close()
+    clients.close()
+    config = ControllerConfig(workers_listen=addresses[0], clients_listen=addresses[1],
+                              metrics_port=port)
+    try:
+        with pytest.raises(UsageError, match=f"cannot serve metrics on port {port}"):
+            ControllerThread(config)
+        ControllerThread(ControllerConfig(workers_listen=addresses[0],
+                                          clients_listen=addresses[1])).close()
+    finally:
+        taken.close()
