@@ -4,6 +4,7 @@ size, record the memory plan of each, and write everything atomically."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,10 @@ class CompileConfig:
                              "e.g. --batch-sizes 1,2,4,8,16")
         if self.page_size < paging.MIB:
             raise UsageError("page size must be at least 1MiB", "e.g. --page-size 16MiB")
+        if self.target == "cuda" and self.arch is not None and \
+                not re.fullmatch(r"sm_[1-9]\d+[a-z]?", self.arch):
+            raise UsageError(f"unknown CUDA --arch '{self.arch}'",
+                             "write it like sm_90 (H100), sm_80 (A100) or sm_89 (L40S)")
 
     @property
     def resolved_arch(self) -> str | None:

@@ -174,7 +174,8 @@ def test_bad_flag_values(cli, zoo_onnx, tmp_path):
                        (("--target", "tpu"), "unknown target"),
                        (("--input-shape", "nope"), "--input-shape"),
                        (("--precision", "tf32"), "tf32 is not offered"),
-                       (("--precision", "int8"), "unknown precision")]:
+                       (("--precision", "int8"), "unknown precision"),
+                       (("--target", "cuda", "--arch", "sm_5"), "unknown CUDA --arch 'sm_5'")]:
         line = _one_error_line(cli("compile", zoo_onnx("mlp"), "-o", tmp_path / "out", *args))
         assert text in line
     _nothing_written(tmp_path)
