@@ -156,6 +156,12 @@ def load_inputs(path: str | Path, manifest: Manifest) -> list[np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"no such file: {path}", "give --input an .npy or .npz file")
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if not (magic.startswith(b"\x93NUMPY") or magic.startswith(b"PK")):
+        # np.load would guess a pickle and say so, which misleads
+        raise UsageError(f"{path} is not an .npy or .npz file",
+                         "save the input with numpy.save or numpy.savez")
     try:
         data = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as e:

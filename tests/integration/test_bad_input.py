@@ -148,6 +148,9 @@ def test_wrong_input_shape_or_dtype(cli, cpu_bundle, tmp_path):
                                "-o", tmp_path / "y.npy"))
     assert "float64" in line and "float32" in line
     assert not (tmp_path / "y.npy").exists()
+    (tmp_path / "text.npy").write_text("hello")  # np.load would call it a pickle
+    line = _one_error_line(cli("run", bundle, "--input", tmp_path / "text.npy"))
+    assert "is not an .npy or .npz file" in line
 
 
 def test_cuda_device_refused_for_cpu_bundle_or_without_gpu(cli, cpu_bundle, tmp_path):
