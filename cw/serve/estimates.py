@@ -1,5 +1,6 @@
 """Durations of a model's actions before anything was measured live: from the bundle's
-profile.json (batch sizes it lacks interpolated), else (for zoo models) from Clockwork's Table 1, else from a size-based default.
+profile.json (batch sizes it lacks interpolated), else (for zoo models) from Clockwork's
+Table 1, else from a size-based default.
 Zoo models simulated by name take the profiles measured on the GPU machine and committed under
 model_zoo/profiles/ (`zoo_profile`), falling back to Table 1.
 
