@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -25,6 +26,23 @@ WEIGHTS_FILE = "weights.bin"
 PROFILE_FILE = "profile.json"
 # Offsets of tensors inside pages: TVM aliases memory zero-copy only when 64-byte aligned.
 TENSOR_ALIGNMENT = 256
+# A model's name is its id on the wire, in CSV telemetry and Prometheus labels, and the stem of
+# its copies' ids (`name#k`): no separators, quotes or path parts.
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+def check_model_name(name: str, where: str) -> str:
+    if not _MODEL_NAME.fullmatch(name):
+        raise UsageError(f"{where}: '{name}' is not a valid model name",
+                         "use up to 128 letters, digits, '.', '_', '+' or '-', starting with a "
+                         "letter or digit")
+    return name
+
+
+def model_name_from(stem: str) -> str:
+    """A valid model name made from a file's stem: other characters become '-'."""
+    name = re.sub(r"[^A-Za-z0-9._+-]", "-", stem).lstrip("._+-")[:128]
+    return name or "model"
 
 
 class TensorSpec(msgspec.Struct, frozen=True):
@@ -163,10 +181,15 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
             raise BundleError(f"{manifest_path}: schema version {version} is not supported "
                               f"(this cw reads version {SCHEMA_VERSION})",
                               "recompile the model with this version of cw")
-        return msgspec.convert(raw, Manifest)
+        manifest = msgspec.convert(raw, Manifest)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise BundleError(f"{manifest_path} is corrupted: {e}",
                           "compile the model again with `cw compile`") from None
+    if not _MODEL_NAME.fullmatch(manifest.name):
+        raise BundleError(f"{manifest_path}: '{manifest.name}' is not a valid model name",
+                          "compile the model again with `cw compile --name NAME` (letters, "
+                          "digits, '.', '_', '+', '-')")
+    return manifest
 
 
 def open_bundle(path: str | os.PathLike, verify: bool = True) -> Bundle:

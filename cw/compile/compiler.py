@@ -12,6 +12,7 @@ from typing import Callable
 
 import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
+                       check_model_name, model_name_from,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
 from cw.compile import cpu_conv, cuda_conv, fast_tvmscript, frontend, normalize, paging, rebatch, targets, tuning
 from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
@@ -69,6 +70,8 @@ class CompileConfig:
         if not self.batch_sizes or min(self.batch_sizes) < 1 or max(self.batch_sizes) > MAX_BATCH:
             raise UsageError(f"batch sizes must be within 1..{MAX_BATCH}",
                              "e.g. --batch-sizes 1,2,4,8,16")
+        if self.name is not None:
+            check_model_name(self.name, "--name")
         if self.page_size < paging.MIB:
             raise UsageError("page size must be at least 1MiB", "e.g. --page-size 16MiB")
         if self.target == "cuda" and self.arch is not None and \
@@ -315,7 +318,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
     writer = BundleWriter(out, force=config.force)  # fails early if out exists
     with writer:
         onnx_model, imported, batch_sizes = import_graph(onnx_path, config, progress)
-        name = config.name or Path(onnx_path).stem
+        name = config.name or model_name_from(Path(onnx_path).stem)
 
         progress("stage", {"text": "packing weights into pages"})
         sizes = [w.nbytes for w in imported.weights]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import re
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -66,6 +67,10 @@ class WorkerConfig:
             raise UsageError("--copies must be ≥ 1")
         if not self.devices:
             raise UsageError("no devices given", "e.g. --device cpu or --device cuda:0,cuda:1")
+        # the name labels this worker's metrics and telemetry: nothing that needs quoting
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}", self.name):
+            raise UsageError(f"--name: '{self.name}' is not a valid worker name",
+                             "use letters, digits, '.', '_', ':', '+' or '-'")
 
 
 def model_info(model: HostModel) -> ModelInfo:

@@ -1,5 +1,6 @@
 """Every bad input gets one clear error line, a non-zero exit code, and nothing written."""
 
+import json
 import shutil
 
 import numpy as np
@@ -138,6 +139,26 @@ def test_broken_bundle_to_inspect_and_run(cli, broken_bundle, tmp_path, how, exp
     assert expected in _one_error_line(cli("run", path, "--input", tmp_path / "x.npy"))
 
 
+def test_a_manifest_whose_name_is_no_model_name_is_refused(cli, cpu_bundle, tmp_path):
+    """A copy's id is `name#k` and names go unquoted into metrics labels: a hand-edited
+    manifest must not smuggle in a name that `cw compile --name` refuses."""
+    path = tmp_path / "renamed"
+    shutil.copytree(cpu_bundle("mlp"), path)
+    manifest = path / "manifest.json"
+    raw = json.loads(manifest.read_text())
+    raw["name"] = 'm"lp#2'
+    manifest.write_text(json.dumps(raw))
+    assert "is not a valid model name" in _one_error_line(cli("inspect", path))
+
+
+def test_model_names_made_from_file_names_are_valid():
+    from cw.bundle import check_model_name, model_name_from
+
+    for stem, expected in [("resnet50-v1.7", "resnet50-v1.7"), ("my model (2)", "my-model--2-"),
+                           ("_private", "private"), ("???", "model")]:
+        assert check_model_name(model_name_from(stem), "test") == expected
+
+
 def test_wrong_input_shape_or_dtype(cli, cpu_bundle, tmp_path):
     bundle = cpu_bundle("mlp")
     np.save(tmp_path / "shape.npy", random_input((2, 63)))
@@ -178,7 +199,9 @@ def test_bad_flag_values(cli, zoo_onnx, tmp_path):
                        (("--input-shape", "nope"), "--input-shape"),
                        (("--precision", "tf32"), "tf32 is not offered"),
                        (("--precision", "int8"), "unknown precision"),
-                       (("--target", "cuda", "--arch", "sm_5"), "unknown CUDA --arch 'sm_5'")]:
+                       (("--target", "cuda", "--arch", "sm_5"), "unknown CUDA --arch 'sm_5'"),
+                       (("--name", "../x"), "'../x' is not a valid model name"),
+                       (("--name", "a#1"), "'a#1' is not a valid model name")]:
         line = _one_error_line(cli("compile", zoo_onnx("mlp"), "-o", tmp_path / "out", *args))
         assert text in line
     _nothing_written(tmp_path)
@@ -241,6 +264,8 @@ def test_serve_flags_checked_before_anything_starts(cli, tmp_path):
                                    "--workers-listen", "tcp://127.0.0.1:*",
                                    "--clients-listen", "tcp://127.0.0.1:*", *args))
         assert text in line, line
+    line = _one_error_line(cli("serve", "worker", "--models", tmp_path, "--name", 'a"b'))
+    assert "'a\"b' is not a valid worker name" in line
 
 
 def test_a_metrics_port_in_use_is_one_error_and_frees_the_sockets():
