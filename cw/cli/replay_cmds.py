@@ -34,7 +34,8 @@ def replay_cmd(
     preset: str = typer.Option(None, "--preset",
                                help="The paper's experiments: fig5 or fig6 (options given "
                                     "explicitly win)."),
-    duration: str = typer.Option("10m", "--duration", help="Length of trace to replay."),
+    duration: str = typer.Option(None, "--duration",
+                                 help="Length of trace to replay (10m; the fig5 preset: 30s)."),
     start_minute: int = typer.Option(0, "--start-minute"),
     rate_scale: float = typer.Option(None, "--rate-scale", help="Multiply the trace's rate."),
     target_rate: float = typer.Option(None, "--target-rate",
@@ -87,7 +88,8 @@ def replay_cmd(
                   concurrency=concurrency,
                   workers=workers, slo_ns=parse_duration_ns(slo, "--slo") if slo else None,
                   trace=trace, rate=rate,
-                  duration_s=parse_duration_ns(duration, "--duration") / 1e9,
+                  duration_s=parse_duration_ns(duration, "--duration") / 1e9 if duration
+                  else None,
                   start_minute=start_minute, rate_scale=rate_scale, target_rate=target_rate,
                   arrivals=arrivals, mapping=mapping, scheduler=schedulers[0], noise=noise,
                   sim_engine=sim_engine, seed=seed, simulate=simulate, controller=controller,

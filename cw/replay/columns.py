@@ -19,11 +19,13 @@ class Columns:
     """One kind of telemetry (requests or actions), column by column."""
 
     def __init__(self, row_type, count: int, rows: list | None = None,
-                 table: np.ndarray | None = None, codes: dict | None = None):
-        """From `rows`, or from `table` (one int64 row per telemetry row, in `row_type`'s field
-        order) whose text columns hold indices into `codes[name]`."""
+                 tables: list[np.ndarray] | None = None, codes: dict | None = None):
+        """From `rows`, or from `tables` (chunks of one int64 row per telemetry row, in
+        `row_type`'s field order) whose text columns hold indices into `codes[name]`. The
+        chunks are never joined into one table: a column at a time is a sixteenth of the
+        memory, and a run of millions of rows needs a dozen columns."""
         self.row_type, self.count = row_type, count
-        self._rows, self._table, self._codes = rows, table, codes or {}
+        self._rows, self._tables, self._codes = rows, tables, codes or {}
         self._fields = list(row_type.__struct_fields__)
         self._cache: dict = {}
 
@@ -38,8 +40,8 @@ class Columns:
         col = self._cache.get(name)
         if col is None:
             kind = str(self.row_type.__annotations__[name])
-            if self._table is not None:
-                raw = self._table[:, self._fields.index(name)]
+            if self._tables is not None:
+                raw = self._raw(name)
                 if kind == "str":
                     col = np.array(self._codes[name], dtype=object)[raw]
                 else:
@@ -54,14 +56,20 @@ class Columns:
         key = (name, value)
         mask = self._cache.get(key)
         if mask is None:
-            if self._table is not None:
+            if self._tables is not None:
                 names = self._codes[name]
-                raw = self._table[:, self._fields.index(name)]
+                raw = self._raw(name)
                 mask = raw == names.index(value) if value in names else np.zeros(self.count, bool)
             else:
                 mask = np.array(_getter(name, value)(self._rows), dtype=bool)
             self._cache[key] = mask
         return mask
+
+    def _raw(self, name: str) -> np.ndarray:
+        j = self._fields.index(name)
+        if not self._tables:
+            return np.zeros(0, np.int64)
+        return np.concatenate([t[:, j] for t in self._tables])
 
 
 _GETTERS: dict = {}

@@ -174,13 +174,12 @@ class _Sink:
         self.tables: dict[str, list[np.ndarray]] = {"requests": [], "actions": []}
 
     def columns(self, kind: str) -> Columns:
-        width = len(REQUEST_COLUMNS if kind == "requests" else ACTION_COLUMNS)
         chunks = self.tables[kind]
-        table = np.concatenate(chunks) if chunks else np.zeros((0, width), np.int64)
+        count = sum(len(c) for c in chunks)
         if kind == "requests":
-            return Columns(RequestRow, len(table), table=table,
+            return Columns(RequestRow, count, tables=chunks,
                            codes={"model": self.names, "status": self.request_status})
-        return Columns(ActionRow, len(table), table=table,
+        return Columns(ActionRow, count, tables=chunks,
                        codes={"model": self.names, "status": self.action_status,
                               "kind": list(ACTION_KINDS)})
 

@@ -66,10 +66,12 @@ def test_presets_and_explicit_options():
     c = with_preset("fig5", slo_ns=25_000_000, duration_s=10.0)
     assert (c.models, c.copies, c.workload, c.concurrency, c.workers) == \
         ("resnet50", 15, "closed", 16, 1)
-    assert c.slo_ns == 25_000_000
+    assert c.slo_ns == 25_000_000 and c.duration_s == 10.0
+    # fig5's rejected clients ask again every 200 µs: a short default, not the trace's 10 min
+    assert with_preset("fig5", duration_s=None).duration_s == 30.0
     assert with_preset("fig5", concurrency=4).concurrency == 4
     c6 = with_preset("fig6")
-    assert c6.copies == 3601 and c6.workload == "fig6"
+    assert c6.copies == 3601 and c6.workload == "fig6" and c6.duration_s == 600.0
     with pytest.raises(UsageError, match="unknown --preset"):
         with_preset("fig9")
     with pytest.raises(UsageError, match="unknown --workload"):

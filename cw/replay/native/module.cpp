@@ -217,7 +217,6 @@ PyObject* fastsim_run(PyObject*, PyObject* args) {
       g.ready.assign(nm, NONE);
     }
     sim->sink = sink;
-    sim->requests.resize(1024);
     if (sim->run(tp, ip, n, progress)) {
       result = PyLong_FromLongLong((long long)sim->now);
     }

@@ -5,6 +5,7 @@
 #include "clockwork.hpp"
 #include "baselines.hpp"
 #include "rng.hpp"
+#include <deque>
 
 namespace cwsim {
 
@@ -46,7 +47,10 @@ struct Sim {
   std::vector<SimGpu> gpus;  // index (worker - 1) * gpus_per_worker + gpu
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
   i64 seq = 0, now = 0, next_tick = NONE, slo = 0;
-  std::vector<SimReq> requests;  // by request id
+  // the requests from the oldest one still unanswered on, by id - first_id: a run of millions
+  // holds only those in flight (ids are handed out in arrival order)
+  std::deque<SimReq> requests;
+  i64 first_id = 0;
   std::unordered_map<i64, SentAction> actions;
   const SentAction* current = nullptr;
   PyRandom rng;
@@ -196,9 +200,14 @@ struct Sim {
   }
 
   void finish(const Decision& f) {
-    if (f.id <= 0 || f.id >= (i64)requests.size() || !requests[f.id].live) return;
-    SimReq& req = requests[f.id];
-    req.live = false;
+    i64 at = f.id - first_id;
+    if (f.id <= 0 || at < 0 || at >= (i64)requests.size() || !requests[at].live) return;
+    const SimReq req = requests[at];
+    requests[at].live = false;
+    while (!requests.empty() && !requests.front().live) {
+      requests.pop_front();
+      first_id++;
+    }
     i64 batch = 0, worker = -1, gpu = -1;
     if (f.rstatus == RS_OK) {  // the INFER whose result is being applied
       batch = current->batch;
@@ -226,8 +235,9 @@ struct Sim {
   }
 
   void arrive(i64 id, int model) {
-    if ((i64)requests.size() <= id) requests.resize(std::max<size_t>(id + 1, requests.size() * 2));
-    requests[id] = {now, now + slo, model, true};
+    if (requests.empty()) first_id = id;
+    while (first_id + (i64)requests.size() <= id) requests.push_back({0, 0, 0, false});
+    requests[id - first_id] = {now, now + slo, model, true};
     Req r{id, now, now + slo, now + slo, model, 1, false};
     sched.request_arrived(now, r);
     apply();
