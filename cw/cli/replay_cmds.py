@@ -187,6 +187,6 @@ def report_cmd(
 
     loaded = [Run(r) for r in runs]
     target = output or (runs[0] / "report.html" if len(runs) == 1 else Path("compare.html"))
-    write_report(runs, target)
+    write_report(loaded, target)
     render_summaries([r.summary for r in loaded])
     console().print(f"wrote {target}")

@@ -8,9 +8,14 @@ the compiled simulator's int64 output, which never becomes row objects at all.
 
 from __future__ import annotations
 
+import csv
+import itertools
+from pathlib import Path
+
 import numpy as np
 
-from cw.serve.telemetry import ActionRow, RequestRow
+from cw.serve.telemetry import (ADDED_COLUMNS, ActionRow, RequestRow, bad_row, read_header,
+                                row_parser)
 
 _DTYPE = {"int": np.int64, "bool": bool, "str": object}
 
@@ -85,6 +90,79 @@ def _getter(name: str, value: str | None = None):
         fn = _GETTERS[key] = eval(f"lambda rows, value=value: [{body} for r in rows]",  # noqa: S307
                                   {"value": value})
     return fn
+
+
+_BOOL = {"True": 1, "true": 1, "1": 1, "False": 0, "false": 0, "0": 0}  # as _parse_bool
+_LOADTXT_DTYPE = {"int": np.int64, "bool": object, "str": object}  # text as str objects
+
+
+def read_columns(path: str | Path, row_type, chunk_rows: int = 1 << 15) -> Columns:
+    """A telemetry CSV as Columns, parsed by numpy a chunk of lines at a time into int64 tables
+    (text as codes), never as row objects: `cw report` on a run of 6 million requests took
+    5.4 GB and 90 s through `read_csv`. Same checks and error lines as `read_csv`."""
+    fields = list(row_type.__struct_fields__)
+    kinds = {c: str(row_type.__annotations__[c]) for c in fields}
+    codes: dict[str, dict[str, int]] = {c: {} for c in fields if kinds[c] == "str"}
+    chunks, line_no = [], 2
+    with open(path, newline="") as f:
+        first = f.readline()
+        header = read_header(path, csv.reader([first] if first else []), row_type)
+        present = [c for c in fields if c in header]
+        usecols = [header.index(c) for c in present]
+        dtype = np.dtype([(c, _LOADTXT_DTYPE[kinds[c]]) for c in present])
+        while lines := list(itertools.islice(f, chunk_rows)):
+            try:
+                parsed = np.loadtxt(lines, dtype=dtype, delimiter=",", quotechar='"',
+                                    usecols=usecols, comments=None, ndmin=1)
+                chunks.append(_table(parsed, len(lines), fields, kinds, codes))
+            except (ValueError, OverflowError) as e:
+                raise _located(path, line_no, lines, header, row_type, e) from None
+            line_no += len(lines)
+    return Columns(row_type, line_no - 2, tables=chunks,
+                   codes={c: list(m) for c, m in codes.items()})
+
+
+def _table(parsed, count: int, fields, kinds, codes) -> np.ndarray:
+    if len(parsed) != count:  # a blank line: csv.reader gives an empty row, which read_csv refuses
+        raise ValueError("an empty row")
+    table = np.empty((count, len(fields)), np.int64)
+    for j, name in enumerate(fields):
+        if name not in parsed.dtype.names:  # a column older files lack
+            value = ADDED_COLUMNS[name]
+            table[:, j] = int(value) if kinds[name] == "int" else _BOOL[value]
+            continue
+        col = parsed[name]
+        if kinds[name] == "int":
+            table[:, j] = col
+            continue
+        text = col.tolist()
+        if kinds[name] == "bool":
+            odd = set(text).difference(_BOOL)
+            if odd:
+                raise ValueError(f"not a boolean: {odd.pop()!r}")
+            table[:, j] = np.fromiter(map(_BOOL.__getitem__, text), np.int64, count)
+        else:
+            seen = codes[name]
+            for value in set(text).difference(seen):
+                seen[value] = len(seen)
+            table[:, j] = np.fromiter(map(seen.__getitem__, text), np.int64, count)
+    return table
+
+
+def _located(path, first_line: int, lines: list[str], header, row_type, error: Exception):
+    """The error line for a chunk numpy could not read: the first row `read_csv` would refuse,
+    with its reason, else numpy's reason."""
+    parse = row_parser(header, row_type)
+    ints = [c for c in row_type.__struct_fields__ if row_type.__annotations__[c] == "int"]
+    for k, rec in enumerate(csv.reader(lines)):
+        try:
+            row = parse(rec)
+        except (ValueError, IndexError) as e:
+            return bad_row(path, first_line + k, e)
+        for name in ints:  # Python's ints have no bound, a column's have
+            if not -2**63 <= getattr(row, name) < 2**63:
+                return bad_row(path, first_line + k, f"{name} is beyond 64 bits")
+    return bad_row(path, first_line, error)
 
 
 def requests_of(requests) -> Columns:

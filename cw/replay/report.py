@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from cw.errors import UsageError
-from cw.replay.columns import actions_of, requests_of
-from cw.serve.telemetry import ActionRow, RequestRow, read_csv
+from cw.replay.columns import actions_of, read_columns, requests_of
+from cw.serve.telemetry import ActionRow, RequestRow
 
 W, H, PAD = 560, 240, 44
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
@@ -104,8 +104,8 @@ class Run:
                 raise UsageError(f"{d} is not a replay output: {', '.join(missing)} missing",
                                  "give a directory written by `cw replay --out`")
             summary = json.loads((d / "summary.json").read_text())
-            requests = read_csv(d / "requests.csv", RequestRow)
-            actions = read_csv(d / "actions.csv", ActionRow)
+            requests = read_columns(d / "requests.csv", RequestRow)
+            actions = read_columns(d / "actions.csv", ActionRow)
         self.summary, self.requests, self.actions = summary, requests, actions
         policy, name = self.summary.get("scheduler", "?"), self.summary.get("name", d.name)
         self.label = policy if name == policy else f"{policy} ({name})"

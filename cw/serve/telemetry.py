@@ -202,35 +202,51 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(f"not a boolean: {text!r}")
 
 
-def read_csv(path: str | Path, row_type):
-    """Rows of a telemetry CSV as structs (types converted back from text). Columns are matched
-    by name, so files with extra columns or another order still read."""
+def read_header(path: str | Path, reader, row_type) -> list[str]:
+    """The header row of a telemetry CSV, checked to hold `row_type`'s columns."""
     from cw.errors import UsageError
 
-    fields = row_type.__struct_fields__
+    header = next(reader, None)
+    if header is None:
+        raise UsageError(f"{path} is empty", "it should start with a header row")
+    missing = [c for c in row_type.__struct_fields__ if c not in header and c not in ADDED_COLUMNS]
+    if missing:
+        raise UsageError(f"{path} lacks columns {', '.join(missing)}",
+                         "give a file written by cw (columns: docs/telemetry.md)")
+    return header
+
+
+def row_parser(header: list[str], row_type):
+    """`lambda rec: Row(int(rec[0]), rec[1], ...)` for a file with this header: one generated
+    function per file, as a replay of an hour has millions of rows and a loop over the fields
+    per row took 1.4x as long. It holds only column indices and the converters above."""
     annotations = row_type.__annotations__
+    names = {"int": "int", "str": "", "bool": "_bool", "float": "float"}
+    args = ", ".join(f"{names[str(annotations[c])]}(rec[{header.index(c)}])" if c in header
+                     else f"{names[str(annotations[c])]}({ADDED_COLUMNS[c]!r})"
+                     for c in row_type.__struct_fields__)
+    return eval(f"lambda rec: _Row({args})",  # noqa: S307
+                {"_Row": row_type, "_bool": _parse_bool, "int": int, "float": float})
+
+
+def bad_row(path, line_no: int, error: Exception):
+    from cw.errors import UsageError
+
+    return UsageError(f"{path}:{line_no}: bad telemetry row ({error})",
+                      "the file was edited or cut short; re-run the replay")
+
+
+def read_csv(path: str | Path, row_type):
+    """Rows of a telemetry CSV as structs (types converted back from text). Columns are matched
+    by name, so files with extra columns or another order still read. (Reports read columns
+    instead: cw/replay/columns.py `read_columns`.)"""
     rows = []
     with open(path, newline="") as f:
         reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise UsageError(f"{path} is empty", "it should start with a header row")
-        missing = [c for c in fields if c not in header and c not in ADDED_COLUMNS]
-        if missing:
-            raise UsageError(f"{path} lacks columns {', '.join(missing)}",
-                             "give a file written by cw (columns: docs/telemetry.md)")
-        # One generated function per file, `lambda rec: Row(int(rec[0]), rec[1], ...)`: a
-        # replay of an hour has millions of rows, and a loop over the fields per row took 1.4x
-        # as long. It holds only column indices and the converters above.
-        names = {"int": "int", "str": "", "bool": "_bool", "float": "float"}
-        args = ", ".join(f"{names[str(annotations[c])]}(rec[{header.index(c)}])" if c in header
-                         else f"{names[str(annotations[c])]}({ADDED_COLUMNS[c]!r})" for c in fields)
-        build = eval(f"lambda rec: _Row({args})",  # noqa: S307
-                     {"_Row": row_type, "_bool": _parse_bool, "int": int, "float": float})
+        build = row_parser(read_header(path, reader, row_type), row_type)
         for line_no, rec in enumerate(reader, start=2):
             try:
                 rows.append(build(rec))
             except (ValueError, IndexError) as e:
-                raise UsageError(f"{path}:{line_no}: bad telemetry row ({e})",
-                                 "the file was edited or cut short; re-run the replay") from None
+                raise bad_row(path, line_no, e) from None
     return rows

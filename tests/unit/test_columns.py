@@ -29,7 +29,8 @@ def _table(rows):
 def test_rows_and_tables_give_the_same_columns():
     rows = _rows()
     a = requests_of(rows)
-    b = Columns(RequestRow, len(rows), table=_table(rows),
+    table = _table(rows)  # in uneven chunks, as the simulator hands them over
+    b = Columns(RequestRow, len(rows), tables=[table[:7], table[7:8], table[8:]],
                 codes={"model": NAMES, "status": STATUS})
     assert requests_of(b) is b and len(a) == len(b) == 50
     for name in RequestRow.__struct_fields__:
@@ -44,3 +45,6 @@ def test_rows_and_tables_give_the_same_columns():
 def test_empty():
     a = requests_of([])
     assert len(a) == 0 and a["latency_ns"].size == 0 and a.equals("status", "OK").size == 0
+    b = Columns(RequestRow, 0, tables=[], codes={"model": [], "status": []})
+    assert b["model"].size == 0 and b["deadline_met"].dtype == bool
+    assert b.equals("status", "OK").size == 0
