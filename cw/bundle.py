@@ -26,8 +26,8 @@ WEIGHTS_FILE = "weights.bin"
 PROFILE_FILE = "profile.json"
 # Offsets of tensors inside pages: TVM aliases memory zero-copy only when 64-byte aligned.
 TENSOR_ALIGNMENT = 256
-# A model's name is its id on the wire, in CSV telemetry and Prometheus labels, and the stem of
-# its copies' ids (`name#k`): no separators, quotes or path parts.
+# A model's name is its id on the wire, in telemetry and on command lines (`cw infer NAME`),
+# and the stem of its copies' ids (`name#k`): no separators, quotes or path parts.
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 

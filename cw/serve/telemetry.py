@@ -229,7 +229,7 @@ def row_parser(header: list[str], row_type):
                 {"_Row": row_type, "_bool": _parse_bool, "int": int, "float": float})
 
 
-def bad_row(path, line_no: int, error: Exception):
+def bad_row(path, line_no: int, error: Exception | str):
     from cw.errors import UsageError
 
     return UsageError(f"{path}:{line_no}: bad telemetry row ({error})",
