@@ -98,6 +98,9 @@ class Run:
         d = Path(directory)
         self.dir = d
         if summary is None or requests is None or actions is None:
+            if not d.is_dir():
+                raise UsageError(f"no replay output at {d}: no such directory",
+                                 "give a directory written by `cw replay --out`")
             missing = [f for f in ("summary.json", "requests.csv", "actions.csv")
                        if not (d / f).is_file()]
             if missing:

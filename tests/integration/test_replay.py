@@ -150,6 +150,8 @@ def test_bad_input_one_line_nothing_written(cli, tmp_path, args, text):
 def test_report_of_a_non_replay_directory(cli, tmp_path):
     r = cli("report", tmp_path)
     assert r.code == 2 and "is not a replay output" in r.err
+    r = cli("report", tmp_path / "typo")
+    assert r.code == 2 and "no such directory" in r.err
 
 
 def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle, tmp_path):
