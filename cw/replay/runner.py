@@ -86,6 +86,9 @@ class ReplayConfig:
             raise UsageError(f"--rate {self.rate:g} must be positive")
         if self.seed < 0:
             raise UsageError(f"--seed {self.seed} must be ≥ 0")
+        if not 0 <= self.noise < 1:
+            raise UsageError(f"--noise {self.noise:g} must be ≥ 0 and < 1",
+                             "a relative standard deviation, e.g. --noise 0.02 for 2 %")
         if self.start_minute < 0:
             raise UsageError(f"--start-minute {self.start_minute} must be ≥ 0",
                              "minutes count from the trace's first, 0")

@@ -67,6 +67,9 @@ class WorkerConfig:
             raise UsageError("--copies must be ≥ 1")
         if not self.devices:
             raise UsageError("no devices given", "e.g. --device cpu or --device cuda:0,cuda:1")
+        if not 0 <= self.noise < 1:
+            raise UsageError(f"noise {self.noise:g} must be ≥ 0 and < 1",
+                             "a relative standard deviation of simulated durations, e.g. 0.02")
         # the name labels this worker's metrics and telemetry: nothing that needs quoting
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}", self.name):
             raise UsageError(f"--name: '{self.name}' is not a valid worker name",

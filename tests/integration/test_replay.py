@@ -133,6 +133,8 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--seed", "-1"), "--seed -1 must be ≥ 0"),
     (("--start-minute", "-3"), "--start-minute -3 must be ≥ 0"),
     (("--rate-scale", "-2"), "--rate-scale -2 must be positive"),
+    (("--noise", "-1"), "--noise -1 must be ≥ 0 and < 1"),
+    (("--noise", "nan"), "--noise nan must be ≥ 0 and < 1"),
     (("--scheduler", "clockwork,nope"), "unknown scheduler 'nope'"),
     (("--scheduler", "fifo,fifo"), "names a policy twice"),
     (("--scheduler", "clockwork,fifo", "--controller", "tcp://127.0.0.1:1"),
