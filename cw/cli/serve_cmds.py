@@ -109,6 +109,7 @@ def serve_all(
     from cw.errors import UsageError
     from cw.serve.launch import (ControllerThread, WorkerProcesses, install_signal_stop,
                                  local_address)
+    from cw.serve.runtime.host import find_bundles
 
     _logging(verbose)
     if runtime not in ("cpu", "simulated", "cuda"):
@@ -118,6 +119,7 @@ def serve_all(
     models_dir = models or demo_models_dir()
     config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
                                 default_slo, metrics_port, log_dir, log_stalls)
+    find_bundles(models_dir)  # here, as one error line, not a worker's dying words after start
     if log_dir:
         log_dir.mkdir(parents=True, exist_ok=True)
     ctl = ControllerThread(config).start()

@@ -264,6 +264,8 @@ def test_serve_flags_checked_before_anything_starts(cli, tmp_path):
                                    "--workers-listen", "tcp://127.0.0.1:*",
                                    "--clients-listen", "tcp://127.0.0.1:*", *args))
         assert text in line, line
+    line = _one_error_line(cli("serve", "--models", tmp_path / "typo", "--runtime", "simulated"))
+    assert "no such directory" in line and "typo" in line
     line = _one_error_line(cli("serve", "worker", "--models", tmp_path, "--name", 'a"b'))
     assert "'a\"b' is not a valid worker name" in line
 
