@@ -104,7 +104,20 @@ def _register_commands() -> None:
     from cw.cli import (bundle_cmds, compile_cmd, demo, profile_cmd, replay_cmds,  # noqa: F401
                         serve_cmds, tune_cmd, zoo)
 
+    _one_line_summaries(app)
     _registered = True
+
+
+def _one_line_summaries(typer_app: typer.Typer) -> None:
+    """Command lists show a docstring's first paragraph; rich markup keeps its line breaks,
+    which cut the list's entries mid-sentence. Joined into one line, they wrap where the
+    terminal does."""
+    for info in typer_app.registered_commands:
+        if info.short_help is None and info.callback is not None and info.callback.__doc__:
+            first = info.callback.__doc__.strip().split("\n\n")[0]
+            info.short_help = " ".join(first.split())
+    for group in typer_app.registered_groups:
+        _one_line_summaries(group.typer_instance)
 
 
 def main() -> None:
