@@ -18,19 +18,36 @@ from cw.serve.telemetry import (ADDED_COLUMNS, ActionRow, RequestRow, bad_row, r
                                 row_parser)
 
 _DTYPE = {"int": np.int64, "bool": bool, "str": object}
+# Columns whose values are small (samples, batch sizes, worker and device indices) are kept as
+# int32, flags as bools and text codes as int32: 78 bytes a request row instead of 128.
+_SMALL_INTS = frozenset({"n", "batch_size", "worker", "gpu", "requests"})
+
+
+def split_table(table: np.ndarray, row_type) -> dict[str, np.ndarray]:
+    """One chunk of int64 rows (`row_type`'s field order, text as codes) as narrow columns."""
+    chunk = {}
+    for j, name in enumerate(row_type.__struct_fields__):
+        col, kind = table[:, j], str(row_type.__annotations__[name])
+        if kind == "bool":
+            chunk[name] = col.astype(bool)
+        elif kind == "str" or name in _SMALL_INTS:
+            narrow = col.astype(np.int32)
+            chunk[name] = narrow if np.array_equal(narrow, col) else col.copy()
+        else:
+            chunk[name] = col.copy()  # not a view: the table's memory can go
+    return chunk
 
 
 class Columns:
     """One kind of telemetry (requests or actions), column by column."""
 
     def __init__(self, row_type, count: int, rows: list | None = None,
-                 tables: list[np.ndarray] | None = None, codes: dict | None = None):
-        """From `rows`, or from `tables` (chunks of one int64 row per telemetry row, in
-        `row_type`'s field order) whose text columns hold indices into `codes[name]`. The
-        chunks are never joined into one table: a column at a time is a sixteenth of the
-        memory, and a run of millions of rows needs a dozen columns."""
+                 chunks: list[dict[str, np.ndarray]] | None = None, codes: dict | None = None):
+        """From `rows`, or from `chunks` (`split_table`'s columns of consecutive rows) whose
+        text columns hold indices into `codes[name]`. A column is joined from its chunks when
+        first asked for; the rest stay as they are (a run of millions of rows needs a dozen)."""
         self.row_type, self.count = row_type, count
-        self._rows, self._tables, self._codes = rows, tables, codes or {}
+        self._rows, self._chunks, self._codes = rows, chunks, codes or {}
         self._fields = list(row_type.__struct_fields__)
         self._cache: dict = {}
 
@@ -45,7 +62,7 @@ class Columns:
         col = self._cache.get(name)
         if col is None:
             kind = str(self.row_type.__annotations__[name])
-            if self._tables is not None:
+            if self._chunks is not None:
                 raw = self._raw(name)
                 if kind == "str":
                     col = np.array(self._codes[name], dtype=object)[raw]
@@ -61,7 +78,7 @@ class Columns:
         key = (name, value)
         mask = self._cache.get(key)
         if mask is None:
-            if self._tables is not None:
+            if self._chunks is not None:
                 names = self._codes[name]
                 raw = self._raw(name)
                 mask = raw == names.index(value) if value in names else np.zeros(self.count, bool)
@@ -71,10 +88,9 @@ class Columns:
         return mask
 
     def _raw(self, name: str) -> np.ndarray:
-        j = self._fields.index(name)
-        if not self._tables:
+        if not self._chunks:
             return np.zeros(0, np.int64)
-        return np.concatenate([t[:, j] for t in self._tables])
+        return np.concatenate([c[name] for c in self._chunks])
 
 
 _GETTERS: dict = {}
@@ -97,7 +113,7 @@ _LOADTXT_DTYPE = {"int": np.int64, "bool": object, "str": object}  # text as str
 
 
 def read_columns(path: str | Path, row_type, chunk_rows: int = 1 << 15) -> Columns:
-    """A telemetry CSV as Columns, parsed by numpy a chunk of lines at a time into int64 tables
+    """A telemetry CSV as Columns, parsed by numpy a chunk of lines at a time into columns
     (text as codes), never as row objects: `cw report` on a run of 6 million requests took
     5.4 GB and 90 s through `read_csv`. Same checks and error lines as `read_csv`."""
     fields = list(row_type.__struct_fields__)
@@ -114,11 +130,12 @@ def read_columns(path: str | Path, row_type, chunk_rows: int = 1 << 15) -> Colum
             try:
                 parsed = np.loadtxt(lines, dtype=dtype, delimiter=",", quotechar='"',
                                     usecols=usecols, comments=None, ndmin=1)
-                chunks.append(_table(parsed, len(lines), fields, kinds, codes))
+                chunks.append(split_table(_table(parsed, len(lines), fields, kinds, codes),
+                                          row_type))
             except (ValueError, OverflowError) as e:
                 raise _located(path, line_no, lines, header, row_type, e) from None
             line_no += len(lines)
-    return Columns(row_type, line_no - 2, tables=chunks,
+    return Columns(row_type, line_no - 2, chunks=chunks,
                    codes={c: list(m) for c, m in codes.items()})
 
 

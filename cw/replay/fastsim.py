@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cw.errors import UsageError
-from cw.replay.columns import Columns
+from cw.replay.columns import Columns, split_table
 from cw.serve.protocol import REQUEST_STATUS_NAME, STATUS_NAME, ModelInfo, RequestStatus, Status
 from cw.serve.scheduler import make_scheduler
 from cw.serve.scheduler.base import SchedulerConfig
@@ -163,30 +163,33 @@ class Output(NamedTuple):
 
 class _Sink:
     """Takes the core's chunks: the CSV text it formatted goes to the files as it is, the int64
-    rows are kept as tables for the summary and report, and become telemetry row objects only
-    where the log keeps rows (`TelemetryLog(keep=True)`: millions of objects in a long run)."""
+    rows are kept as narrow columns for the summary and report, and become telemetry row objects
+    only where the log keeps rows (`TelemetryLog(keep=True)`: millions of objects in a long
+    run)."""
 
     def __init__(self, telemetry: TelemetryLog, names: list[str]):
         self.telemetry = telemetry
         self.names = names
         self.request_status = _by_code(REQUEST_STATUS_NAME)
         self.action_status = _by_code(STATUS_NAME)
-        self.tables: dict[str, list[np.ndarray]] = {"requests": [], "actions": []}
+        self.chunks: dict[str, list[dict]] = {"requests": [], "actions": []}
 
     def columns(self, kind: str) -> Columns:
-        chunks = self.tables[kind]
-        count = sum(len(c) for c in chunks)
+        chunks = self.chunks[kind]
+        count = sum(len(c["model"]) for c in chunks)
         if kind == "requests":
-            return Columns(RequestRow, count, tables=chunks,
+            return Columns(RequestRow, count, chunks=chunks,
                            codes={"model": self.names, "status": self.request_status})
-        return Columns(ActionRow, count, tables=chunks,
+        return Columns(ActionRow, count, chunks=chunks,
                        codes={"model": self.names, "status": self.action_status,
                               "kind": list(ACTION_KINDS)})
 
     def __call__(self, kind: str, data: bytes, text: bytes) -> None:
         text = text.decode()
         width = len(REQUEST_COLUMNS if kind == "requests" else ACTION_COLUMNS)
-        self.tables[kind].append(np.frombuffer(data, dtype=np.int64).reshape(-1, width))
+        self.chunks[kind].append(split_table(np.frombuffer(data, dtype=np.int64)
+                                             .reshape(-1, width),
+                                             RequestRow if kind == "requests" else ActionRow))
         if not self.telemetry.keep:
             self.telemetry.extend(kind, [], text)
             return

@@ -3,7 +3,7 @@ must say the same thing (the summary and report take either)."""
 
 import numpy as np
 
-from cw.replay.columns import Columns, requests_of
+from cw.replay.columns import Columns, requests_of, split_table
 from cw.serve.telemetry import RequestRow
 
 NAMES = ["m0", "m,1"]
@@ -30,8 +30,8 @@ def test_rows_and_tables_give_the_same_columns():
     rows = _rows()
     a = requests_of(rows)
     table = _table(rows)  # in uneven chunks, as the simulator hands them over
-    b = Columns(RequestRow, len(rows), tables=[table[:7], table[7:8], table[8:]],
-                codes={"model": NAMES, "status": STATUS})
+    chunks = [split_table(t, RequestRow) for t in (table[:7], table[7:8], table[8:])]
+    b = Columns(RequestRow, len(rows), chunks=chunks, codes={"model": NAMES, "status": STATUS})
     assert requests_of(b) is b and len(a) == len(b) == 50
     for name in RequestRow.__struct_fields__:
         assert a[name].tolist() == b[name].tolist() == [getattr(r, name) for r in rows], name
@@ -45,6 +45,19 @@ def test_rows_and_tables_give_the_same_columns():
 def test_empty():
     a = requests_of([])
     assert len(a) == 0 and a["latency_ns"].size == 0 and a.equals("status", "OK").size == 0
-    b = Columns(RequestRow, 0, tables=[], codes={"model": [], "status": []})
+    b = Columns(RequestRow, 0, chunks=[], codes={"model": [], "status": []})
     assert b["model"].size == 0 and b["deadline_met"].dtype == bool
     assert b.equals("status", "OK").size == 0
+
+
+def test_chunks_are_kept_narrow_where_the_values_fit():
+    table = _table(_rows())
+    chunk = split_table(table, RequestRow)
+    assert chunk["batch_size"].dtype == chunk["model"].dtype == np.int32
+    assert chunk["deadline_met"].dtype == bool and chunk["arrival_ns"].dtype == np.int64
+    assert sum(c.nbytes for c in chunk.values()) < 0.65 * table.nbytes
+    table[3, RequestRow.__struct_fields__.index("worker")] = 2**40  # no such worker, but kept
+    wide = split_table(table, RequestRow)
+    assert wide["worker"].dtype == np.int64 and wide["worker"][3] == 2**40
+    assert Columns(RequestRow, len(table), chunks=[chunk, wide],
+                   codes={"model": NAMES, "status": STATUS})["worker"][53] == 2**40
