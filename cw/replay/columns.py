@@ -2,8 +2,9 @@
 
 A replay of an hour has millions of request and action rows. The summary and the report's
 series need a dozen columns of them; a column is built once, when first asked for, either from
-rows in memory (a live replay, the Python simulator, `cw report` reading CSVs) or straight from
-the compiled simulator's int64 output, which never becomes row objects at all.
+rows in memory (a live replay, the Python simulator) or from chunks of narrow columns (the
+compiled simulator's int64 output, and `cw report` reading CSVs), which never become row
+objects at all.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ class Columns:
         first asked for; the rest stay as they are (a run of millions of rows needs a dozen)."""
         self.row_type, self.count = row_type, count
         self._rows, self._chunks, self._codes = rows, chunks, codes or {}
-        self._fields = list(row_type.__struct_fields__)
         self._cache: dict = {}
 
     @classmethod
