@@ -28,7 +28,13 @@ MS = 1_000_000
 
 def case(rng: random.Random, seconds: float) -> dict:
     return dict(
-        scheduler=rng.choice(["clockwork", "clockwork", "clipper", "batch-timeout", "fifo"]),
+        scheduler=rng.choice([
+            "clockwork", "clockwork", "clipper", "batch-timeout", "fifo",
+            # the baselines' settings (cw/serve/scheduler/spec.py); clockwork's come through
+            # the SchedulerConfig below
+            f"clipper:step={rng.randint(1, 4)}:backoff={rng.choice([0.5, 0.75, 0.9])}",
+            f"batch-timeout:max-batch={rng.choice([2, 4, 8, 16])}"
+            f":delay={rng.choice(['100us', '1ms', '5ms', '20ms'])}"]),
         models=",".join(rng.sample(DEFAULT_ZOO_MODELS, rng.randint(1, 5))),
         copies=rng.choice([1, 2, 5, 10, 30]),
         timings=rng.choice(["paper", "measured"]),

@@ -74,6 +74,8 @@ class Client:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._models: dict[str, p.ModelInfo] = {}
+        # the controller's policy, e.g. "batch-timeout:delay=5ms" (known after models())
+        self.scheduler: str | None = None
         self._thread = threading.Thread(target=self._loop, name="cw-client", daemon=True)
         self._thread.start()
 
@@ -136,6 +138,7 @@ class Client:
     def models(self) -> list[p.ModelInfo]:
         response = self._wait(self._send(lambda rid: p.ListModels(rid)))
         self._models = {m.model_id: m for m in response.models}
+        self.scheduler = response.scheduler or None
         if not self._hello_done:
             self._hello_done = True
             self._choose_transfer(response.shm_domain)

@@ -44,9 +44,11 @@ def replay_cmd(
     mapping: str = typer.Option(_D.mapping, "--map", help="contiguous or stripe."),
     slo: str = typer.Option(None, "--slo", help="Latency objective (100ms)."),
     scheduler: str = typer.Option(_D.scheduler, "--scheduler",
-                                  help="clockwork, clipper, batch-timeout or fifo; several, "
-                                       "comma-separated, replay the same workload side by side "
-                                       "(OUT/NAME/ each, OUT/compare.html)."),
+                                  help="clockwork, clipper, batch-timeout or fifo, with "
+                                       "settings if need be (clockwork:ahead=2ms, "
+                                       "batch-timeout:delay=5ms:max-batch=8; docs/schedulers.md)"
+                                       "; several, comma-separated, replay the same workload side "
+                                       "by side (OUT/NAME/ each, OUT/compare.html)."),
     workers: int = typer.Option(None, "--workers", help=f"Workers ({_D.workers})."),
     simulate: bool = typer.Option(False, "--simulate", help="Virtual time, simulated workers."),
     controller: str = typer.Option(None, "--controller",
@@ -80,8 +82,9 @@ def replay_cmd(
       [bold]cw replay --simulate --preset fig5 --slo 25ms --duration 1m[/]
       [bold]cw replay --simulate --preset fig6 --duration 1h[/]
       [bold]cw replay --trace azure --simulate --scheduler clockwork,clipper,batch-timeout[/]
+      [bold]cw replay --simulate --preset fig5 --slo 10ms --scheduler clockwork,clockwork:ahead=2ms[/]
     """
-    from cw.replay.compare import parse_schedulers
+    from cw.serve.scheduler import parse_schedulers
 
     schedulers = parse_schedulers(scheduler)
     chosen = dict(models=models, copies=copies, zoo_timings=zoo_timings, workload=workload,
@@ -91,7 +94,7 @@ def replay_cmd(
                   duration_s=parse_duration_ns(duration, "--duration") / 1e9 if duration
                   else None,
                   start_minute=start_minute, rate_scale=rate_scale, target_rate=target_rate,
-                  arrivals=arrivals, mapping=mapping, scheduler=schedulers[0], noise=noise,
+                  arrivals=arrivals, mapping=mapping, scheduler=schedulers[0].text, noise=noise,
                   sim_engine=sim_engine, seed=seed, simulate=simulate, controller=controller,
                   runtime=runtime, out=out,
                   force=force, shared_memory=shared_memory,
@@ -138,7 +141,8 @@ def replay_cmd(
             print_json(summaries)
             return
         render_summaries(summaries)
-        console().print(f"wrote {out}/{{{','.join(schedulers)}}}/ and {out}/{COMPARE_FILE}")
+        labels = ",".join(s.label for s in schedulers)
+        console().print(f"wrote {out}/{{{labels}}}/ and {out}/{COMPARE_FILE}")
         return
     (summary,) = summaries
     if as_json:
@@ -153,15 +157,13 @@ def replay_cmd(
 
 
 def render_summaries(summaries: list[dict]) -> None:
-    from cw.replay.report import SUMMARY_KEYS, summary_value, timings_note
+    from cw.replay.report import SUMMARY_KEYS, run_label, summary_value, timings_note
 
     table = Table(title="replay" + (" (SIMULATED)" if any(s.get("simulated") for s in summaries)
                                     else ""))
     table.add_column("")
     for s in summaries:
-        name, policy = s.get("name", ""), s.get("scheduler")
-        table.add_column(policy if name in ("", policy) else f"{policy} ({name})",
-                         justify="right")
+        table.add_column(run_label(s), justify="right", overflow="fold")
     for label, key in SUMMARY_KEYS:
         table.add_row(label, *["n/a" if summary_value(s, key) is None else
                                str(summary_value(s, key)) for s in summaries])

@@ -26,14 +26,24 @@ def _logging(verbose: bool) -> None:
 
 def _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead, default_slo,
                        metrics_port, log_dir, log_stalls=None) -> ControllerConfig:
+    from cw.errors import UsageError
+    from cw.serve.scheduler import parse_scheduler
+
+    spec = parse_scheduler(scheduler)
+    if schedule_ahead is not None and "ahead" in dict(spec.settings):
+        raise UsageError(f"--schedule-ahead {schedule_ahead} and --scheduler {scheduler} both "
+                         "set how far ahead to plan", "give one of them")
+    ahead_ns = (parse_duration_ns(schedule_ahead, "--schedule-ahead") if schedule_ahead
+                else _C.schedule_ahead_ns)
     return ControllerConfig(workers_listen=workers_listen, clients_listen=clients_listen,
-                            scheduler=scheduler,
-                            schedule_ahead_ns=parse_duration_ns(schedule_ahead, "--schedule-ahead"),
+                            scheduler=scheduler, schedule_ahead_ns=ahead_ns,
                             default_slo_ns=parse_duration_ns(default_slo, "--default-slo"),
                             metrics_port=metrics_port, log_dir=log_dir,
                             log_stalls_ns=_stall_ns(log_stalls))
 
 
+_SCHEDULER_HELP = ("clockwork, clipper, batch-timeout or fifo, with settings if need be: "
+                   "batch-timeout:max-batch=8:delay=5ms (docs/schedulers.md).")
 _LOG_STALLS_HELP = ("Log every stall of the serving loop longer than this, e.g. 1ms: a busy loop "
                     "iteration, a garbage collection, Python unable to run.")
 
@@ -90,8 +100,9 @@ def serve_all(
     copies: int = typer.Option(1, "--copies", help="Instances of each model per worker."),
     workers_listen: str = typer.Option("tcp://127.0.0.1:7000", "--workers-listen"),
     clients_listen: str = typer.Option("tcp://127.0.0.1:7001", "--clients-listen"),
-    scheduler: str = typer.Option(_C.scheduler, "--scheduler"),
-    schedule_ahead: str = typer.Option("5ms", "--schedule-ahead"),
+    scheduler: str = typer.Option(_C.scheduler, "--scheduler", help=_SCHEDULER_HELP),
+    schedule_ahead: str = typer.Option(None, "--schedule-ahead",
+                                       help="Plan each GPU this far ahead (5ms)."),
     default_slo: str = typer.Option("100ms", "--default-slo"),
     metrics_port: int = typer.Option(None, "--metrics-port"),
     log_dir: Path = typer.Option(None, "--log-dir", help="Telemetry CSVs and worker logs."),
@@ -153,8 +164,9 @@ def serve_all(
 def serve_controller(
     workers_listen: str = typer.Option(_C.workers_listen, "--workers-listen"),
     clients_listen: str = typer.Option(_C.clients_listen, "--clients-listen"),
-    scheduler: str = typer.Option(_C.scheduler, "--scheduler"),
-    schedule_ahead: str = typer.Option("5ms", "--schedule-ahead"),
+    scheduler: str = typer.Option(_C.scheduler, "--scheduler", help=_SCHEDULER_HELP),
+    schedule_ahead: str = typer.Option(None, "--schedule-ahead",
+                                       help="Plan each GPU this far ahead (5ms)."),
     default_slo: str = typer.Option("100ms", "--default-slo"),
     metrics_port: int = typer.Option(None, "--metrics-port"),
     log_dir: Path = typer.Option(None, "--log-dir"),

@@ -1,7 +1,8 @@
 """Several serving policies side by side on one workload: `cw replay --scheduler a,b,c`.
 
-Each policy replays the same arrivals (same trace, options and seed) into OUT/<policy>/, exactly
-as a `cw replay` with that one policy would, and OUT/compare.html overlays them. Simulated
+Each policy, or variant of one (`clockwork:ahead=2ms`), replays the same arrivals (same trace,
+options and seed) into OUT/<label>/, exactly as a `cw replay` with that one policy would, and
+OUT/compare.html overlays them. Simulated
 replays run in parallel processes, one per core (they share nothing and each is one busy Python
 thread); live ones run one after another, since each needs the machine's cores and GPUs to itself.
 OUT appears whole or not at all.
@@ -19,39 +20,28 @@ from typing import Callable
 from cw.errors import UsageError
 from cw.replay.report import RunSeries, write_report
 from cw.replay.runner import ReplayConfig, atomic_output, replay
-from cw.serve.scheduler import SCHEDULERS
+from cw.serve.scheduler import SchedulerSpec, parse_schedulers
 
 COMPARE_FILE = "compare.html"
 
 
-def parse_schedulers(spec: str) -> list[str]:
-    """`clockwork,clipper` → the policies, checked: known, each once."""
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    if not names:
-        raise UsageError("--scheduler is empty", f"give one or more of {', '.join(SCHEDULERS)}")
-    for name in names:
-        if name not in SCHEDULERS:
-            raise UsageError(f"unknown scheduler '{name}' in --scheduler {spec}",
-                             f"choose from {', '.join(SCHEDULERS)}")
-    if len(set(names)) < len(names):
-        raise UsageError(f"--scheduler {spec} names a policy twice", "name each once")
-    return names
-
-
-def replay_side_by_side(config: ReplayConfig, schedulers: list[str],
+def replay_side_by_side(config: ReplayConfig, schedulers: list[str | SchedulerSpec],
                         progress: Callable[[str, dict], None] | None = None,
                         jobs: int | None = None) -> list[dict]:
-    """One replay per policy into `config.out`/<policy>/ and `config.out`/compare.html; their
-    summaries, in the order given. `jobs`: simulated replays at once (default: one per core).
+    """One replay per policy (or variant of one, `cw.serve.scheduler.parse_schedulers`) into
+    `config.out`/<its label>/ and `config.out`/compare.html; their summaries, in the order given. `jobs`: simulated replays at once (default: one per core).
     `progress` gets "run_start" and "run_done" ({"scheduler", "index", "total"}) events, and a
     sequential run's own replay events too."""
     progress = progress or (lambda event, info: None)
+    schedulers = parse_schedulers(",".join(s if isinstance(s, str) else s.text
+                                           for s in schedulers))
     if config.controller:
         raise UsageError("several --scheduler policies need controllers of their own; the "
                          f"running `cw serve` at {config.controller} has one",
                          "drop --controller (cw starts one per policy), or give one --scheduler")
     with atomic_output(Path(config.out), config.force) as tmp:
-        configs = [replace(config, scheduler=s, out=tmp / s, force=False) for s in schedulers]
+        configs = [replace(config, scheduler=s.text, out=tmp / s.label, force=False)
+                   for s in schedulers]
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
         if config.simulate and jobs > 1:
             results = _in_parallel(configs, jobs, progress)

@@ -20,7 +20,7 @@ import numpy as np
 from cw.errors import UsageError
 from cw.replay.columns import Columns, split_table
 from cw.serve.protocol import REQUEST_STATUS_NAME, STATUS_NAME, ModelInfo, RequestStatus, Status
-from cw.serve.scheduler import make_scheduler
+from cw.serve.scheduler import SchedulerSpec, make_scheduler, parse_scheduler
 from cw.serve.scheduler.base import SchedulerConfig
 from cw.serve.telemetry import REQUEST_COLUMNS, ACTION_COLUMNS, ActionRow, RequestRow, TelemetryLog
 
@@ -52,7 +52,9 @@ POLICIES = {"clockwork": 0, "fifo": 1, "batch-timeout": 2, "clipper": 3}
 
 
 def engine_for(scheduler: str, engine: str) -> str:
-    """Which simulator runs `scheduler`: "compiled" or "python"."""
+    """Which simulator runs `scheduler` (a policy, or a spec like `clockwork:ahead=2ms`):
+    "compiled" or "python"."""
+    scheduler = scheduler.split(":")[0]
     if engine not in SIM_ENGINES:
         raise UsageError(f"unknown --sim-engine '{engine}'", f"use one of {', '.join(SIM_ENGINES)}")
     if engine == "python":
@@ -72,7 +74,8 @@ def engine_for(scheduler: str, engine: str) -> str:
 
 
 def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: dict,
-        sim_config, slo_ns: int, telemetry: TelemetryLog, *, scheduler: str = "clockwork",
+        sim_config, slo_ns: int, telemetry: TelemetryLog, *,
+        scheduler: str | SchedulerSpec = "clockwork",
         times_ns=None, model_names=None, model_index=None, closed=None,
         progress=None) -> Output:
     """One simulation, as `Simulation(make_scheduler(scheduler, scheduler_config), ...)
@@ -82,9 +85,10 @@ def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: d
     `model_names[model_index[i]]` (no list of millions of names to build)."""
     if _fastsim is None:
         raise UsageError("the compiled simulator was not built", "use the Python simulator")
-    engine_for(scheduler, "compiled")
-    policy = _policy(scheduler, scheduler_config)
-    c, s = scheduler_config, sim_config
+    spec = parse_scheduler(scheduler) if isinstance(scheduler, str) else scheduler
+    engine_for(spec.policy, "compiled")
+    policy = _policy(spec, scheduler_config)
+    c, s = spec.config(scheduler_config), sim_config
     config = (c.schedule_ahead_ns, c.infer_slack_ns, c.load_slack_ns, c.max_loads_in_flight,
               c.estimate_window, c.network_latency_ns, float(c.input_ns_per_byte),
               c.completion_margin_ns, c.margin_expiry_ns, c.answer_guard_ns, c.reject_sweep_ns,
@@ -132,15 +136,15 @@ def _csv_field(text: str) -> bytes:
     return buf.getvalue()[:-len(",\r\n")].encode()
 
 
-def _policy(scheduler: str, config: SchedulerConfig) -> tuple:
+def _policy(spec: SchedulerSpec, config: SchedulerConfig) -> tuple:
     """native/scheduler.hpp's Policy: the code, and the baselines' parameters as make_scheduler
     sets them."""
-    s = make_scheduler(scheduler, config)
-    if scheduler == "batch-timeout":
-        return POLICIES[scheduler], s.max_batch, s.max_queue_delay_ns, 0, 0, 0.0
-    if scheduler == "clipper":
-        return POLICIES[scheduler], 0, 0, s.slo_ns, s.aimd_step, float(s.backoff)
-    return POLICIES[scheduler], 0, 0, 0, 0, 0.0
+    s, code = make_scheduler(spec, config), POLICIES[spec.policy]
+    if spec.policy == "batch-timeout":
+        return code, s.max_batch, s.max_queue_delay_ns, 0, 0, 0.0
+    if spec.policy == "clipper":
+        return code, 0, 0, s.slo_ns, s.aimd_step, float(s.backoff)
+    return code, 0, 0, 0, 0, 0.0
 
 
 def _model_entry(m: ModelInfo, est) -> tuple:

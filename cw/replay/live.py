@@ -48,6 +48,18 @@ def model_inputs(client: Client) -> tuple[list[str], dict]:
     return sorted(inputs), inputs
 
 
+def _policy_of(client: Client, config) -> str:
+    """The policy the controller runs: the replay's own, or a running `cw serve`'s, which
+    --scheduler cannot change."""
+    running = client.scheduler or config.scheduler  # "": a controller before 2026-11-24
+    if config.controller and running != config.scheduler and config.scheduler != "clockwork":
+        raise UsageError(f"the controller at {config.controller} runs '{running}', not "
+                         f"--scheduler {config.scheduler}",
+                         "restart it with that --scheduler, or drop --controller to have "
+                         "cw replay start one")
+    return running
+
+
 def wait_until(target_ns: int) -> int:
     """Sleep until `target_ns` (monotonic clock) and return the time then. Never spins: a sleep
     overshoots by ~0.1 ms, well inside the 1 ms a sender may be late, whereas spinning the last
@@ -188,7 +200,7 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             telemetry_dir = Path(tempfile.mkdtemp(prefix="cw-replay-telemetry-"))
             ctl = ControllerProcess(ControllerConfig(
                 workers_listen="tcp://127.0.0.1:*", clients_listen="tcp://127.0.0.1:*",
-                scheduler=config.scheduler, schedule_ahead_ns=config.schedule_ahead_ns,
+                scheduler=config.scheduler,
                 log_dir=telemetry_dir, log_stalls_ns=config.log_stalls_ns))
             runtime = "simulated" if config.runtime == "simulated" else "tvm"
             devices = ([f"cuda:{i}" for i in range(config.workers)] if config.runtime == "cuda"
@@ -208,10 +220,12 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
         with Client(address, timeout_s=10,
                     shared_memory=None if config.shared_memory else False) as client:
             names, inputs = model_inputs(client)
+            policy = _policy_of(client, config)
             arr = generate_arrivals(names)
             progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
             advance = lambda i, t: progress("advance", {"requests": i, "virtual_ns": t})  # noqa
             extra = {"live": True, "controller": config.controller or "local",
+                     "scheduler": policy,
                      "inputs_via": "shared memory" if client.uses_shared_memory else "socket"}
             if isinstance(arr, ClosedLoop):
                 futures, sent, chosen, start = send_closed_loop(

@@ -110,8 +110,16 @@ class Run:
             requests = read_columns(d / "requests.csv", RequestRow)
             actions = read_columns(d / "actions.csv", ActionRow)
         self.summary, self.requests, self.actions = summary, requests, actions
-        policy, name = self.summary.get("scheduler", "?"), self.summary.get("name", d.name)
-        self.label = policy if name == policy else f"{policy} ({name})"
+        self.label = run_label(self.summary, d.name)
+
+
+def run_label(summary: dict, default_name: str = "") -> str:
+    """What a run is called in tables and legends: its policy, and its directory's name where
+    that says more (two runs of one policy, say)."""
+    from cw.serve.scheduler.spec import spec_label
+
+    policy, name = summary.get("scheduler", "?"), summary.get("name", default_name)
+    return policy if name in ("", policy, spec_label(policy)) else f"{policy} ({name})"
 
 
 def _per_bucket(times_ns, weights=None, bucket_s=10.0, t_end_s=None):

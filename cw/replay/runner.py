@@ -24,7 +24,7 @@ from cw.replay.summary import summarize
 from cw.replay.traces import load_trace
 from cw.serve.estimates import Estimates
 from cw.serve.protocol import ModelInfo, TensorInfo
-from cw.serve.scheduler import SCHEDULERS, SchedulerConfig, make_scheduler
+from cw.serve.scheduler import SchedulerConfig, make_scheduler, parse_scheduler
 from cw.serve.telemetry import TelemetryLog
 
 MS = 1_000_000
@@ -55,8 +55,7 @@ class ReplayConfig:
     concurrency: int = 16                      # closed: clients per model
     mapping: str = "contiguous"
     slo_ns: int = 100 * MS
-    scheduler: str = "clockwork"
-    schedule_ahead_ns: int = 5 * MS
+    scheduler: str = "clockwork"               # a spec: clockwork, batch-timeout:delay=5ms, ...
     workers: int = 1
     gpus_per_worker: int = 1
     pages_per_gpu: int = 1376                  # 21.5 GiB in 16 MiB pages, Clockwork's V100
@@ -96,10 +95,7 @@ class ReplayConfig:
                             ("--rate-scale", self.rate_scale)):
             if value is not None and not value > 0:
                 raise UsageError(f"{flag} {value:g} must be positive")
-        if self.scheduler not in SCHEDULERS:
-            raise UsageError(f"unknown scheduler '{self.scheduler}'",
-                             f"choose from {', '.join(SCHEDULERS)} (several, comma-separated, "
-                             "to compare them)")
+        spec = parse_scheduler(self.scheduler)  # raises on an unknown policy or setting
         if self.log_stalls_ns is not None and (self.simulate or self.controller):
             raise UsageError("--log-stalls watches the controller and workers a live replay "
                              "starts", "drop --simulate and --controller, or --log-stalls")
@@ -109,7 +105,7 @@ class ReplayConfig:
         if self.simulate:
             from cw.replay.fastsim import engine_for
 
-            engine_for(self.scheduler, self.sim_engine)  # raises on a choice that cannot run
+            engine_for(spec.policy, self.sim_engine)  # raises on a choice that cannot run
         if self.runtime not in LIVE_RUNTIMES:
             raise UsageError(f"unknown --runtime '{self.runtime}'",
                              f"use one of {', '.join(LIVE_RUNTIMES)}")
@@ -307,17 +303,18 @@ def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path, progress):
     from cw.replay import fastsim
     from cw.replay.simulate import SimConfig, Simulation
 
-    scheduler_config = SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns)
+    spec = parse_scheduler(config.scheduler)
+    scheduler_config = spec.config(SchedulerConfig())
     sim_config = SimConfig(config.workers, config.gpus_per_worker, config.pages_per_gpu,
                            noise=config.noise, seed=config.seed)
     progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
     advance = lambda n, t: progress("advance", {"requests": n, "virtual_ns": t})  # noqa: E731
     closed = isinstance(arr, workloads.ClosedLoop)
-    engine = fastsim.engine_for(config.scheduler, config.sim_engine)
+    engine = fastsim.engine_for(spec.policy, config.sim_engine)
     if engine == "compiled":
         telemetry = TelemetryLog(tmp, keep=False)
         out = fastsim.run(scheduler_config, infos, durations, sim_config, config.slo_ns,
-                          telemetry, scheduler=config.scheduler,
+                          telemetry, scheduler=spec,
                           times_ns=None if closed else arr.times_ns,
                           model_names=None if closed else arr.models,
                           model_index=None if closed else arr.model_index,
@@ -325,7 +322,7 @@ def _simulate(config: ReplayConfig, infos, durations, arr, tmp: Path, progress):
         telemetry.close()
         return out.requests, out.actions, engine
     telemetry = TelemetryLog(tmp)
-    sim = Simulation(make_scheduler(config.scheduler, scheduler_config), infos, durations,
+    sim = Simulation(make_scheduler(spec, scheduler_config), infos, durations,
                      sim_config, telemetry)
     if closed:
         sim.run_closed(arr, config.slo_ns, progress=advance)

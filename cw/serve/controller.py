@@ -33,8 +33,8 @@ MS = 1_000_000
 class ControllerConfig:
     workers_listen: str = "tcp://*:7000"
     clients_listen: str = "tcp://*:7001"
-    scheduler: str = "clockwork"
-    schedule_ahead_ns: int = 5 * MS
+    scheduler: str = "clockwork"         # a spec: clockwork, batch-timeout:delay=5ms, ...
+    schedule_ahead_ns: int = 5 * MS      # ... unless the spec sets it (clockwork:ahead=2ms)
     default_slo_ns: int = 100 * MS
     max_slo_ns: int = 3_600_000 * MS     # an hour: beyond that the SLO is surely a unit mistake
     metrics_port: int | None = None
@@ -63,6 +63,9 @@ class ControllerConfig:
             raise UsageError("--default-slo must be positive and at most an hour")
         if self.schedule_ahead_ns < 0:
             raise UsageError("--schedule-ahead must not be negative")
+        from cw.serve.scheduler import parse_scheduler
+
+        parse_scheduler(self.scheduler)  # an unknown policy or setting: before anything starts
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise UsageError(f"--metrics-port {self.metrics_port} is not a port",
                              "give one within 1..65535 (0: any free port)")
@@ -354,7 +357,8 @@ class Controller:
 
     def _on_models(self, now_ns: int, peer: bytes, msg: p.ListModels) -> None:
         self.clients_ep.send(peer, p.ModelsResponse(
-            msg.request_id, list(self.scheduler.models().values()), self.shm_domain))
+            msg.request_id, list(self.scheduler.models().values()), self.shm_domain,
+            self.config.scheduler))
 
     def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
         self._respond_error(peer, -1, RequestStatus.MALFORMED, f"malformed request: {msg.error}")

@@ -56,6 +56,7 @@ class ControllerThread:
                                  f"{e.strerror}", "choose another --metrics-port") from None
         # written a few rows per loop iteration (Controller.serve_forever)
         self.telemetry = TelemetryLog(config.log_dir, keep=keep_telemetry, write_batch=None)
+        # the spec's own settings (clockwork:ahead=2ms) win over the config's
         scheduler = make_scheduler(config.scheduler,
                                    SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns))
         self.controller = Controller(config, self.workers_ep, self.clients_ep, scheduler,

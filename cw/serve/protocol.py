@@ -215,6 +215,7 @@ class ModelsResponse(msgspec.Struct, frozen=True, tag="models_response"):
     request_id: int
     models: list[ModelInfo]
     shm_domain: str = ""  # the controller's /dev/shm: clients there may send ShmRef inputs
+    scheduler: str = ""   # its policy spec (clockwork, batch-timeout:delay=5ms); "" from older
 
 
 class ErrorResponse(msgspec.Struct, frozen=True, tag="error"):

@@ -259,13 +259,21 @@ def test_infer_input_checked_before_reaching_a_controller(cli, tmp_path):
 def test_serve_flags_checked_before_anything_starts(cli, tmp_path):
     for args, text in [(("--workers", "0"), "--workers 0 and --copies 1 must each be ≥ 1"),
                        (("--copies", "0"), "--workers 1 and --copies 0 must each be ≥ 1"),
-                       (("--metrics-port", "99999"), "--metrics-port 99999 is not a port")]:
+                       (("--metrics-port", "99999"), "--metrics-port 99999 is not a port"),
+                       (("--scheduler", "batch-timeout:wait=1ms"),
+                        "'batch-timeout' has no setting 'wait'"),
+                       (("--scheduler", "clockwork:ahead=2ms", "--schedule-ahead", "3ms"),
+                        "--schedule-ahead 3ms and --scheduler clockwork:ahead=2ms both set")]:
         line = _one_error_line(cli("serve", "--models", tmp_path, "--runtime", "simulated",
                                    "--workers-listen", "tcp://127.0.0.1:*",
                                    "--clients-listen", "tcp://127.0.0.1:*", *args))
         assert text in line, line
     line = _one_error_line(cli("serve", "--models", tmp_path / "typo", "--runtime", "simulated"))
     assert "no such directory" in line and "typo" in line
+    line = _one_error_line(cli("serve", "controller", "--scheduler", "fifo:x=1",
+                               "--workers-listen", "tcp://127.0.0.1:*",
+                               "--clients-listen", "tcp://127.0.0.1:*"))
+    assert "'fifo' has no setting 'x'" in line
     line = _one_error_line(cli("serve", "worker", "--models", tmp_path, "--name", 'a"b'))
     assert "'a\"b' is not a valid worker name" in line
 

@@ -196,6 +196,25 @@ def test_compiled_baselines_identical_to_python(tmp_path, scheduler, case):
         assert "REJECTED" in statuses and "OK" in statuses
 
 
+@compiled
+@pytest.mark.parametrize("spec", ["clockwork:ahead=1ms:slack=1ms:loads=1",
+                                  "batch-timeout:max-batch=4:delay=500us",
+                                  "clipper:step=3:backoff=0.5"])
+def test_compiled_takes_a_specs_settings(tmp_path, spec):
+    """A policy's settings (`cw replay --scheduler batch-timeout:delay=500us`) reach the compiled
+    simulator as they reach the Python one, and change what happens."""
+    infos, durations = resolve_models("resnet50,resnet18,resnet152,inception_v3", 5, "paper")
+    sim_config, slo = SimConfig(1, 1, pages_per_gpu=40), 25 * MS
+    times, names = _trace_workload(infos, 3, 500)
+    out = _both(tmp_path / "spec", infos, durations, sim_config, slo, names=names,
+                times_ns=times, scheduler=spec)
+    for f in ("requests.csv", "actions.csv"):
+        assert out["compiled"][f] == out["python"][f], f"{spec}: {f} differs"
+    plain = _both(tmp_path / "plain", infos, durations, sim_config, slo, names=names,
+                  times_ns=times, scheduler=spec.split(":")[0])
+    assert plain["compiled"]["actions.csv"] != out["compiled"]["actions.csv"]
+
+
 def test_sim_engine_choices():
     for scheduler in ("clockwork", "clipper", "batch-timeout", "fifo"):
         assert fastsim.engine_for(scheduler, "python") == "python"

@@ -93,6 +93,28 @@ def test_several_policies_side_by_side_in_one_command(cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp", "fifo-alone", "seq"]
 
 
+def test_variants_of_a_policy_side_by_side(cli, tmp_path):
+    """`--scheduler batch-timeout,batch-timeout:delay=20ms`: one run per variant, each named by
+    its spec, and the setting changes what happens."""
+    out = tmp_path / "cmp"
+    r = cli("replay", "--simulate", "--duration", "20s", "--workload", "poisson", "--rate", "300",
+            "--models", "2", "--scheduler", "batch-timeout,batch-timeout:delay=20ms",
+            "--out", out, "--json")
+    assert r.code == 0, r.err
+    plain, waiting = json.loads(r.out)
+    assert (plain["scheduler"], waiting["scheduler"]) == ("batch-timeout",
+                                                          "batch-timeout:delay=20ms")
+    assert sorted(p.name for p in out.iterdir()) == ["batch-timeout", "batch-timeout-delay-20ms",
+                                                    "compare.html"]
+    assert json.loads((out / "batch-timeout-delay-20ms" / "summary.json").read_text()) == waiting
+    # waiting up to 20 ms for a batch: larger batches, and latency that shows the wait
+    assert waiting["mean_batch_size"] > plain["mean_batch_size"]
+    assert waiting["latency_ms"]["p50"] > plain["latency_ms"]["p50"] + 10
+    page = (out / "compare.html").read_text()
+    assert "batch-timeout:delay=20ms" in page
+    assert "batch-timeout:delay=20ms (" not in page  # the spec alone names the run
+
+
 def test_synthetic_workloads_and_presets(cli, tmp_path):
     r = cli("replay", "--simulate", "--workload", "poisson", "--rate", "300", "--models", "16",
             "--duration", "20s", "--out", tmp_path / "p", "--json")
@@ -136,7 +158,9 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--noise", "-1"), "--noise -1 must be ≥ 0 and < 1"),
     (("--noise", "nan"), "--noise nan must be ≥ 0 and < 1"),
     (("--scheduler", "clockwork,nope"), "unknown scheduler 'nope'"),
-    (("--scheduler", "fifo,fifo"), "names a policy twice"),
+    (("--scheduler", "fifo,fifo"), "names one policy twice"),
+    (("--scheduler", "clockwork,batch-timeout:wait=1ms"), "'batch-timeout' has no setting 'wait'"),
+    (("--scheduler", "clipper:backoff=2"), "backoff=2 must be a fraction above 0 and below 1"),
     (("--scheduler", "clockwork,fifo", "--controller", "tcp://127.0.0.1:1"),
      "need controllers of their own"),
     (("--scheduler", "clockwork,fifo", "--models", "mlp"), "no published or measured timings"),

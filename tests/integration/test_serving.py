@@ -276,6 +276,36 @@ def test_replay_against_a_running_controller(cli, models_dir, tmp_path):
         ctl.close()
 
 
+def test_a_replay_names_the_policy_a_running_controller_runs(cli, models_dir, tmp_path):
+    """The controller tells clients its policy; a replay against it records that policy, and
+    refuses a --scheduler that the running controller does not run."""
+    import json
+
+    from cw.client import Client
+
+    ctl = start(tmp_path, scheduler="batch-timeout:delay=1ms")
+    worker = WorkerThread(ctl.workers_address, models_dir, "simulated", "sim-policy")
+    try:
+        ctl.wait_for_workers(1)
+        with Client(ctl.clients_address) as client:
+            client.models()
+            assert client.scheduler == "batch-timeout:delay=1ms"
+        out = tmp_path / "remote-replay"
+        args = ("replay", "--controller", ctl.clients_address, "--workload", "poisson",
+                "--rate", "100", "--duration", "1s")
+        r = cli(*args, "--out", out)
+        assert r.code == 0, r.err
+        assert json.loads((out / "summary.json").read_text())["scheduler"] == \
+            "batch-timeout:delay=1ms"
+        r = cli(*args, "--scheduler", "clipper", "--out", tmp_path / "refused")
+        assert r.code == 2
+        assert "runs 'batch-timeout:delay=1ms', not --scheduler clipper" in r.err
+        assert not (tmp_path / "refused").exists()
+    finally:
+        worker.close()
+        ctl.close()
+
+
 def test_controller_process_reports_a_bad_address_as_the_usage_error_it_is(tmp_path):
     from cw.errors import UsageError
     from cw.serve.launch import ControllerProcess

@@ -1,25 +1,14 @@
 """Schedulers: pure policies. Events and `now_ns` in, decisions out; no sockets, threads or clocks.
 
-`make_scheduler(name, config)` builds one by name for the controller and the simulator.
+`make_scheduler(spec, config)` builds one for the controller and the simulator from a spec such
+as `clockwork` or `batch-timeout:delay=5ms` (spec.py).
 """
 
 from __future__ import annotations
 
 from cw.serve.scheduler.base import Scheduler, SchedulerConfig
+from cw.serve.scheduler.spec import (SCHEDULERS, SchedulerSpec, make_scheduler, parse_scheduler,
+                                     parse_schedulers)
 
-
-SCHEDULERS = ("clockwork", "clipper", "batch-timeout", "fifo")
-
-
-def make_scheduler(name: str, config: SchedulerConfig | None = None) -> Scheduler:
-    from cw.errors import UsageError
-    from cw.serve.scheduler.baselines import (BatchTimeoutScheduler, ClipperScheduler,
-                                              FifoScheduler)
-    from cw.serve.scheduler.clockwork import ClockworkScheduler
-
-    config = config or SchedulerConfig()
-    table = {"clockwork": ClockworkScheduler, "clipper": ClipperScheduler,
-             "batch-timeout": BatchTimeoutScheduler, "fifo": FifoScheduler}
-    if name not in table:
-        raise UsageError(f"unknown scheduler '{name}'", f"choose one of: {', '.join(SCHEDULERS)}")
-    return table[name](config)
+__all__ = ["SCHEDULERS", "Scheduler", "SchedulerConfig", "SchedulerSpec", "make_scheduler",
+           "parse_scheduler", "parse_schedulers"]
