@@ -32,15 +32,22 @@ def test_fifo_runs_one_at_a_time_and_never_rejects():
     assert all(h.finished[r].status == RequestStatus.OK for r in rids)
 
 
-def test_batch_timeout_waits_for_a_full_batch_or_the_delay():
+def warm_with_requests(spec, n):
+    """A policy whose model is loaded (its cold start done), with `n` requests just arrived:
+    (harness, clock, the time they arrived)."""
     clock = Clock()
-    h = harness("batch-timeout", clock)
+    h = harness(spec, clock)
     h.request()
-    drain(h, clock, 20)  # cold start done
+    drain(h, clock, 20)
     h.sent.clear()
     t0 = clock.now
-    for _ in range(3):
+    for _ in range(n):
         h.apply(h.s.request_arrived(t0, Request(next(h.ids), "m", 1, t0, t0 + 100 * MS)))
+    return h, clock, t0
+
+
+def test_batch_timeout_waits_for_a_full_batch_or_the_delay():
+    h, clock, t0 = warm_with_requests("batch-timeout", 3)
     h.apply(h.s.tick(t0))
     assert not of(h.sent, SendInfer)  # neither full nor old enough
     clock.now = t0 + 2 * MS

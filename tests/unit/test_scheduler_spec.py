@@ -4,9 +4,9 @@ import pytest
 
 from cw.errors import UsageError
 from cw.serve.scheduler import SchedulerConfig, make_scheduler, parse_scheduler, parse_schedulers
-from cw.serve.scheduler.base import Request, SendInfer
-from tests.unit.test_scheduler_baselines import drain, harness
-from tests.unit.test_scheduler_clockwork import MS, Clock, of
+from cw.serve.scheduler.base import SendInfer
+from tests.unit.test_scheduler_baselines import warm_with_requests
+from tests.unit.test_scheduler_clockwork import MS, of
 
 
 def test_settings_are_parsed_into_the_config_and_the_policy():
@@ -66,14 +66,7 @@ def test_a_setting_changes_the_decisions_on_the_fake_clock():
     """batch-timeout's delay: a batch of 3 leaves after 2 ms by default, after 5 ms with
     delay=5ms, and at once with max-batch=3."""
     def first_send_after(spec):
-        clock = Clock()
-        h = harness(spec, clock)
-        h.request()
-        drain(h, clock, 20)  # cold start done
-        h.sent.clear()
-        t0 = clock.now
-        for _ in range(3):
-            h.apply(h.s.request_arrived(t0, Request(next(h.ids), "m", 1, t0, t0 + 100 * MS)))
+        h, clock, t0 = warm_with_requests(spec, 3)
         for waited_ms in range(10):
             clock.now = t0 + waited_ms * MS
             h.apply(h.s.tick(clock.now))
