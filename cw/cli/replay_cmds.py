@@ -9,6 +9,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cw.cli.app import app, console, print_json
+from cw.errors import UsageError
 from cw.replay.runner import ReplayConfig, replay, with_preset
 from cw.units import parse_duration_ns
 
@@ -42,7 +43,9 @@ def replay_cmd(
                                       help="Scale to this mean rate (default 200 r/s per GPU)."),
     arrivals: str = typer.Option(_D.arrivals, "--arrivals", help="poisson, exact or gamma:CV."),
     mapping: str = typer.Option(_D.mapping, "--map", help="contiguous or stripe."),
-    slo: str = typer.Option(None, "--slo", help="Latency objective (100ms)."),
+    slo: str = typer.Option(None, "--slo",
+                            help="Latency objective (100ms); several, comma-separated, replay "
+                                 "the same workload at each (OUT/NAME-slo-X/ each)."),
     scheduler: str = typer.Option(_D.scheduler, "--scheduler",
                                   help="clockwork, clipper, batch-timeout or fifo, with "
                                        "settings if need be (clockwork:ahead=2ms, "
@@ -79,7 +82,7 @@ def replay_cmd(
       [bold]cw replay --trace azure --simulate[/]
       [bold]cw replay --trace azure:~/azure2019 --simulate --workers 6 --copies 66 --duration 1h[/]
       [bold]cw replay --simulate --workload poisson --rate 1000 --models 80[/]
-      [bold]cw replay --simulate --preset fig5 --slo 25ms --duration 1m[/]
+      [bold]cw replay --simulate --preset fig5 --slo 10ms,25ms,100ms[/]
       [bold]cw replay --simulate --preset fig6 --duration 1h[/]
       [bold]cw replay --trace azure --simulate --scheduler clockwork,clipper,batch-timeout[/]
       [bold]cw replay --simulate --preset fig5 --slo 10ms --scheduler clockwork,clockwork:ahead=2ms[/]
@@ -87,9 +90,14 @@ def replay_cmd(
     from cw.serve.scheduler import parse_schedulers
 
     schedulers = parse_schedulers(scheduler)
+    slos_ns = ([parse_duration_ns(s, "--slo") for s in slo.split(",") if s.strip()]
+               if slo else [])
+    if slo and not slos_ns:
+        raise UsageError("--slo is empty", "e.g. --slo 100ms, or --slo 25ms,100ms")
+    several = len(schedulers) > 1 or len(slos_ns) > 1
     chosen = dict(models=models, copies=copies, zoo_timings=zoo_timings, workload=workload,
                   concurrency=concurrency,
-                  workers=workers, slo_ns=parse_duration_ns(slo, "--slo") if slo else None,
+                  workers=workers, slo_ns=slos_ns[0] if slos_ns else None,
                   trace=trace, rate=rate,
                   duration_s=parse_duration_ns(duration, "--duration") / 1e9 if duration
                   else None,
@@ -115,7 +123,7 @@ def replay_cmd(
     def on_event(event, info):
         nonlocal task, current, runs
         if event == "run_start":
-            current = f"{info['scheduler']}: "
+            current = f"{info['run']}: "
             if runs is None:
                 runs = progress.add_task(f"{info['total']} policies", total=info["total"])
         elif event == "start":
@@ -127,22 +135,25 @@ def replay_cmd(
         elif event == "run_done":
             progress.advance(runs)
             if not as_json:
-                console().print(f"  {info['scheduler']}: done")
+                console().print(f"  {info['run']}: done")
 
     with progress:
-        if len(schedulers) > 1:
-            from cw.replay.compare import COMPARE_FILE, replay_side_by_side
+        if several:
+            from cw.replay.compare import replay_side_by_side
 
-            summaries = replay_side_by_side(config, schedulers, on_event)
+            summaries = replay_side_by_side(config, schedulers, on_event,
+                                            slos_ns=slos_ns if len(slos_ns) > 1 else None)
         else:
             summaries = [replay(config, on_event)]
-    if len(schedulers) > 1:
+    if several:
         if as_json:
             print_json(summaries)
             return
+        from cw.replay.compare import COMPARE_FILE
+
         render_summaries(summaries)
-        labels = ",".join(s.label for s in schedulers)
-        console().print(f"wrote {out}/{{{labels}}}/ and {out}/{COMPARE_FILE}")
+        names = ",".join(s["name"] for s in summaries)
+        console().print(f"wrote {out}/{{{names}}}/ and {out}/{COMPARE_FILE}")
         return
     (summary,) = summaries
     if as_json:

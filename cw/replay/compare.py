@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from cw.errors import UsageError
-from cw.replay.report import RunSeries, write_report
+from cw.replay.report import RunSeries, run_label, run_name, write_report
 from cw.replay.runner import ReplayConfig, atomic_output, replay
 from cw.serve.scheduler import SchedulerSpec, parse_schedulers
 
@@ -27,34 +27,48 @@ COMPARE_FILE = "compare.html"
 
 def replay_side_by_side(config: ReplayConfig, schedulers: list[str | SchedulerSpec],
                         progress: Callable[[str, dict], None] | None = None,
-                        jobs: int | None = None) -> list[dict]:
-    """One replay per policy (or variant of one, `cw.serve.scheduler.parse_schedulers`) into
-    `config.out`/<its label>/ and `config.out`/compare.html; their summaries, in the order given. `jobs`: simulated replays at once (default: one per core).
-    `progress` gets "run_start" and "run_done" ({"scheduler", "index", "total"}) events, and a
-    sequential run's own replay events too."""
+                        jobs: int | None = None, slos_ns: list[int] | None = None) -> list[dict]:
+    """One replay per policy (or variant of one, `cw.serve.scheduler.parse_schedulers`) and, with
+    `slos_ns`, per SLO, into `config.out`/<run_name>/ and `config.out`/compare.html; their
+    summaries, SLO by SLO in the order given. `jobs`: simulated replays at once (default: one
+    per core). `progress` gets "run_start" and "run_done" ({"run", "scheduler", "index",
+    "total"}) events, and a sequential run's own replay events too."""
     progress = progress or (lambda event, info: None)
     schedulers = parse_schedulers(",".join(s if isinstance(s, str) else s.text
                                            for s in schedulers))
+    if slos_ns is not None:
+        if not slos_ns or any(slo <= 0 for slo in slos_ns):
+            raise UsageError("each --slo must be positive", "e.g. --slo 25ms,100ms")
+        if len(set(slos_ns)) < len(slos_ns):
+            raise UsageError("--slo names one SLO twice", "name each once")
     if config.controller:
-        raise UsageError("several --scheduler policies need controllers of their own; the "
-                         f"running `cw serve` at {config.controller} has one",
-                         "drop --controller (cw starts one per policy), or give one --scheduler")
+        raise UsageError("several runs (--scheduler a,b or --slo x,y) need controllers of their "
+                         f"own; the running `cw serve` at {config.controller} has one",
+                         "drop --controller (cw starts one per run), or run one policy and SLO "
+                         "at a time")
     with atomic_output(Path(config.out), config.force) as tmp:
-        configs = [replace(config, scheduler=s.text, out=tmp / s.label, force=False)
-                   for s in schedulers]
+        runs = [(s.text, slo) for slo in (slos_ns or [None]) for s in schedulers]
+        configs = [replace(config, scheduler=policy, out=tmp / run_name(
+                               policy, None if slo is None else slo / 1e6),
+                           slo_ns=config.slo_ns if slo is None else slo, force=False)
+                   for policy, slo in runs]
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
         if config.simulate and jobs > 1:
             results = _in_parallel(configs, jobs, progress)
         else:
             results = []
             for i, c in enumerate(configs):
-                progress("run_start", {"scheduler": c.scheduler, "index": i,
-                                       "total": len(configs)})
+                progress("run_start", _run_info(c, i, len(configs)))
                 results.append(_replay_with_series(c, progress))
-                progress("run_done", {"scheduler": c.scheduler, "index": i,
-                                      "total": len(configs)})
+                progress("run_done", _run_info(c, i, len(configs)))
         write_report([series for _, series in results], tmp / COMPARE_FILE)
     return [summary for summary, _ in results]
+
+
+def _run_info(config: ReplayConfig, index: int, total: int) -> dict:
+    label = run_label({"scheduler": config.scheduler, "name": config.out.name,
+                       "slo_ms": config.slo_ns / 1e6})
+    return {"run": label, "scheduler": config.scheduler, "index": index, "total": total}
 
 
 def _replay_with_series(config: ReplayConfig, progress=None) -> tuple[dict, RunSeries]:
@@ -74,10 +88,10 @@ def _in_parallel(configs: list[ReplayConfig], jobs: int,
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         futures = []
         for i, c in enumerate(configs):
-            progress("run_start", {"scheduler": c.scheduler, "index": i, "total": len(configs)})
+            progress("run_start", _run_info(c, i, len(configs)))
             futures.append(pool.submit(_replay_with_series, c))
         results = []
         for i, (c, f) in enumerate(zip(configs, futures)):
             results.append(f.result())  # a run's error (a UsageError, say) is raised here
-            progress("run_done", {"scheduler": c.scheduler, "index": i, "total": len(configs)})
+            progress("run_done", _run_info(c, i, len(configs)))
         return results

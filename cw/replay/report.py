@@ -18,14 +18,13 @@ COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
 
 
 def _svg(title: str, series: list[tuple[str, np.ndarray, np.ndarray]], xlabel: str, ylabel: str,
-         vline: float | None = None, log_y: bool = False, steps: bool = False) -> str:
+         vlines: tuple[float, ...] = (), log_y: bool = False, steps: bool = False) -> str:
     xs = [x for _, x, _ in series if len(x)]
     ys = [y for _, _, y in series if len(y)]
     if not xs:
         return f"<figure><figcaption>{html.escape(title)}: no data</figcaption></figure>"
     x0, x1 = min(float(x.min()) for x in xs), max(float(x.max()) for x in xs)
-    if vline is not None:
-        x1 = max(x1, vline)
+    x1 = max([x1, *vlines])
     y_all = np.concatenate(ys)
     if log_y:
         y_all = y_all[y_all > 0]
@@ -60,7 +59,7 @@ def _svg(title: str, series: list[tuple[str, np.ndarray, np.ndarray]], xlabel: s
         parts.append(f'<text x="{sx(xv):.1f}" y="{H - PAD + 14}" text-anchor="middle">'
                      f'{xv:.4g}</text>')
         parts.append(f'<text x="{PAD - 4}" y="{sy(yv):.1f}" text-anchor="end">{yv:.4g}</text>')
-    if vline is not None:
+    for vline in vlines:
         parts.append(f'<line x1="{sx(vline):.1f}" y1="{PAD}" x2="{sx(vline):.1f}" '
                      f'y2="{H - PAD}" stroke="#888" stroke-dasharray="4 3"/>')
     for i, (label, x, y) in enumerate(series):
@@ -113,13 +112,24 @@ class Run:
         self.label = run_label(self.summary, d.name)
 
 
-def run_label(summary: dict, default_name: str = "") -> str:
-    """What a run is called in tables and legends: its policy, and its directory's name where
-    that says more (two runs of one policy, say)."""
+def run_name(policy: str, slo_ms: float | None = None) -> str:
+    """The directory of one run of `cw replay --scheduler a,b [--slo x,y]`: the policy's spec
+    made a file name, and the SLO where several are compared (`clockwork-slo-25ms`)."""
     from cw.serve.scheduler.spec import spec_label
 
+    return spec_label(policy) + ("" if slo_ms is None else f"-slo-{slo_ms:g}ms")
+
+
+def run_label(summary: dict, default_name: str = "") -> str:
+    """What a run is called in tables and legends: its policy (and SLO, in a comparison of
+    SLOs), and its directory's name where that says more (two runs of one policy, say)."""
     policy, name = summary.get("scheduler", "?"), summary.get("name", default_name)
-    return policy if name in ("", policy, spec_label(policy)) else f"{policy} ({name})"
+    slo_ms = summary.get("slo_ms")
+    if name in ("", policy, run_name(policy)):
+        return policy
+    if slo_ms is not None and name == run_name(policy, slo_ms):
+        return f"{policy}, SLO {slo_ms:g} ms"
+    return f"{policy} ({name})"
 
 
 def _per_bucket(times_ns, weights=None, bucket_s=10.0, t_end_s=None):
@@ -237,12 +247,12 @@ def run_series(r: Run, dur: float, bucket: float) -> RunSeries:
 
 
 def figures(runs: list[RunSeries], bucket: float) -> list[str]:
-    slo_ms = runs[0].summary.get("slo_ms")
+    slos_ms = tuple(sorted({r.summary["slo_ms"] for r in runs if r.summary.get("slo_ms")}))
     specs = [  # title, x label, y label, options; in run_series's order
         ("Offered load, throughput and goodput", "time (s)", "requests/s", {"steps": True}),
         ("Latency over time", "time (s)", "latency (ms)", {}),
         ("Latency CDF (dashed: SLO)", "latency (ms)", "fraction of served requests",
-         {"vline": slo_ms}),
+         {"vlines": slos_ms}),
         ("Batch sizes", "batch size", "INFER actions", {"steps": True}),
         (f"Cold starts and loads per {bucket:g} s", "time (s)", "count", {"steps": True}),
         ("Busy fraction (mean over GPUs)", "time (s)", "fraction", {"steps": True}),
@@ -259,7 +269,7 @@ def figures(runs: list[RunSeries], bucket: float) -> list[str]:
     return figs
 
 
-SUMMARY_KEYS = [("requests", "requests"), ("offered r/s", "offered_rps"),
+SUMMARY_KEYS = [("SLO ms", "slo_ms"), ("requests", "requests"), ("offered r/s", "offered_rps"),
                 ("goodput r/s", "goodput_rps"), ("SLO attainment", "slo_attainment"),
                 ("rejected", "rejected"), ("late", "late"), ("timed out", "timed_out"),
                 ("errors", "errors"),

@@ -115,6 +115,26 @@ def test_variants_of_a_policy_side_by_side(cli, tmp_path):
     assert "batch-timeout:delay=20ms (" not in page  # the spec alone names the run
 
 
+def test_several_slos_side_by_side(cli, tmp_path):
+    """`--slo 25ms,100ms`: one run per SLO (and policy), each exactly the replay at that SLO
+    alone, both SLOs marked on the overlaid latency CDF."""
+    out, alone = tmp_path / "cmp", tmp_path / "alone"
+    args = ("replay", "--simulate", "--duration", "10s", "--target-rate", "300")
+    r = cli(*args, "--slo", "25ms,100ms", "--scheduler", "clockwork", "--out", out, "--json")
+    assert r.code == 0, r.err
+    tight, loose = json.loads(r.out)
+    assert (tight["slo_ms"], loose["slo_ms"]) == (25, 100)
+    assert (tight["name"], loose["name"]) == ("clockwork-slo-25ms", "clockwork-slo-100ms")
+    assert tight["rejected"] > loose["rejected"]  # a tighter SLO turns more requests away
+    r = cli(*args, "--slo", "25ms", "--out", alone)
+    assert r.code == 0, r.err
+    assert (out / "clockwork-slo-25ms" / "requests.csv").read_text() == \
+        (alone / "requests.csv").read_text()
+    page = (out / "compare.html").read_text()
+    assert "clockwork, SLO 25 ms" in page and "clockwork, SLO 100 ms" in page
+    assert page.count('stroke-dasharray="4 3"') == 2
+
+
 def test_synthetic_workloads_and_presets(cli, tmp_path):
     r = cli("replay", "--simulate", "--workload", "poisson", "--rate", "300", "--models", "16",
             "--duration", "20s", "--out", tmp_path / "p", "--json")
@@ -163,6 +183,12 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--scheduler", "clipper:backoff=2"), "backoff=2 must be a fraction above 0 and below 1"),
     (("--scheduler", "clockwork,fifo", "--controller", "tcp://127.0.0.1:1"),
      "need controllers of their own"),
+    (("--slo", "25ms,100ms", "--controller", "tcp://127.0.0.1:1"),
+     "need controllers of their own"),
+    (("--slo", "25ms,25ms"), "--slo names one SLO twice"),
+    (("--slo", "25ms,0ms"), "each --slo must be positive"),
+    (("--slo", "25ms,soon"), "invalid --slo 'soon'"),
+    (("--slo", ","), "--slo is empty"),
     (("--scheduler", "clockwork,fifo", "--models", "mlp"), "no published or measured timings"),
 ])
 def test_bad_input_one_line_nothing_written(cli, tmp_path, args, text):
