@@ -49,6 +49,11 @@ def main() -> None:
                     peer, registration = who, msg
         router.send(peer, p.Welcome(1, registration.worker_ns, now_ns()))
         model = registration.models[0]
+        if model.estimates_from not in ("profile", "profile-partial"):
+            # then each EXEC takes a made-up 1.5 ms and that, not the worker, is what is timed
+            print(f"warning: {model.model_id} has no profile.json, so simulated EXECs take "
+                  f"{model.exec_ns.get(args.batch, 0) / 1e6:.2f} ms ({model.estimates_from} "
+                  f"timings); run `cw profile BUNDLE --device cpu` first", flush=True)
         spec = model.inputs[0]
         data = np.zeros(args.batch * spec.sample_bytes, np.uint8).tobytes()
         t = now_ns()
