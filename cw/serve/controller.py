@@ -114,7 +114,7 @@ class Controller:
         self._poller = MultiPoller([workers_endpoint, clients_endpoint])
         self.scheduler = scheduler
         self.telemetry = telemetry or TelemetryLog(config.log_dir, keep=False, write_batch=None)
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or Metrics(config.scheduler)
         self.workers: dict[int, _Worker] = {}
         self.by_peer: dict[bytes, int] = {}
         self.pending: dict[int, _Pending] = {}

@@ -43,7 +43,7 @@ class ControllerThread:
         except Exception:
             self.workers_ep.close()
             raise
-        self.metrics = Metrics()
+        self.metrics = Metrics(config.scheduler)
         self.metrics_server = None
         if config.metrics_port is not None:
             try:

@@ -53,8 +53,9 @@ def loop_summary(busy: Histogram) -> dict:
 
 
 class Metrics:
-    def __init__(self):
+    def __init__(self, scheduler: str = ""):
         self._lock = threading.Lock()
+        self.scheduler = scheduler      # the policy spec, for dashboards comparing deployments
         self.requests = Counter()       # status -> count
         self.in_slo = 0
         self.latency = Histogram(LATENCY_BUCKETS_MS)  # answered OK
@@ -92,7 +93,9 @@ class Metrics:
 
     def render(self) -> str:
         with self._lock:
-            lines = ["# TYPE cw_requests_total counter"]
+            lines = ["# TYPE cw_scheduler_info gauge",
+                     f'cw_scheduler_info{{scheduler="{self.scheduler}"}} 1',
+                     "# TYPE cw_requests_total counter"]
             for status, n in sorted(self.requests.items()):
                 lines.append(f'cw_requests_total{{status="{status}"}} {n}')
             lines += ["# TYPE cw_requests_in_slo_total counter",

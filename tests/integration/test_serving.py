@@ -436,6 +436,7 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
         assert int(lines['cw_actions_total{kind="infer",status="OK"}']) >= 1
         assert int(lines['cw_actions_total{kind="load",status="OK"}']) >= 1
         assert lines["cw_queue_length"] == "0"
+        assert lines['cw_scheduler_info{scheduler="clockwork"}'] == "1"
         assert 0 < float(lines['cw_gpu_busy_fraction{gpu="1/0"}']) < 1
         assert int(lines['cw_gpu_loaded_models{gpu="1/0"}']) >= 1
         assert int(lines["cw_controller_loop_busy_seconds_count"]) > 10
