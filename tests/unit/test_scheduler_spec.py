@@ -29,6 +29,12 @@ def test_settings_are_parsed_into_the_config_and_the_policy():
     assert make_scheduler("clockwork").config == SchedulerConfig()
 
 
+def test_spaces_around_names_and_values_are_dropped():
+    spec = parse_scheduler(" batch-timeout : delay = 5ms ")
+    assert spec.text == "batch-timeout:delay=5ms" and spec.label == "batch-timeout-delay-5ms"
+    assert spec.settings == (("delay", 5 * MS),)
+
+
 def test_variants_of_one_policy_side_by_side():
     specs = parse_schedulers("clockwork, clockwork:ahead=2ms,clipper")
     assert [s.text for s in specs] == ["clockwork", "clockwork:ahead=2ms", "clipper"]

@@ -86,8 +86,9 @@ def spec_label(text: str) -> str:
 
 def parse_scheduler(text: str, flag: str = "--scheduler") -> SchedulerSpec:
     """`batch-timeout:delay=5ms` → its SchedulerSpec, every part checked."""
-    text = text.strip()
-    policy, *parts = text.split(":")
+    # spaces around names and values are dropped: the text names runs and their directories
+    policy, *parts = (_tidy(part) for part in text.split(":"))
+    text = ":".join([policy, *parts])
     if policy not in SCHEDULERS:
         raise UsageError(f"unknown scheduler '{policy}' in {flag} {text}",
                          f"choose from {', '.join(SCHEDULERS)}")
@@ -135,6 +136,11 @@ def make_scheduler(spec: str | SchedulerSpec, config: SchedulerConfig | None = N
     table = {"clockwork": ClockworkScheduler, "clipper": ClipperScheduler,
              "batch-timeout": BatchTimeoutScheduler, "fifo": FifoScheduler}
     return table[spec.policy](spec.config(config), **spec.keywords())
+
+
+def _tidy(part: str) -> str:
+    key, eq, value = part.partition("=")
+    return f"{key.strip()}{eq}{value.strip()}"
 
 
 def _value(setting: Setting, key: str, text: str, where: str) -> int | float:
