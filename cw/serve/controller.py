@@ -27,6 +27,7 @@ from cw.serve.transport import Malformed, MultiPoller
 
 log = logging.getLogger("cw.controller")
 MS = 1_000_000
+STOPPED = "stopped"  # why a worker that said it was Leaving left
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,8 @@ class Controller:
         self._worker_ids = itertools.count(1)
         self._request_ids = itertools.count(1)
         self._worker_handlers = {p.Register: self._on_register, p.Ping: self._on_ping,
-                                 p.Result: self._on_result, Malformed: self._on_worker_malformed}
+                                 p.Result: self._on_result, p.Leaving: self._on_leaving,
+                                 Malformed: self._on_worker_malformed}
         self._client_handlers = {p.InferRequest: self._on_infer, p.ListModels: self._on_models,
                                  Malformed: self._on_client_malformed}
 
@@ -290,6 +292,10 @@ class Controller:
         self._apply(now_ns, decisions)
         del self.actions[msg.id]
 
+    def _on_leaving(self, now_ns: int, peer: bytes, msg: p.Leaving) -> None:
+        if peer in self.by_peer:
+            self._worker_left(now_ns, self.by_peer[peer], STOPPED)
+
     def _on_worker_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
         log.warning("malformed message from a worker (%d bytes): %s", len(msg.raw), msg.error)
 
@@ -306,7 +312,9 @@ class Controller:
         w = self.workers.pop(wid)
         for peer in (w.peer, *w.result_peers):
             self.by_peer.pop(peer, None)
-        log.warning("worker %d (%s) left: %s", wid, w.name, why)
+        # a worker that said it was leaving is no surprise
+        log.log(logging.INFO if why == STOPPED else logging.WARNING, "worker %d (%s) left: %s",
+                wid, w.name, why)
         for action_id, record in list(self.actions.items()):
             if record.decision.worker_id == wid:
                 self._action_row(now_ns, record, "LOST", None, w.simulated)

@@ -22,7 +22,8 @@ import msgspec
 
 from cw.serve.shm import ShmRef
 
-PROTOCOL_VERSION = 3  # 2: INFER inputs in one chunk per request; 3: inputs in shared memory
+PROTOCOL_VERSION = 4  # 2: INFER inputs in one chunk per request; 3: inputs in shared memory;
+# 4: a worker says it is Leaving
 
 # An input's bytes: in the message, or in a shared-memory segment on the receiver's host.
 Tensor = memoryview | ShmRef
@@ -181,7 +182,13 @@ class Result(msgspec.Struct, frozen=True, tag="result"):
     sent_ns: int = 0           # when the worker encoded it (0: not stamped)
 
 
-FromWorker = Register | Ping | Result
+class Leaving(msgspec.Struct, frozen=True, tag="leaving"):
+    """A worker that stops on purpose says so after its last results, so that the controller
+    re-plans at once instead of finding it unreachable or silent."""
+    reason: str
+
+
+FromWorker = Register | Ping | Result | Leaving
 
 
 # --- client ↔ controller --------------------------------------------------------------------

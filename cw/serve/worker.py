@@ -28,9 +28,9 @@ import numpy as np
 
 from cw.serve.clock import ClockSync, clock_domain
 from cw.serve.executor import Executor
-from cw.serve.protocol import (PROTOCOL_VERSION, DeviceDesc, Goodbye, Infer, Load, ModelInfo, Ping,
-                               Pong, Register, Result, Status, TensorInfo, Timing, Unload,
-                               Welcome)
+from cw.serve.protocol import (PROTOCOL_VERSION, DeviceDesc, Goodbye, Infer, Leaving, Load,
+                               ModelInfo, Ping, Pong, Register, Result, Status, TensorInfo,
+                               Timing, Unload, Welcome)
 from cw.serve.runtime.base import SPIN_NS, IOSlot, PhaseTiming, Runtime, now_ns
 from cw.serve.runtime.host import HostModel
 from cw.serve.shm import ShmError, ShmReader, ShmRef, shm_domain
@@ -257,6 +257,8 @@ class Worker:
                     device.drain_completions()  # launched EXECs still feed the output copy
                 for item in executor.stop():
                     self._reply_status(item, Status.SHUTTING_DOWN, "worker is shutting down")
+        if self.worker_id is not None:
+            self.transport.send(Leaving("shutting down"))
         self.transport.poll(0)  # flush the outbox
         if all(not e.alive for d in self.devices for e in d.executors()):
             for device in self.devices:

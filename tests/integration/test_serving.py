@@ -383,6 +383,29 @@ def test_a_worker_that_dies_at_start_is_quoted_without_a_log_dir(models_dir, tmp
     assert not scratch.exists()
 
 
+def test_a_worker_that_stops_says_so(models_dir, tmp_path, caplog):
+    """A worker stopped on purpose tells the controller (Leaving), which drops it at once, as a
+    stop and not as a worker gone missing (it would otherwise wait for 3 s of silence)."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="cw.controller")
+    ctl = start(tmp_path)
+    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "leaver")
+    try:
+        ctl.wait_for_workers(1)
+        w.close()
+        t0 = time.monotonic()
+        while ctl.controller.workers and time.monotonic() - t0 < 5:
+            time.sleep(0.01)
+        assert not ctl.controller.workers
+        assert time.monotonic() - t0 < 1.0
+        left = [r for r in caplog.records if "left" in r.getMessage()]
+        assert [(r.levelno, r.getMessage()) for r in left] == [
+            (logging.INFO, "worker 1 (leaver) left: stopped")]
+    finally:
+        ctl.close()
+
+
 @pytest.mark.parametrize("runtime", ["simulated", "tvm"])
 def test_worker_registers_again_with_a_restarted_controller(models_dir, tmp_path, runtime):
     """A controller that goes away and comes back on the same address: the worker keeps
