@@ -240,7 +240,8 @@ class Controller:
             log.error("worker %s speaks protocol %d, this controller %d", msg.name,
                       msg.protocol_version, p.PROTOCOL_VERSION)
             self.workers_ep.send(peer, p.Goodbye(
-                f"protocol version {msg.protocol_version} is not {p.PROTOCOL_VERSION}"))
+                f"protocol version {msg.protocol_version} is not {p.PROTOCOL_VERSION}",
+                p.PROTOCOL_VERSION))
             return
         if peer in self.by_peer:  # re-registration (its controller view was lost): start over
             self._worker_left(now_ns, self.by_peer[peer], "re-registered")
@@ -267,7 +268,8 @@ class Controller:
     def _on_ping(self, now_ns: int, peer: bytes, msg: p.Ping) -> None:
         wid = self.by_peer.get(peer)
         if wid is None:
-            self.workers_ep.send(peer, p.Goodbye("unknown worker: register again"))
+            self.workers_ep.send(peer, p.Goodbye("unknown worker: register again",
+                                                 p.PROTOCOL_VERSION))
             return
         self.workers[wid].last_seen_ns = now_ns
         self.metrics.worker_clock(self.workers[wid].name, msg.offset_ns, msg.estimate_ns,

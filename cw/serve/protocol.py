@@ -107,6 +107,7 @@ class Welcome(msgspec.Struct, frozen=True, tag="welcome"):
 
 class Goodbye(msgspec.Struct, frozen=True, tag="goodbye"):
     reason: str
+    protocol_version: int = 0  # the controller's (0 from controllers before version 4)
 
 
 ToWorker = Load | Unload | Infer | Pong | Welcome | Goodbye

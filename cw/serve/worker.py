@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cw.errors import CwError, UsageError
 from cw.serve.clock import ClockSync, clock_domain
 from cw.serve.executor import Executor
 from cw.serve.protocol import (PROTOCOL_VERSION, DeviceDesc, Goodbye, Infer, Leaving, Load,
@@ -59,8 +60,6 @@ class WorkerConfig:
     log_stalls_ns: int | None = None      # log every stall longer than this (cw/serve/stalls.py)
 
     def __post_init__(self):
-        from cw.errors import UsageError
-
         if self.runtime not in ("tvm", "simulated"):
             raise UsageError(f"unknown runtime '{self.runtime}'", "use --runtime tvm or simulated")
         if self.copies < 1:
@@ -164,6 +163,7 @@ class Worker:
         self._last_shm_sweep_ns = 0
         self._last_register_ns = 0
         self.stopped = False
+        self.fatal: CwError | None = None  # why serving cannot go on (raised by serve_forever)
         self.stall_watch = None  # a StallWatch while serving with config.log_stalls_ns
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -235,7 +235,7 @@ class Worker:
                                           self.config.log_stalls_ns).start()
         self.register()
         try:
-            while not stop.is_set():
+            while not stop.is_set() and self.fatal is None:
                 try:
                     self.step()
                 except Exception:  # the loop logs the unexpected and keeps serving
@@ -244,6 +244,8 @@ class Worker:
             if self.stall_watch is not None:
                 self.stall_watch.stop()
         self.shutdown()
+        if self.fatal is not None:
+            raise self.fatal
 
     def shutdown(self) -> None:
         """Stop the executors; every action not started gets a SHUTTING_DOWN result."""
@@ -280,9 +282,17 @@ class Worker:
         log.info("registered as worker %d", msg.worker_id)
 
     def _on_goodbye(self, msg: Goodbye) -> None:
-        log.warning("controller says: %s; registering again", msg.reason)
         self.worker_id = None
-        self.register()
+        if msg.protocol_version and msg.protocol_version != PROTOCOL_VERSION:
+            # it will never take this worker: stop, and say why, instead of asking forever
+            self.fatal = UsageError(
+                f"the controller at {self.config.controller} speaks protocol "
+                f"{msg.protocol_version}, this worker {PROTOCOL_VERSION}",
+                "run the same cw version for the controller and its workers")
+            return
+        log.warning("controller says: %s; registering again", msg.reason)
+        if now_ns() - self._last_register_ns > 1_000_000_000:
+            self.register()  # else step() does, a second after the last try: no ping-pong
 
     def _on_malformed(self, msg: Malformed) -> None:
         log.warning("malformed message from the controller (%d bytes): %s", len(msg.raw),

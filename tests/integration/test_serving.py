@@ -406,6 +406,39 @@ def test_a_worker_that_stops_says_so(models_dir, tmp_path, caplog):
         ctl.close()
 
 
+def test_a_worker_of_another_protocol_version_stops_with_the_reason(models_dir, cli):
+    """A controller of another cw version refuses the worker's registration: the worker stops
+    with one error line (it asked again in a tight loop, forever, before)."""
+    from cw.serve.transport import ZmqRouter
+
+    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker))
+    refused = []
+    done = threading.Event()
+
+    def old_controller():
+        while not done.is_set():
+            for peer, msg in router.poll(20):
+                if isinstance(msg, p.Register):
+                    refused.append(msg.protocol_version)
+                    router.send(peer, p.Goodbye("protocol version 4 is not 3", 3))
+
+    thread = threading.Thread(target=old_controller, daemon=True)
+    thread.start()
+    try:
+        t0 = time.monotonic()
+        r = cli("serve", "worker", "--controller", router.address, "--models", models_dir,
+                "--runtime", "simulated")
+        assert time.monotonic() - t0 < 30
+    finally:
+        done.set()
+        thread.join(5)
+        router.close()
+    assert r.code == 2
+    assert (f"the controller at {router.address} speaks protocol 3, this worker "
+            f"{p.PROTOCOL_VERSION}") in r.err
+    assert refused == [p.PROTOCOL_VERSION]
+
+
 @pytest.mark.parametrize("runtime", ["simulated", "tvm"])
 def test_worker_registers_again_with_a_restarted_controller(models_dir, tmp_path, runtime):
     """A controller that goes away and comes back on the same address: the worker keeps
