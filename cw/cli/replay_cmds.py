@@ -149,7 +149,7 @@ def replay_cmd(
         if as_json:
             print_json(summaries)
             return
-        from cw.replay.compare import COMPARE_FILE
+        from cw.replay.report import COMPARE_FILE
 
         render_summaries(summaries)
         names = ",".join(s["name"] for s in summaries)
@@ -187,19 +187,28 @@ def render_summaries(summaries: list[dict]) -> None:
 
 @app.command("report")
 def report_cmd(
-    runs: list[Path] = typer.Argument(..., help="Replay output directories."),
+    runs: list[Path] = typer.Argument(..., help="Replay output directories (one of several "
+                                                "runs side by side stands for its runs)."),
     output: Path = typer.Option(None, "-o", "--output",
-                                help="HTML file (default: report.html in the first run, or "
-                                     "compare.html in the current directory for several)."),
+                                help="HTML file (default: report.html in a run given alone, "
+                                     "compare.html in a side-by-side output given alone, else "
+                                     "compare.html in the current directory)."),
 ):
     """Re-render a replay's report, or put several runs side by side.
 
-    Example: [bold]cw report out-clockwork out-clipper -o compare.html[/]
+    Examples:
+      [bold]cw report out-clockwork out-clipper -o compare.html[/]
+      [bold]cw report cmp[/]   (the runs of `cw replay --scheduler a,b --out cmp`)
     """
-    from cw.replay.report import Run, write_report
+    from cw.replay.report import COMPARE_FILE, Run, expand_runs, is_comparison, write_report
 
-    loaded = [Run(r) for r in runs]
-    target = output or (runs[0] / "report.html" if len(runs) == 1 else Path("compare.html"))
+    loaded = [Run(r) for r in expand_runs(runs)]
+    if output is not None:
+        target = output
+    elif len(runs) == 1:
+        target = runs[0] / (COMPARE_FILE if is_comparison(runs[0]) else "report.html")
+    else:
+        target = Path(COMPARE_FILE)
     write_report(loaded, target)
     render_summaries([r.summary for r in loaded])
     console().print(f"wrote {target}")

@@ -144,7 +144,7 @@ def serve_all(
     try:
         procs.wait_until_joined(ctl, timeout_s=120)
         names = ", ".join(sorted(ctl.controller.scheduler.models()))
-        out.print(f"[green]serving[/] {names}")
+        out.print(f"[green]serving[/] {names} with {config.scheduler}")
         out.print(f"clients: {local_address(ctl.clients_address)}   workers: "
                   f"{local_address(ctl.workers_address)}"
                   + (f"   metrics: http://127.0.0.1:{ctl.metrics_port}/metrics"
@@ -183,8 +183,8 @@ def serve_controller(
     config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
                                 default_slo, metrics_port, log_dir, log_stalls)
     ctl = ControllerThread(config).start()
-    console().print(f"controller: workers at {ctl.workers_address}, clients at "
-                    f"{ctl.clients_address}"
+    console().print(f"controller ({config.scheduler}): workers at {ctl.workers_address}, "
+                    f"clients at {ctl.clients_address}"
                     + (f", metrics at http://127.0.0.1:{ctl.metrics_port}/metrics"
                        if ctl.metrics_port is not None else "") + " (Ctrl-C to stop)")
     stop = threading.Event()

@@ -10,6 +10,7 @@ OUT appears whole or not at all.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -18,11 +19,11 @@ from pathlib import Path
 from typing import Callable
 
 from cw.errors import UsageError
-from cw.replay.report import RunSeries, run_label, run_name, write_report
+from cw.replay.report import (COMPARE_FILE, COMPARE_RUNS, RunSeries, run_label, run_name,
+                              write_report)
 from cw.replay.runner import ReplayConfig, atomic_output, replay
 from cw.serve.scheduler import SchedulerSpec, parse_schedulers
 
-COMPARE_FILE = "compare.html"
 
 
 def replay_side_by_side(config: ReplayConfig, schedulers: list[str | SchedulerSpec],
@@ -62,6 +63,9 @@ def replay_side_by_side(config: ReplayConfig, schedulers: list[str | SchedulerSp
                 results.append(_replay_with_series(c, progress))
                 progress("run_done", _run_info(c, i, len(configs)))
         write_report([series for _, series in results], tmp / COMPARE_FILE)
+        # the runs' order, for `cw report OUT` to show them as this page did
+        (tmp / COMPARE_RUNS).write_text(json.dumps({"runs": [c.out.name for c in configs]},
+                                                   indent=2) + "\n")
     return [summary for summary, _ in results]
 
 

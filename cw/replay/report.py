@@ -98,7 +98,8 @@ class Run:
         self.dir = d
         if summary is None or requests is None or actions is None:
             if not d.is_dir():
-                raise UsageError(f"no replay output at {d}: no such directory",
+                what = "a file, not a directory" if d.exists() else "no such directory"
+                raise UsageError(f"no replay output at {d}: {what}",
                                  "give a directory written by `cw replay --out`")
             missing = [f for f in ("summary.json", "requests.csv", "actions.csv")
                        if not (d / f).is_file()]
@@ -110,6 +111,30 @@ class Run:
             actions = read_columns(d / "actions.csv", ActionRow)
         self.summary, self.requests, self.actions = summary, requests, actions
         self.label = run_label(self.summary, d.name)
+
+
+COMPARE_FILE, COMPARE_RUNS = "compare.html", "compare.json"
+
+
+def is_comparison(directory: Path) -> bool:
+    """Whether `directory` holds several runs side by side (`cw replay --scheduler a,b`)."""
+    return (directory / COMPARE_RUNS).is_file() and not (directory / "summary.json").exists()
+
+
+def expand_runs(paths: list[Path]) -> list[Path]:
+    """Replay output directories, a side-by-side one standing for its runs, in their order."""
+    runs: list[Path] = []
+    for path in paths:
+        if path.is_dir() and is_comparison(path):
+            try:
+                names = json.loads((path / COMPARE_RUNS).read_text())["runs"]
+            except (ValueError, KeyError, TypeError):
+                raise UsageError(f"{path / COMPARE_RUNS} is damaged",
+                                 "name the runs' directories in it instead") from None
+            runs += [path / name for name in names]
+        else:
+            runs.append(path)
+    return runs
 
 
 def run_name(policy: str, slo_ms: float | None = None) -> str:

@@ -77,6 +77,14 @@ def test_several_policies_side_by_side_in_one_command(cli, tmp_path):
     assert r.code == 0, r.err
     assert (tmp_path / "again.html").read_text() == page
     (tmp_path / "again.html").unlink()
+    # the side-by-side directory stands for its runs, in their order, and is re-rendered in place
+    assert json.loads((out / "compare.json").read_text()) == {"runs": ["clockwork", "fifo"]}
+    (out / "compare.html").unlink()
+    r = cli("report", out)
+    assert r.code == 0, r.err
+    assert (out / "compare.html").read_text() == page
+    r = cli("report", out / "compare.html")
+    assert r.code == 2 and "compare.html: a file, not a directory" in r.err
     # one after another (as live replays run) gives the same
     from cw.replay.compare import replay_side_by_side
     from cw.replay.runner import ReplayConfig

@@ -582,7 +582,8 @@ def test_cw_serve_prints_endpoints_serves_and_stops_cleanly_on_a_signal(models_d
         [sys.executable, "-m", "cw", "serve", "--models", str(models_dir), "--workers", "2",
          "--runtime", "simulated", "--workers-listen", "tcp://127.0.0.1:*",
          "--clients-listen", "tcp://127.0.0.1:*", "--log-dir", str(log),
-         "--log-stalls", "50ms"],  # passed on to the workers too (they would refuse a bad flag)
+         "--log-stalls", "50ms",  # passed on to the workers too (they would refuse a bad flag)
+         "--scheduler", "batch-timeout:delay=1ms"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "COLUMNS": "200"})
     try:
@@ -596,6 +597,7 @@ def test_cw_serve_prints_endpoints_serves_and_stops_cleanly_on_a_signal(models_d
             match = re.search(r"clients: (tcp://127\.0\.0\.1:\d+)", line)
             address = match.group(1) if match else None
         assert address, "".join(lines)
+        assert "serving mlp, small_cnn with batch-timeout:delay=1ms" in "".join(lines)
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) >= 2  # the worker processes
         with Client(address) as client:
@@ -605,6 +607,7 @@ def test_cw_serve_prints_endpoints_serves_and_stops_cleanly_on_a_signal(models_d
         rest, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0, "".join(lines) + rest
         assert "stopped" in rest
+        assert "left" not in rest  # the workers said they were leaving: no warning about them
         _, alive = psutil.wait_procs(children, timeout=10)
         assert not alive, alive  # no worker left behind
         rows = (log / "requests.csv").read_text().splitlines()
