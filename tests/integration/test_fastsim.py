@@ -198,6 +198,7 @@ def test_compiled_baselines_identical_to_python(tmp_path, scheduler, case):
 
 @compiled
 @pytest.mark.parametrize("spec", ["clockwork:ahead=1ms:slack=1ms:loads=1",
+                                  "clockwork:margin=0ms:guard=500us:window=3",
                                   "batch-timeout:max-batch=4:delay=500us",
                                   "clipper:step=3:backoff=0.5"])
 def test_compiled_takes_a_specs_settings(tmp_path, spec):

@@ -23,6 +23,10 @@ def test_settings_are_parsed_into_the_config_and_the_policy():
     assert (s.config.schedule_ahead_ns, s.config.infer_slack_ns,
             s.config.max_loads_in_flight) == (2 * MS, 500_000, 3)
     assert s.config.completion_margin_ns == 7  # the base config's other fields are kept
+    s = make_scheduler("clockwork:margin=0ms:guard=500us:window=20")
+    assert (s.config.completion_margin_ns, s.config.answer_guard_ns,
+            s.config.estimate_window) == (0, 500_000, 20)
+    assert s.estimates.window == 20  # what the estimates are built with, not just the config
 
     s = make_scheduler("clipper:step=3:backoff=0.5")
     assert (s.aimd_step, s.backoff) == (3, 0.5)

@@ -39,6 +39,15 @@ SETTINGS: dict[str, dict[str, Setting]] = {
                          "an INFER's window from earliest to latest start", low=1),
         "loads": Setting("max_loads_in_flight", "count", True, "2",
                          "LOADs in flight per GPU at most", low=1),
+        "margin": Setting("completion_margin_ns", "duration", True, "2ms",
+                          "the least room left between an INFER's planned end and its "
+                          "deadline (0: only the margin learned from answers)"),
+        "guard": Setting("answer_guard_ns", "duration", True, "1ms",
+                         "answer TIMED_OUT a request whose INFER result is still missing "
+                         "this long before its deadline"),
+        "window": Setting("estimate_window", "count", True, "10",
+                          "estimates: the p99 of this many latest measurements", low=1,
+                          high=10_000),
     },
     "batch-timeout": {
         "max-batch": Setting("max_batch", "count", False, "16",
