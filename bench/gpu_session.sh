@@ -9,7 +9,8 @@
 # Then three device calls, back to back, each with carry [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and
 #                                        # bench/result_path.py (#4)
-#   2. bash bench/gpu_session.sh live    # bench/live_gpu.sh: Fig. 5 at five SLOs and the Azure
+#   2. bash bench/gpu_session.sh live    # bench/live_gpu.sh: Fig. 5 at five SLOs (10 and 25 ms
+#                                        # also with clockwork:ahead=2ms) and the Azure
 #                                        # trace against the TVM-CUDA worker (#5, #6)
 #   3. bash bench/gpu_session.sh kernels # bench/kernels.py, fp32 and fp16 vs PyTorch, and
 #                                        # split-K convs against none, Winograd against
