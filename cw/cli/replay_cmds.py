@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich import box
 from rich.table import Table
 
 from cw.cli.app import app, console, print_json
@@ -167,17 +168,49 @@ def replay_cmd(
                     f"{timing}")
 
 
+RUNS_AS_COLUMNS = 4  # more runs than this are listed as rows, fewer figures each
+SWEEP_KEYS = [("SLO ms", "slo_ms"), ("goodput r/s", "goodput_rps"),
+              ("in SLO", "slo_attainment"), ("rejected", "rejected"), ("late", "late"),
+              ("p99 ms", ("latency_ms", "p99")), ("batch", "mean_batch_size")]
+
+
+def _short(value) -> str:
+    """Four significant digits for fractions and times: the sweep table is about comparing."""
+    if value is None:
+        return "n/a"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def render_summaries(summaries: list[dict]) -> None:
     from cw.replay.report import SUMMARY_KEYS, run_label, summary_value, timings_note
 
-    table = Table(title="replay" + (" (SIMULATED)" if any(s.get("simulated") for s in summaries)
-                                    else ""))
-    table.add_column("")
-    for s in summaries:
-        table.add_column(run_label(s), justify="right", overflow="fold")
-    for label, key in SUMMARY_KEYS:
-        table.add_row(label, *["n/a" if summary_value(s, key) is None else
-                               str(summary_value(s, key)) for s in summaries])
+    title = "replay" + (" (SIMULATED)" if any(s.get("simulated") for s in summaries) else "")
+
+    def cell(s, key):
+        value = summary_value(s, key)
+        return "n/a" if value is None else str(value)
+
+    table = Table(title=title)
+    if len(summaries) <= RUNS_AS_COLUMNS:
+        table.add_column("")
+        for s in summaries:
+            table.add_column(run_label(s), justify="right", overflow="fold")
+        for label, key in SUMMARY_KEYS:
+            table.add_row(label, *[cell(s, key) for s in summaries])
+    else:  # a sweep: a row per run, the figures that tell runs apart (all are in summary.json)
+        table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        pairs = [(s.get("scheduler"), s.get("slo_ms")) for s in summaries]
+        unique = len(set(pairs)) == len(pairs)  # the SLO column then tells them apart
+        names = [s.get("scheduler", "?") if unique else run_label(s) for s in summaries]
+        table.add_column("policy" if unique else "run", no_wrap=True,
+                         min_width=max(map(len, names)))
+        rows = [[_short(summary_value(s, key)) for _, key in SWEEP_KEYS] for s in summaries]
+        for i, (label, _) in enumerate(SWEEP_KEYS):  # headers may wrap, figures may not
+            table.add_column(label, justify="right", overflow="fold",
+                             min_width=max(*(len(row[i]) for row in rows),
+                                           *map(len, label.split())))
+        for name, row in zip(names, rows):
+            table.add_row(name, *row)
     console().print(table)
     # where simulated durations came from (the same models for every run of one command)
     for note in dict.fromkeys(timings_note(s.get("timings")) for s in summaries):

@@ -118,14 +118,18 @@ COMPARE_FILE, COMPARE_RUNS = "compare.html", "compare.json"
 
 def is_comparison(directory: Path) -> bool:
     """Whether `directory` holds several runs side by side (`cw replay --scheduler a,b`)."""
-    return (directory / COMPARE_RUNS).is_file() and not (directory / "summary.json").exists()
+    return (directory.is_dir() and not (directory / "summary.json").exists()
+            and ((directory / COMPARE_RUNS).is_file() or (directory / COMPARE_FILE).is_file()))
 
 
 def expand_runs(paths: list[Path]) -> list[Path]:
-    """Replay output directories, a side-by-side one standing for its runs, in their order."""
+    """Replay output directories, a side-by-side one standing for its runs, in their order
+    (by name where it predates compare.json)."""
     runs: list[Path] = []
     for path in paths:
-        if path.is_dir() and is_comparison(path):
+        if not is_comparison(path):
+            runs.append(path)
+        elif (path / COMPARE_RUNS).is_file():
             try:
                 names = json.loads((path / COMPARE_RUNS).read_text())["runs"]
             except (ValueError, KeyError, TypeError):
@@ -133,7 +137,7 @@ def expand_runs(paths: list[Path]) -> list[Path]:
                                  "name the runs' directories in it instead") from None
             runs += [path / name for name in names]
         else:
-            runs.append(path)
+            runs += sorted(d for d in path.iterdir() if (d / "summary.json").is_file())
     return runs
 
 

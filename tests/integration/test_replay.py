@@ -141,6 +141,18 @@ def test_several_slos_side_by_side(cli, tmp_path):
     page = (out / "compare.html").read_text()
     assert "clockwork, SLO 25 ms" in page and "clockwork, SLO 100 ms" in page
     assert page.count('stroke-dasharray="4 3"') == 2
+    # more runs than fit as columns: a row per run, the policy and the SLO telling them apart
+    r = cli(*args, "--slo", "25ms,50ms,100ms", "--scheduler", "clockwork,fifo", "--out",
+            tmp_path / "six")
+    assert r.code == 0, r.err
+    rows = [line.split() for line in r.out.splitlines()
+            if line.split()[:1] in (["clockwork"], ["fifo"])]
+    assert [(row[0], row[1]) for row in rows] == [
+        (p, slo) for slo in ("25", "50", "100") for p in ("clockwork", "fifo")]
+    for row in rows:
+        summary = json.loads((tmp_path / "six" / f"{row[0]}-slo-{row[1]}ms" /
+                              "summary.json").read_text())
+        assert row[4] == str(summary["rejected"]) and row[5] == str(summary["late"])
 
 
 def test_synthetic_workloads_and_presets(cli, tmp_path):
