@@ -245,3 +245,27 @@ def report_cmd(
     write_report(loaded, target)
     render_summaries([r.summary for r in loaded])
     console().print(f"wrote {target}")
+
+
+@app.command("schedulers")
+def schedulers_cmd(as_json: bool = typer.Option(False, "--json", help="Print them as JSON.")):
+    """List the serving policies and the settings each takes in a --scheduler spec.
+
+    Example: [bold]cw replay --simulate --scheduler clockwork,clockwork:ahead=2ms,batch-timeout:delay=5ms[/]
+    """
+    from cw.serve.scheduler.spec import SCHEDULERS, SETTINGS
+
+    if as_json:
+        print_json({policy: {key: {"default": s.default, "meaning": s.help}
+                             for key, s in SETTINGS[policy].items()} for policy in SCHEDULERS})
+        return
+    table = Table(title="policies (--scheduler POLICY[:KEY=VALUE]..., docs/schedulers.md)")
+    for column in ("policy", "setting", "default", "meaning"):
+        table.add_column(column, overflow="fold")
+    for policy in SCHEDULERS:
+        settings = SETTINGS[policy]
+        if not settings:
+            table.add_row(policy, "—", "", "no settings")
+        for i, (key, s) in enumerate(settings.items()):
+            table.add_row(policy if i == 0 else "", key, s.default, s.help)
+    console().print(table)

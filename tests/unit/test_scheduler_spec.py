@@ -87,3 +87,30 @@ def test_a_setting_changes_the_decisions_on_the_fake_clock():
     assert first_send_after("batch-timeout") == 2
     assert first_send_after("batch-timeout:delay=5ms") == 5
     assert first_send_after("batch-timeout:max-batch=3") == 0
+
+
+def test_the_defaults_listed_are_the_policies_own():
+    """`cw schedulers` and the refusals' hints show each setting's default: it must be the
+    value a policy has when the setting is left out."""
+    from cw.serve.scheduler.spec import SETTINGS
+
+    for policy, settings in SETTINGS.items():
+        plain = make_scheduler(policy)
+        for key, setting in settings.items():
+            (_, value), = parse_scheduler(f"{policy}:{key}={setting.default}").settings
+            holder = plain.config if setting.on_config else plain
+            assert getattr(holder, setting.field) == value, (policy, key)
+
+
+def test_cw_schedulers_lists_every_policy_and_setting(cli):
+    import json
+
+    from cw.serve.scheduler.spec import SCHEDULERS, SETTINGS
+
+    r = cli("schedulers", "--json")
+    assert r.code == 0, r.err
+    listed = json.loads(r.out)
+    assert list(listed) == list(SCHEDULERS)
+    assert {p: set(s) for p, s in listed.items()} == {p: set(s) for p, s in SETTINGS.items()}
+    r = cli("schedulers")
+    assert r.code == 0 and "max-batch" in r.out and "no settings" in r.out
