@@ -20,6 +20,10 @@
 #   bash bench/gpu_session.sh stage-tune [MODELS] [BATCH_SIZES] [BUDGET]  # here: .gputune/kit,
 #                                        # for the database bench/results/tuning-cuda-sm_90/db
 #   bash bench/gpu_session.sh pack-tune  # here: .gputune/carry/kits.tar.xz (size checked)
+#   python bench/kit_check.py .gputune/resnet18.onnx .gputune/kit-4-r18 ...  # here, before
+#                                        # tune: the kits still match today's kernels (all 14
+#                                        # matched on 2026-11-24 at stop 28; --conv-algo for
+#                                        # kit-7/8)
 #   device, carry [".device", ".gputune/carry"]: bash bench/gpu_session.sh tune
 #                                        # $OUT/tune-results.jsonl (resumed while warm; in a
 #                                        # later session, from .gputune/carry/tune-results.jsonl
