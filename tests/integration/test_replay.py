@@ -113,7 +113,7 @@ def test_variants_of_a_policy_side_by_side(cli, tmp_path):
     assert (plain["scheduler"], waiting["scheduler"]) == ("batch-timeout",
                                                           "batch-timeout:delay=20ms")
     assert sorted(p.name for p in out.iterdir()) == ["batch-timeout", "batch-timeout-delay-20ms",
-                                                    "compare.html"]
+                                                    "compare.html", "compare.json"]
     assert json.loads((out / "batch-timeout-delay-20ms" / "summary.json").read_text()) == waiting
     # waiting up to 20 ms for a batch: larger batches, and latency that shows the wait
     assert waiting["mean_batch_size"] > plain["mean_batch_size"]
