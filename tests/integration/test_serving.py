@@ -395,13 +395,17 @@ def test_a_worker_that_stops_says_so(models_dir, tmp_path, caplog):
         ctl.wait_for_workers(1)
         w.close()
         t0 = time.monotonic()
-        while ctl.controller.workers and time.monotonic() - t0 < 5:
+
+        def left():
+            return [(r.levelno, r.getMessage()) for r in caplog.records
+                    if "left" in r.getMessage()]
+
+        # the controller thread logs just after dropping the worker: wait for the line itself
+        while not left() and time.monotonic() - t0 < 5:
             time.sleep(0.01)
-        assert not ctl.controller.workers
+        assert left() == [(logging.INFO, "worker 1 (leaver) left: stopped")]
         assert time.monotonic() - t0 < 1.0
-        left = [r for r in caplog.records if "left" in r.getMessage()]
-        assert [(r.levelno, r.getMessage()) for r in left] == [
-            (logging.INFO, "worker 1 (leaver) left: stopped")]
+        assert not ctl.controller.workers
     finally:
         ctl.close()
 
