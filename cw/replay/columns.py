@@ -87,6 +87,15 @@ class Columns:
             self._cache[key] = mask
         return mask
 
+    def factorize(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """Text column `name` as codes, and the text each code stands for (some may not
+        occur: the compiled simulator names every model, whether it got requests or not)."""
+        if self._chunks is not None:
+            return self._raw(name).astype(np.intp), list(self._codes[name])
+        names, codes = np.unique(np.array(_getter(name)(self._rows), dtype=str),
+                                 return_inverse=True)
+        return codes.astype(np.intp), names.tolist()
+
     def _raw(self, name: str) -> np.ndarray:
         if not self._chunks:
             return np.zeros(0, np.int64)

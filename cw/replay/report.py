@@ -11,6 +11,7 @@ import numpy as np
 
 from cw.errors import UsageError
 from cw.replay.columns import actions_of, read_columns, requests_of
+from cw.replay.per_model import ModelFigures, attainment_spread, most_missed, per_model
 from cw.serve.telemetry import ActionRow, RequestRow
 
 W, H, PAD = 560, 240, 44
@@ -109,6 +110,8 @@ class Run:
             summary = json.loads((d / "summary.json").read_text())
             requests = read_columns(d / "requests.csv", RequestRow)
             actions = read_columns(d / "actions.csv", ActionRow)
+            if "model_attainment" not in summary:  # written before summaries had it
+                summary["model_attainment"] = attainment_spread(per_model(requests))
         self.summary, self.requests, self.actions = summary, requests, actions
         self.label = run_label(self.summary, d.name)
 
@@ -177,8 +180,10 @@ class RunSeries:
     figure, long ones thinned as the plots thin them. Small enough to pass between processes,
     so that parallel replays send these instead of millions of rows."""
 
-    def __init__(self, label: str, summary: dict, figures: list[list[tuple]]):
+    def __init__(self, label: str, summary: dict, figures: list[list[tuple]],
+                 most_missed: list[ModelFigures] = ()):
         self.label, self.summary, self.figures = label, summary, figures
+        self.most_missed = list(most_missed)
 
 
 def _thin(x, y, points: int = 2000):
@@ -197,6 +202,7 @@ def shared_axis(summaries: list[dict]) -> tuple[float, float]:
 def run_series(r: Run, dur: float, bucket: float) -> RunSeries:
     req, act = requests_of(r.requests), actions_of(r.actions)
     ok = req.equals("status", "OK")
+    models = per_model(req)
 
     def ran(kind):  # actions of `kind` that ran
         return act.equals("kind", kind) & act.equals("status", "OK")
@@ -231,6 +237,10 @@ def run_series(r: Run, dur: float, bucket: float) -> RunSeries:
     def lat_cdf():
         x, y = _cdf(req["latency_ns"][ok] / 1e6)
         return [("latency", x, y)]
+
+    def model_cdf():
+        x, y = _cdf([m.attainment for m in models])
+        return [("models", x, y)]
 
     def batches():
         b = act["batch_size"][ran("infer")]
@@ -272,7 +282,9 @@ def run_series(r: Run, dur: float, bucket: float) -> RunSeries:
 
     return RunSeries(r.label, r.summary,
                      [[(label, *_thin(x, y)) for label, x, y in fn()]
-                      for fn in (load, lat_time, lat_cdf, batches, cold, busy, pred, answer)])
+                      for fn in (load, lat_time, lat_cdf, model_cdf, batches, cold, busy, pred,
+                                 answer)],
+                     most_missed(models))
 
 
 def figures(runs: list[RunSeries], bucket: float) -> list[str]:
@@ -282,6 +294,8 @@ def figures(runs: list[RunSeries], bucket: float) -> list[str]:
         ("Latency over time", "time (s)", "latency (ms)", {}),
         ("Latency CDF (dashed: SLO)", "latency (ms)", "fraction of served requests",
          {"vlines": slos_ms}),
+        ("SLO attainment per model (CDF over models)", "fraction of its requests in the SLO",
+         "fraction of models", {"steps": True}),
         ("Batch sizes", "batch size", "INFER actions", {"steps": True}),
         (f"Cold starts and loads per {bucket:g} s", "time (s)", "count", {"steps": True}),
         ("Busy fraction (mean over GPUs)", "time (s)", "fraction", {"steps": True}),
@@ -304,7 +318,9 @@ SUMMARY_KEYS = [("SLO ms", "slo_ms"), ("requests", "requests"), ("offered r/s", 
                 ("errors", "errors"),
                 ("p50 ms", ("latency_ms", "p50")), ("p99 ms", ("latency_ms", "p99")),
                 ("p99.99 ms", ("latency_ms", "p9999")), ("max ms", ("latency_ms", "max")),
-                ("mean batch", "mean_batch_size"), ("cold starts", "cold_starts")]
+                ("mean batch", "mean_batch_size"), ("cold starts", "cold_starts"),
+                ("models", ("model_attainment", "models")),
+                ("p10 model in SLO", ("model_attainment", "p10"))]
 
 
 def summary_value(summary: dict, key):
@@ -333,6 +349,29 @@ def timings_note(timings: dict | None) -> str:
                      for source, n in timings.items())
 
 
+MODEL_COLUMNS = ("model", "requests", "missed", "in SLO", "rejected", "late", "errors",
+                 "cold starts", "p99 ms")
+
+
+def most_missed_tables(runs: list[RunSeries]) -> str:
+    """Per run, the models that missed the most requests: where its losses are."""
+    parts = []
+    for r in runs:
+        if not r.most_missed:
+            continue
+        head = "".join(f"<th>{c}</th>" for c in MODEL_COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in (
+                m.model, m.requests, m.missed, f"{m.attainment:.4f}", m.rejected, m.late,
+                m.errors, m.cold_starts, m.p99_ms)) + "</tr>" for m in r.most_missed)
+        parts.append(f"<table class='models'><caption>{html.escape(r.label)}</caption>"
+                     f"<tr>{head}</tr>{body}</table>")
+    if not parts:
+        return ""
+    return ("<h2>Models that missed the most requests</h2>"
+            "<p>missed: requests not answered OK within their SLO.</p>" + "".join(parts))
+
+
 def render(runs: list[Run | RunSeries]) -> str:
     dur, bucket = shared_axis([r.summary for r in runs])
     runs = [r if isinstance(r, RunSeries) else run_series(r, dur, bucket) for r in runs]
@@ -355,11 +394,13 @@ def render(runs: list[Run | RunSeries]) -> str:
               "no device ran.</p>" if sim else "")
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>cw replay report</title>
 <style>body{{font-family:sans-serif;margin:24px;max-width:1200px}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}figure{{display:inline-block;
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}caption{{text-align:left;
+font-weight:bold;padding:8px 0 2px}}.models{{display:inline-table;vertical-align:top;margin:6px}}figure{{display:inline-block;
 margin:6px}}.sim{{background:#fff3cd;padding:6px;border:1px solid #e0c060}}</style></head><body>
 <h1>cw replay report</h1>{banner}<p>{meta}</p>
 <table><tr><th></th>{head}</tr>{rows}</table>
 {''.join(figures(runs, bucket))}
+{most_missed_tables(runs)}
 </body></html>
 """
 

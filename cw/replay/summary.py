@@ -8,6 +8,7 @@ import collections
 import numpy as np
 
 from cw.replay.columns import Columns, actions_of, requests_of
+from cw.replay.per_model import attainment_spread, per_model
 from cw.serve.telemetry import ActionRow, RequestRow
 
 NS = 1_000_000_000
@@ -67,6 +68,8 @@ def summarize(requests: list[RequestRow] | Columns, actions: list[ActionRow] | C
         "throughput_rps": round(n_ok / seconds, 3) if seconds else 0.0,
         "slo_attainment": round(n_good / n, 6) if n else 0.0,
         "slo_ms": slo_ns / 1e6,
+        # the spread over models: a policy can meet the SLO overall and starve the rare models
+        "model_attainment": attainment_spread(per_model(req)),
         "latency_ms": percentiles_ms(req["latency_ns"][ok]),
         "mean_batch_size": round(float(np.mean(act["batch_size"][infers])), 3)
         if infers.any() else 0.0,

@@ -1,5 +1,6 @@
 """`cw replay --simulate` end to end: outputs, their consistency, reports, bad input."""
 
+import collections
 import csv
 import json
 
@@ -13,7 +14,7 @@ SUMMARY_KEYS = {"requests", "completed_in_slo", "rejected", "late", "errors", "g
 def test_replay_simulate_writes_consistent_outputs(cli, tmp_path):
     out = tmp_path / "run"
     r = cli("replay", "--trace", "azure", "--simulate", "--duration", "1m", "--out", out,
-            "--target-rate", "150", "--json")
+            "--target-rate", "150", "--slo", "25ms", "--json")
     assert r.code == 0, r.err
     summary = json.loads(r.out)
     assert SUMMARY_KEYS <= set(summary)
@@ -38,6 +39,16 @@ def test_replay_simulate_writes_consistent_outputs(cli, tmp_path):
     page = (out / "report.html").read_text()
     assert "SIMULATED" in page and page.count("<svg") >= 7
     assert "50 instances measured on the GPU machine" in page
+    # the spread over models, and the model that missed most, recomputed from the rows
+    total = collections.Counter(r["model"] for r in rows)
+    in_slo = collections.Counter(r["model"] for r in good)
+    shares = sorted(in_slo[m] / n for m, n in total.items())
+    spread = summary["model_attainment"]
+    assert spread["models"] == len(total) > 10
+    assert spread["min"] == round(shares[0], 6) <= spread["p10"] <= spread["p50"]
+    worst = max(total, key=lambda m: (total[m] - in_slo[m], -in_slo[m] / total[m]))
+    section = page[page.index("<h2>Models that missed the most requests</h2>"):]
+    assert section.split("</tr><tr>")[1].startswith(f"<td>{worst}</td>")  # after the header
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
 
@@ -53,6 +64,14 @@ def test_same_seed_same_result_and_side_by_side_report(cli, tmp_path):
     assert r.code == 0, r.err
     page = (tmp_path / "compare.html").read_text()
     assert "clockwork (a)" in page and "clockwork (c)" in page
+    # a run written before summaries had model_attainment: the report computes it
+    summary = json.loads((a / "summary.json").read_text())
+    spread = summary.pop("model_attainment")
+    (a / "summary.json").write_text(json.dumps(summary))
+    r = cli("report", a)
+    assert r.code == 0, r.err
+    p10_row = next(line for line in r.out.splitlines() if "p10 model in SLO" in line)
+    assert spread["models"] > 10 and p10_row.split("│")[2].strip() == str(spread["p10"])
 
 
 def test_several_policies_side_by_side_in_one_command(cli, tmp_path):
