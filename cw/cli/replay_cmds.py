@@ -150,11 +150,15 @@ def replay_cmd(
         if as_json:
             print_json(summaries)
             return
-        from cw.replay.report import COMPARE_FILE
+        from cw.replay.report import COMPARE_FILE, COMPARE_RUNS
 
         render_summaries(summaries)
         names = ",".join(s["name"] for s in summaries)
-        console().print(f"wrote {out}/{{{names}}}/ and {out}/{COMPARE_FILE}")
+        if len(names) <= 40:
+            console().print(f"wrote {out}/{{{names}}}/ and {out}/{COMPARE_FILE}")
+        else:  # a sweep: the table above names the runs, compare.json lists their directories
+            console().print(f"wrote {len(summaries)} runs under {out}/ (listed in "
+                            f"{COMPARE_RUNS}) and {out}/{COMPARE_FILE}")
         return
     (summary,) = summaries
     if as_json:

@@ -172,6 +172,9 @@ def test_several_slos_side_by_side(cli, tmp_path):
         summary = json.loads((tmp_path / "six" / f"{row[0]}-slo-{row[1]}ms" /
                               "summary.json").read_text())
         assert row[4] == str(summary["rejected"]) and row[5] == str(summary["late"])
+    # six directory names would wrap the line: it says how many and where they are listed
+    assert f"wrote 6 runs under {tmp_path / 'six'}/ (listed in compare.json)" in \
+        " ".join(r.out.split())
 
 
 def test_synthetic_workloads_and_presets(cli, tmp_path):
