@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from cw.errors import BundleError, OutputExistsError, UsageError
+from cw.errors import BundleError, HostError, OutputExistsError, UsageError
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -236,9 +236,11 @@ class BundleWriter:
     def __enter__(self) -> "BundleWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         if not self._committed:
             shutil.rmtree(self.tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and (host := HostError.of(exc, self.out)) is not None:
+            raise host from exc  # a full disk is not a bug: say so, and where
 
     def path(self, relative: str) -> Path:
         p = self.tmp / relative

@@ -3,6 +3,9 @@ fix it); the CLI's error boundary prints them as one line and exits with `exit_c
 
 from __future__ import annotations
 
+import contextlib
+import errno
+
 
 class CwError(Exception):
     exit_code = 1
@@ -53,3 +56,47 @@ class OutputExistsError(UsageError):
 
 class WorkersMissing(CwError):
     """Fewer workers joined the controller than were started, in the time allowed."""
+
+
+class HostError(CwError):
+    """The machine refused: its disk is full, a path is not writable, too many files are open.
+    Not a bug of cw's, and not fixed by changing the command alone."""
+
+    exit_code = 6
+
+    # errno → how to fix it; other OS errors stay internal errors, to be reported
+    HINTS = {
+        errno.ENOSPC: "free some space there, or write elsewhere (--out / -o)",
+        errno.EDQUOT: "free some of your quota, or write elsewhere (--out / -o)",
+        errno.EACCES: "check that path's permissions, or write elsewhere (--out / -o)",
+        errno.EPERM: "check that path's permissions, or write elsewhere (--out / -o)",
+        errno.EROFS: "write elsewhere (--out / -o)",
+        errno.EMFILE: "raise the open-files limit (ulimit -n) or use fewer workers or copies",
+        errno.ENFILE: "the system's open-files table is full: close other programs or raise "
+                      "fs.file-max",
+    }
+
+    @classmethod
+    def of(cls, error: OSError, writing=None) -> HostError | None:
+        """`error` as a HostError, naming the file it names, else `writing` (what was being
+        written: a write() that fails names no file); None for other OS errors."""
+        hint = cls.HINTS.get(error.errno)
+        if hint is None:
+            return None
+        reason = (error.strerror or str(error)).lower()
+        if error.filename:
+            return cls(f"{reason}: {error.filename}", hint)
+        return cls(f"{reason}" + (f" writing {writing}" if writing else ""), hint)
+
+
+@contextlib.contextmanager
+def writing(path):
+    """The OS refusing to write `path` (a full disk, no permission) as a HostError that names
+    it; other errors pass unchanged."""
+    try:
+        yield
+    except OSError as e:
+        host = HostError.of(e, path)
+        if host is None:
+            raise
+        raise host from e

@@ -52,7 +52,7 @@ EXIT_INTERRUPTED = 130
 
 def run_cli(args: list[str] | None = None) -> int:
     """Run `cw` with `args`; returns the exit code instead of exiting."""
-    from cw.errors import CwError
+    from cw.errors import CwError, HostError
 
     _register_commands()
     debug = os.environ.get("CW_DEBUG") == "1"
@@ -83,15 +83,20 @@ def run_cli(args: list[str] | None = None) -> int:
             else:
                 Consoles.err.print(f"[bold red]error:[/] {escape(e.format_message())}")
             return e.exit_code
+        # a full disk or a path not writable: the machine's doing, with a fix, not a bug
+        host = HostError.of(e) if isinstance(e, OSError) else None
         if debug:
             Consoles.err.print_exception()
+        elif host is not None:
+            Consoles.err.print(f"[bold red]error:[/] {escape(host.one_line())}", soft_wrap=True,
+                               highlight=False)
         else:
             msg = str(e).strip().splitlines()[-1] if str(e).strip() else ""
             msg = msg if len(msg) <= 300 else msg[:300] + "…"  # TVM prints whole IR types
             Consoles.err.print(f"[bold red]internal error:[/] {type(e).__name__}: {escape(msg)} "
                                "(set CW_DEBUG=1 for the traceback and report it)",
                                soft_wrap=True, highlight=False)
-        return EXIT_INTERNAL
+        return EXIT_INTERNAL if host is None else host.exit_code
 
 
 _registered = False

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cw.errors import UsageError
+from cw.errors import UsageError, writing
 from cw.replay.columns import actions_of, read_columns, requests_of
 from cw.replay.per_model import ModelFigures, attainment_spread, most_missed, per_model
 from cw.serve.telemetry import ActionRow, RequestRow
@@ -409,6 +409,11 @@ def write_report(runs: list[Run | RunSeries | str | Path], out: str | Path) -> P
     runs = [r if isinstance(r, (Run, RunSeries)) else Run(r) for r in runs]
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(render(runs))
-    tmp.replace(out)
+    page = render(runs)
+    try:
+        with writing(out):
+            tmp.write_text(page)
+            tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out

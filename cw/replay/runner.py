@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from cw.errors import UsageError
+from cw.errors import UsageError, writing
 from cw.replay import arrivals as arrivals_mod
 from cw.replay import workloads
 from cw.replay.columns import actions_of, requests_of
@@ -207,7 +207,8 @@ def atomic_output(out: Path, force: bool):
         raise UsageError(f"cannot write to {out.parent}: {e.strerror}",
                          "choose a writable --out") from None
     try:
-        yield tmp
+        with writing(out):
+            yield tmp
         os.chmod(tmp, 0o755)
         if out.exists():
             shutil.rmtree(out)

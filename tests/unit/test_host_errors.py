@@ -1,0 +1,37 @@
+"""The machine refusing (a full disk, a path not writable) is one error line naming the path,
+with a fix, and exit code 6: not an internal error to report (cw/errors.py)."""
+
+import errno
+
+import pytest
+
+from cw.cli.app import EXIT_INTERNAL
+from cw.errors import HostError, writing
+
+
+def fill_a_disk():
+    with open("/dev/full", "w") as f:  # every write to it fails as on a full disk: ENOSPC
+        f.write("x")
+
+
+def test_a_full_disk_names_what_was_being_written(tmp_path):
+    with pytest.raises(HostError) as e:
+        with writing(tmp_path / "out"):
+            fill_a_disk()
+    assert e.value.one_line() == (f"no space left on device writing {tmp_path / 'out'} (free "
+                                  "some space there, or write elsewhere (--out / -o))")
+    assert e.value.exit_code == 6 != EXIT_INTERNAL
+    assert isinstance(e.value.__cause__, OSError) and e.value.__cause__.errno == errno.ENOSPC
+
+
+def test_the_file_the_os_names_wins_and_other_errors_pass_unchanged(tmp_path):
+    denied = OSError(errno.EACCES, "Permission denied", str(tmp_path / "x"))
+    host = HostError.of(denied, "elsewhere")
+    assert host.message == f"permission denied: {tmp_path / 'x'}" and "permissions" in host.hint
+    assert HostError.of(OSError(errno.EMFILE, "Too many open files")).hint.startswith(
+        "raise the open-files limit")
+    # a file that is not there is the command's business (or a bug): not the machine's
+    with pytest.raises(FileNotFoundError):
+        with writing(tmp_path / "out"):
+            open(tmp_path / "missing" / "x")
+    assert HostError.of(OSError(errno.ENOENT, "No such file or directory")) is None
