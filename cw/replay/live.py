@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 
 from cw.client import Client, RequestFailed
-from cw.errors import CwError, UsageError
+from cw.errors import CwError, HostError, UsageError
 from cw.replay.workloads import ClosedLoop
 from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 
@@ -242,7 +242,13 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             ctl.close()  # writes the last telemetry rows
             # how long the controller's loop iterations kept it busy: stalls answer late
             extra["controller_loop"] = ctl.loop
+            lost = ctl.telemetry_lost
             ctl = None
+            if lost is not None:  # a report from part of the rows would mislead
+                raise HostError(f"the controller could not write {lost[0]} of its telemetry "
+                                f"rows to {telemetry_dir} ({lost[1]})",
+                                "free space in the temporary folder (or point TMPDIR "
+                                "elsewhere) and run the replay again")
             if config.log_stalls_ns is not None and logs_to is not None:
                 extra["stalls"] = collect_stalls(telemetry_dir, logs_to / "stalls.log")
             requests = shift(read_csv(telemetry_dir / "requests.csv", RequestRow),

@@ -22,6 +22,7 @@ from cw.serve.protocol import RequestStatus
 from cw.serve.shm import ShmError, ShmReader, ShmRef, remove_stale, shm_domain
 from cw.serve.scheduler.base import (ACTION_KIND, ActionResult, Finish, GpuInfo, Request, Scheduler,
                                      SendInfer, SendLoad, WorkerInfo)
+from cw.serve.loop_errors import LoopErrors
 from cw.serve.telemetry import ActionRow, RequestRow, TelemetryLog
 from cw.serve.transport import Malformed, MultiPoller
 
@@ -114,7 +115,8 @@ class Controller:
         self.clients_ep = clients_endpoint
         self._poller = MultiPoller([workers_endpoint, clients_endpoint])
         self.scheduler = scheduler
-        self.telemetry = telemetry or TelemetryLog(config.log_dir, keep=False, write_batch=None)
+        self.telemetry = telemetry or TelemetryLog(config.log_dir, keep=False, write_batch=None,
+                                                   hold_on_error=True)
         self.metrics = metrics or Metrics(config.scheduler)
         self.workers: dict[int, _Worker] = {}
         self.by_peer: dict[bytes, int] = {}
@@ -185,6 +187,7 @@ class Controller:
 
             watch = StallWatch("controller", self.config.log_stalls_ns).start()
         received = ([], [])
+        errors = LoopErrors(log, "controller step")
         while not stop.is_set():
             try:
                 received = self.wait(1)
@@ -195,17 +198,22 @@ class Controller:
                 now = clock()
                 self.tick(now)
                 self.write_telemetry()
-            except Exception:  # log the unexpected and keep serving
+            except Exception as e:  # log the unexpected and keep serving
                 now = began = clock()
-                log.exception("controller step failed")
+                errors.report(e, now)
             if now - last_gauges > 200 * MS:
                 last_gauges = now
-                self.housekeeping(now)
+                try:
+                    self.housekeeping(now)
+                except Exception as e:
+                    errors.report(e, now)
+                errors.flush(now)
             took = clock() - began
             busy.observe(took)
             if watch is not None:
                 watch.iteration(took, f"{len(received[0])} worker and {len(received[1])} client "
                                       "messages")
+        errors.flush()
         if watch is not None:
             watch.stop()
         self.shutdown(clock())
@@ -213,8 +221,8 @@ class Controller:
     def housekeeping(self, now_ns: int) -> None:
         """What the loop does a few times a second, off the per-message path: gauges, telemetry
         to disk, and now and then the clients' shared-memory segments that are gone."""
-        self._update_gauges(now_ns)
         self.telemetry.flush_files()  # the rows written so far reach the OS; the loop writes them
+        self._update_gauges(now_ns)
         if not self.shm_domain:
             return
         if self._last_stale_check_ns is None or \
@@ -475,3 +483,6 @@ class Controller:
             busy[f"{wid}/{idx}"] = min(1.0, g.busy_ns / elapsed)
             models[f"{wid}/{idx}"] = len(g.loaded)
         self.metrics.gauges(self.scheduler.queue_length(), busy, models, now_ns / 1e9)
+        telemetry = self.telemetry
+        self.metrics.telemetry(telemetry.held_bytes(), telemetry.lost_rows,
+                               telemetry.write_error is not None)

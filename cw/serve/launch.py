@@ -55,7 +55,8 @@ class ControllerThread:
                 raise UsageError(f"cannot serve metrics on port {config.metrics_port}: "
                                  f"{e.strerror}", "choose another --metrics-port") from None
         # written a few rows per loop iteration (Controller.serve_forever)
-        self.telemetry = TelemetryLog(config.log_dir, keep=keep_telemetry, write_batch=None)
+        self.telemetry = TelemetryLog(config.log_dir, keep=keep_telemetry, write_batch=None,
+                                      hold_on_error=True)
         # the spec's own settings (clockwork:ahead=2ms) win over the config's
         scheduler = make_scheduler(config.scheduler,
                                    SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns))
@@ -109,9 +110,11 @@ class ControllerProcess:
     process the controller thread and the sender share the GIL, and arrivals went out ~1.5 ms
     late at p99 at 5,000 r/s instead of < 1 ms. Same interface as ControllerThread, except
     telemetry: it goes to `config.log_dir` (required), complete once `close` returns; and
-    `loop`, after `close`: the controller loop's busy times (`metrics.loop_summary`)."""
+    `loop`, after `close`: the controller loop's busy times (`metrics.loop_summary`), and
+    `telemetry_lost`: how many rows never reached the files, and why (a full disk), if any."""
 
     loop: dict | None = None
+    telemetry_lost: tuple[int, str] | None = None
 
     def __init__(self, config: ControllerConfig, start_timeout_s: float = 60.0):
         import multiprocessing as mp
@@ -160,7 +163,7 @@ class ControllerProcess:
     def close(self) -> None:
         if self.process.is_alive():
             try:
-                (self.loop,) = self._call(("stop",), 30)
+                self.loop, self.telemetry_lost = self._call(("stop",), 30)
             except Exception:  # noqa: BLE001 (already gone or stuck: terminate below)
                 pass
             self.process.join(timeout=5)
@@ -206,7 +209,9 @@ def _controller_process_main(config: ControllerConfig, conn) -> None:
     finally:
         ctl.close()  # shuts the controller down: telemetry files complete
         try:
-            conn.send(("closed", loop_summary(ctl.metrics.loop_busy)))
+            telemetry = ctl.telemetry
+            lost = (telemetry.lost_rows, telemetry.failure()) if telemetry.lost_rows else None
+            conn.send(("closed", loop_summary(ctl.metrics.loop_busy), lost))
         except OSError:
             pass
 

@@ -67,6 +67,9 @@ class Metrics:
         self.clocks = {}                # worker name -> (offset, estimate, rtt) in ns
         self.started_s = None
         self.now_s = None
+        self.telemetry_held_bytes = 0   # formatted for --log-dir, not written yet
+        self.telemetry_lost_rows = 0    # never reached --log-dir (it was full, say)
+        self.telemetry_failing = False  # writing to --log-dir fails now
 
     def request(self, status: str, latency_ns: int, in_slo: bool) -> None:
         with self._lock:
@@ -90,6 +93,12 @@ class Metrics:
             self.now_s = now_s
             if self.started_s is None:
                 self.started_s = now_s
+
+    def telemetry(self, held_bytes: int, lost_rows: int, failing: bool) -> None:
+        with self._lock:
+            self.telemetry_held_bytes = held_bytes
+            self.telemetry_lost_rows = lost_rows
+            self.telemetry_failing = failing
 
     def render(self) -> str:
         with self._lock:
@@ -117,6 +126,12 @@ class Metrics:
             lines.append("# TYPE cw_gpu_loaded_models gauge")
             for gpu, n in sorted(self.gpu_models.items()):
                 lines.append(f'cw_gpu_loaded_models{{gpu="{gpu}"}} {n}')
+            lines += ["# TYPE cw_telemetry_failing gauge",
+                      f"cw_telemetry_failing {int(self.telemetry_failing)}",
+                      "# TYPE cw_telemetry_held_bytes gauge",
+                      f"cw_telemetry_held_bytes {self.telemetry_held_bytes}",
+                      "# TYPE cw_telemetry_lost_rows_total counter",
+                      f"cw_telemetry_lost_rows_total {self.telemetry_lost_rows}"]
             # the offset a worker translates windows with; on one host it is pinned to 0 and
             # the round-trip estimate beside it shows the error that pinning avoids
             for i, name in enumerate(("offset", "estimate", "rtt")):

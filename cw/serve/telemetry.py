@@ -8,6 +8,9 @@ Rows hold only numbers and strings, so they are not tracked by Python's cycle co
 from __future__ import annotations
 
 import csv
+import io
+import logging
+import os
 import threading
 from pathlib import Path
 
@@ -67,6 +70,52 @@ _TEXT_FIELDS = {kind: [f for f in row.__struct_fields__ if row.__annotations__[f
 _ROW_FORMAT = {"requests": ",".join(["%s"] * len(REQUEST_COLUMNS)) + "\r\n",
                "actions": ",".join(["%s"] * len(ACTION_COLUMNS)) + "\r\n"}
 _QUOTE_CHARS = frozenset(',"\r\n')
+# a file's buffer goes to the OS when it reaches this, or on flush_files
+_DRAIN_BYTES = 64 << 10
+
+log = logging.getLogger("cw.telemetry")
+
+
+class _CsvFile:
+    """One telemetry CSV, written through a byte buffer of its own with `os.write`, which says
+    how many bytes reached the file: when the disk fills mid-write the rest stays buffered, and
+    a retry goes on from the byte it stopped at, so no row is written twice or lost in a
+    buffered file object's state."""
+
+    def __init__(self, path: Path, header: list[str]):
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.buffer = bytearray()
+        self.written_bytes = 0
+        self.row_end_bytes = 0  # where the last whole row written ends (what a cut file keeps)
+        sink = io.StringIO()
+        csv.writer(sink).writerow(header)
+        self.append(sink.getvalue())
+
+    def append(self, text: str) -> None:
+        self.buffer += text.encode()
+
+    def unwritten_rows(self) -> int:
+        """Rows not (wholly) in the file: each ends its line (names needing a newline quoted
+        inside would count twice)."""
+        return self.buffer.count(b"\n") - (self.row_end_bytes == 0 and len(self.buffer) > 0)
+
+    def drain(self) -> None:
+        """Write the buffer out; raises the OSError that stops it, with what went cut off."""
+        while self.buffer:
+            n = os.write(self.fd, self.buffer)
+            end = self.buffer.rfind(b"\n", 0, n)
+            if end >= 0:
+                self.row_end_bytes = self.written_bytes + end + 1
+            self.written_bytes += n
+            del self.buffer[:n]
+
+    def close(self, keep_cut_row: bool = True) -> None:
+        try:
+            if not keep_cut_row and self.written_bytes != self.row_end_bytes:
+                os.ftruncate(self.fd, self.row_end_bytes)  # frees space: works on a full disk
+        finally:
+            os.close(self.fd)
 
 
 class TelemetryLog:
@@ -74,29 +123,33 @@ class TelemetryLog:
     `requests.csv` and `actions.csv`. Rows reach the files in batches of `write_batch` as they
     come, on `flush` and on `close`. A serving loop passes `write_batch=None` and calls
     `write_some` every iteration instead: formatting a row takes ~3 µs, so a batch of thousands
-    at once would hold the loop up for milliseconds, longer than the deadlines it guards."""
+    at once would hold the loop up for milliseconds, longer than the deadlines it guards.
+
+    A write that fails (a full disk, say) raises its OSError, unless `hold_on_error`: then a
+    server logs it once and goes on serving while the log holds unwritten rows in memory (up to
+    `max_held_bytes`, then counts the rows it drops) and retries on each `flush_files`."""
 
     def __init__(self, directory: str | Path | None = None, keep: bool = True,
-                 write_batch: int | None = 4096):
+                 write_batch: int | None = 4096, hold_on_error: bool = False,
+                 max_held_bytes: int = 64 << 20):
         self.keep = keep
         self.write_batch = write_batch
+        self.hold_on_error = hold_on_error
+        self.max_held_bytes = max_held_bytes
+        self.directory = None if directory is None else Path(directory)
         self.requests: list[RequestRow] = []
         self.actions: list[ActionRow] = []
+        self.write_error: OSError | None = None  # the failure being held through, if any
+        self.dropped_rows = 0                    # rows dropped since it began
+        self.last_write_error: OSError | None = None  # kept after writing resumes
+        self.lost_rows = 0  # rows that never reached the files: dropped, or left at close
         self._lock = threading.Lock()
-        self._files = []
-        self._writers = {}
-        self._files_by_kind = {}
+        self._files: dict[str, _CsvFile] = {}
         self._unwritten: dict[str, list] = {"requests": [], "actions": []}
-        if directory is not None:
-            d = Path(directory)
-            d.mkdir(parents=True, exist_ok=True)
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
             for name, cols in (("requests", REQUEST_COLUMNS), ("actions", ACTION_COLUMNS)):
-                f = open(d / f"{name}.csv", "w", newline="")
-                w = csv.writer(f)
-                w.writerow(cols)
-                self._files.append(f)
-                self._writers[name] = w
-                self._files_by_kind[name] = f
+                self._files[name] = _CsvFile(self.directory / f"{name}.csv", cols)
 
     def request(self, row: RequestRow) -> None:
         self._record("requests", self.requests, row)
@@ -109,12 +162,12 @@ class TelemetryLog:
         those rows as this log would write them to CSV (the compiled simulator formats its own)."""
         if self.keep:
             (self.requests if kind == "requests" else self.actions).extend(rows)
-        if not self._writers:
+        if not self._files:
             return
         if text is not None:
             with self._lock:
                 self._write(kind)  # rows that came before these
-                self._files_by_kind[kind].write(text)
+                self._append(kind, text)
             return
         pending = self._unwritten[kind]
         pending.extend(rows)
@@ -127,7 +180,7 @@ class TelemetryLog:
         # front of the list, so a row appended meanwhile is never lost.
         if self.keep:
             kept.append(row)
-        if self._writers:
+        if self._files:
             pending = self._unwritten[kind]
             pending.append(row)
             if self.write_batch is not None and len(pending) >= self.write_batch:
@@ -135,13 +188,17 @@ class TelemetryLog:
                     self._write(kind)
 
     def pending_rows(self) -> int:
-        """Rows kept for the files and not written yet."""
+        """Rows kept for the files and not formatted for them yet."""
         return len(self._unwritten["requests"]) + len(self._unwritten["actions"])
+
+    def held_bytes(self) -> int:
+        """Bytes formatted for the files and not written to them yet."""
+        return sum(len(f.buffer) for f in self._files.values())
 
     def write_some(self, max_rows: int) -> int:
         """Write up to `max_rows` of the oldest unwritten rows, half of them for each file
         where both have rows waiting; returns how many were written."""
-        if not self._writers:
+        if not self._files:
             return 0
         with self._lock:
             requests = min(len(self._unwritten["requests"]),
@@ -155,43 +212,92 @@ class TelemetryLog:
         # another thread stays for the next write instead of being lost.
         rows = self._unwritten[kind]
         n = len(rows) if limit is None else min(len(rows), limit)
-        if n and kind in self._writers:
+        if not n or kind not in self._files:
+            return 0
+        if self.write_error is not None and self.held_bytes() >= self.max_held_bytes:
+            self.dropped_rows += n
+            self.lost_rows += n
+        else:
             batch = rows[:n]
             astuple = msgspec.structs.astuple
-            text_fields = _TEXT_FIELDS[kind]
-            texts = set().union(*({getattr(r, f) for r in batch} for f in text_fields))
+            texts = set().union(*({getattr(r, f) for r in batch} for f in _TEXT_FIELDS[kind]))
             if any(_QUOTE_CHARS.intersection(t) for t in texts):
-                self._writers[kind].writerows([astuple(r) for r in batch])
+                sink = io.StringIO()
+                csv.writer(sink).writerows([astuple(r) for r in batch])
+                text = sink.getvalue()
             else:
                 # Numbers and plain names need no quoting: one format per row is ~2.5x faster
                 # than the csv writer and gives the same bytes.
                 fmt = _ROW_FORMAT[kind]
-                self._files_by_kind[kind].write("".join([fmt % astuple(r) for r in batch]))
+                text = "".join([fmt % astuple(r) for r in batch])
+            self._append(kind, text)
         del rows[:n]
         return n
 
+    def _append(self, kind: str, text: str) -> None:
+        file = self._files[kind]
+        file.append(text)
+        # while failing, retries wait for flush_files: a syscall per row would slow the loop
+        if len(file.buffer) >= _DRAIN_BYTES and self.write_error is None:
+            self._drain()
+
+    def _drain(self) -> None:
+        try:
+            for file in self._files.values():
+                file.drain()
+        except OSError as e:
+            if not self.hold_on_error:
+                raise
+            if self.write_error is None:
+                log.error("cannot write telemetry to %s (%s); serving goes on, and the rows "
+                          "wait in memory (up to %d MiB) until it can", self.directory,
+                          (e.strerror or str(e)).lower(), self.max_held_bytes >> 20)
+            self.write_error = self.last_write_error = e
+            return
+        if self.write_error is not None:
+            dropped = f"; {self.dropped_rows} rows were dropped meanwhile" \
+                if self.dropped_rows else ", nothing was lost"
+            log.warning("telemetry reaches %s again%s", self.directory, dropped)
+            self.write_error = None
+            self.dropped_rows = 0
+
+    def failure(self) -> str | None:
+        """Why rows were lost ("no space left on device"), if any were."""
+        error = self.last_write_error
+        return None if error is None else (error.strerror or str(error)).lower()
+
     def flush_files(self) -> None:
-        """Hand what was written so far to the OS (readers of the files see it)."""
+        """Hand what was formatted so far to the OS (readers of the files see it)."""
         with self._lock:
-            for f in self._files:
-                f.flush()
+            self._drain()
 
     def flush(self) -> None:
         with self._lock:
             for kind in self._unwritten:
                 self._write(kind)
-            for f in self._files:
-                f.flush()
+            self._drain()
 
     def close(self) -> None:
+        """Write what is left and close the files. Where that fails on a log that holds on
+        errors, the files keep the rows written so far (no cut last row) and one line says
+        how many could not be written."""
         with self._lock:
-            for kind in self._unwritten:
-                self._write(kind)
-            for f in self._files:
-                f.close()
-            self._files.clear()
-            self._writers.clear()
-            self._files_by_kind.clear()
+            try:
+                for kind in self._unwritten:
+                    self._write(kind)
+                self._drain()
+                if self.write_error is not None:
+                    self.lost_rows += sum(f.unwritten_rows() for f in self._files.values())
+                    log.error("%d telemetry rows could not be written to %s (%s)",
+                              self.lost_rows, self.directory, self.failure())
+            finally:
+                files, self._files = self._files, {}
+                for file in files.values():
+                    try:
+                        file.close(keep_cut_row=self.write_error is None)
+                    except OSError:
+                        if not self.hold_on_error:
+                            raise
 
 
 def _parse_bool(text: str) -> bool:

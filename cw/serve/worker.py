@@ -29,6 +29,7 @@ import numpy as np
 from cw.errors import CwError, UsageError
 from cw.serve.clock import ClockSync, clock_domain
 from cw.serve.executor import Executor
+from cw.serve.loop_errors import LoopErrors
 from cw.serve.protocol import (PROTOCOL_VERSION, DeviceDesc, Goodbye, Infer, Leaving, Load,
                                ModelInfo, Ping, Pong, Register, Result, Status, TensorInfo,
                                Timing, Unload, Welcome)
@@ -234,13 +235,15 @@ class Worker:
             self.stall_watch = StallWatch(f"worker {self.config.name}",
                                           self.config.log_stalls_ns).start()
         self.register()
+        errors = LoopErrors(log, "worker step")
         try:
             while not stop.is_set() and self.fatal is None:
                 try:
                     self.step()
-                except Exception:  # the loop logs the unexpected and keeps serving
-                    log.exception("worker step failed")
+                except Exception as e:  # the loop logs the unexpected and keeps serving
+                    errors.report(e, now_ns())
         finally:
+            errors.flush()
             if self.stall_watch is not None:
                 self.stall_watch.stop()
         self.shutdown()

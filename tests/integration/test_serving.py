@@ -509,6 +509,55 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
 
 
+def test_a_full_log_dir_does_not_stop_serving_and_loses_no_row(models_dir, tmp_path, caplog):
+    """Its telemetry files turn into /dev/full (every write: ENOSPC) mid-run and back: every
+    request is answered, the log says so once and once more when writing resumes, the metrics
+    show it meanwhile, and the files end up with every row once."""
+    import logging
+    import urllib.request
+
+    from cw.serve.telemetry import RequestRow, read_csv
+
+    def metrics(port):
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        return dict(line.rsplit(" ", 1) for line in text.decode().splitlines()
+                    if line.startswith("cw_telemetry"))
+
+    caplog.set_level(logging.INFO, logger="cw.telemetry")
+    with serving(tmp_path, models_dir, "sim0", metrics_port=0) as (ctl, w):
+        port = ctl.metrics_server.server_address[1]
+        fds = [f.fd for f in ctl.telemetry._files.values()]
+        saved = [os.dup(fd) for fd in fds]
+        with Client(ctl.clients_address) as client:
+            x = random_input((1, 64))
+            for _ in range(20):
+                client.infer("mlp", x, slo_ms=100)
+            with open("/dev/full", "wb") as full:
+                for fd in fds:
+                    os.dup2(full.fileno(), fd)
+            for _ in range(10):  # 100 in flight at a time: within the simulated GPU's capacity
+                futures = [client.infer_async("mlp", x, slo_ms=100) for _ in range(100)]
+                assert all(f.result(timeout=30).shape == (1, 10) for f in futures)
+            time.sleep(0.5)  # past a flush and a gauge update (every 200 ms)
+            failing = metrics(port)
+            for fd, old in zip(fds, saved):
+                os.dup2(old, fd)
+                os.close(old)
+            time.sleep(0.5)
+            after = metrics(port)
+        assert failing["cw_telemetry_failing"] == "1"
+        assert int(failing["cw_telemetry_held_bytes"]) > 1000 * 100  # ~120 bytes a row
+        assert after == {"cw_telemetry_failing": "0", "cw_telemetry_held_bytes": "0",
+                         "cw_telemetry_lost_rows_total": "0"}
+    lines = [r.getMessage() for r in caplog.records if r.name == "cw.telemetry"]
+    assert [line.split(" (")[0] for line in lines] == [
+        f"cannot write telemetry to {tmp_path / 'log'}",
+        f"telemetry reaches {tmp_path / 'log'} again, nothing was lost"]
+    rows = read_csv(tmp_path / "log" / "requests.csv", RequestRow)
+    assert sorted(r.request_id for r in rows) == list(range(1, 1021))
+    assert rows == ctl.telemetry.requests  # in the order answered, as the controller kept them
+
+
 def test_a_client_that_leaves_mid_request_does_not_disturb_serving(models_dir, tmp_path):
     """Every request of a client that closed before its answers still gets its one answer
     (dropped by ZeroMQ for a gone peer) and its telemetry row; other clients go on."""
