@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from cw.errors import BundleError, HostError, OutputExistsError, UsageError
+from cw.errors import BundleError, HostError, OutputExistsError, UsageError, cannot_write
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -229,8 +229,7 @@ class BundleWriter:
             parent.mkdir(parents=True, exist_ok=True)
             self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=parent))
         except OSError as e:
-            raise UsageError(f"cannot write to {parent}: {e.strerror}",
-                             "choose a writable output directory with -o") from None
+            raise cannot_write(e, parent, "-o") from None
         self._committed = False
 
     def __enter__(self) -> "BundleWriter":

@@ -66,23 +66,25 @@ class HostError(CwError):
 
     # errno → how to fix it; other OS errors stay internal errors, to be reported
     HINTS = {
-        errno.ENOSPC: "free some space there, or write elsewhere (--out / -o)",
-        errno.EDQUOT: "free some of your quota, or write elsewhere (--out / -o)",
-        errno.EACCES: "check that path's permissions, or write elsewhere (--out / -o)",
-        errno.EPERM: "check that path's permissions, or write elsewhere (--out / -o)",
-        errno.EROFS: "write elsewhere (--out / -o)",
+        errno.ENOSPC: "free some space there, or write elsewhere ({option})",
+        errno.EDQUOT: "free some of your quota, or write elsewhere ({option})",
+        errno.EACCES: "check that path's permissions, or write elsewhere ({option})",
+        errno.EPERM: "check that path's permissions, or write elsewhere ({option})",
+        errno.EROFS: "write elsewhere ({option})",
         errno.EMFILE: "raise the open-files limit (ulimit -n) or use fewer workers or copies",
         errno.ENFILE: "the system's open-files table is full: close other programs or raise "
                       "fs.file-max",
     }
 
     @classmethod
-    def of(cls, error: OSError, writing=None) -> HostError | None:
+    def of(cls, error: OSError, writing=None, option: str = "--out / -o") -> HostError | None:
         """`error` as a HostError, naming the file it names, else `writing` (what was being
-        written: a write() that fails names no file); None for other OS errors."""
+        written: a write() that fails names no file), its hint naming the `option` that
+        chooses where; None for other OS errors."""
         hint = cls.HINTS.get(error.errno)
         if hint is None:
             return None
+        hint = hint.format(option=option)
         reason = (error.strerror or str(error)).lower()
         if error.filename:
             return cls(f"{reason}: {error.filename}", hint)
@@ -90,13 +92,32 @@ class HostError(CwError):
 
 
 @contextlib.contextmanager
-def writing(path):
+def writing(path, option: str = "--out / -o"):
     """The OS refusing to write `path` (a full disk, no permission) as a HostError that names
-    it; other errors pass unchanged."""
+    it, and `option`, the one that chose it; other errors pass unchanged."""
     try:
         yield
     except OSError as e:
-        host = HostError.of(e, path)
+        host = HostError.of(e, path, option)
         if host is None:
             raise
         raise host from e
+
+
+def cannot_write(error: OSError, where, option: str) -> CwError:
+    """An output's folder that cannot be made: the machine refusing (exit 6), or a path that
+    cannot be one (under a file, say: exit 2)."""
+    host = HostError.of(error, where, option)
+    if host is not None:  # named by the folder chosen, not a temporary one inside it
+        return HostError(f"cannot write to {where}: {(error.strerror or '').lower()}", host.hint)
+    return UsageError(f"cannot write to {where}: {error.strerror}",
+                      f"choose a writable output directory with {option}")
+
+
+@contextlib.contextmanager
+def creating(folder, option: str):
+    """Any OS error making `folder` (or a file in it) as one error line: `cannot_write`."""
+    try:
+        yield
+    except OSError as e:
+        raise cannot_write(e, folder, option) from None

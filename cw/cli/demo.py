@@ -29,10 +29,12 @@ def demo_cmd(
     """
     import model_zoo
     from cw.engine import run_bundle
+    from cw.errors import creating
 
     entry = model_zoo.get(model)
     out = console()
-    workdir.mkdir(parents=True, exist_ok=True)
+    with creating(workdir, "--dir"):
+        workdir.mkdir(parents=True, exist_ok=True)
     onnx_path = workdir / f"{model}.onnx"
     bundle = workdir / model
     out.rule(f"1/4 cw zoo export {model} -o {onnx_path}")

@@ -117,7 +117,7 @@ def serve_all(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from cw.errors import UsageError
+    from cw.errors import UsageError, creating
     from cw.serve.launch import (ControllerThread, WorkerProcesses, install_signal_stop,
                                  local_address)
     from cw.serve.runtime.host import find_bundles
@@ -127,12 +127,13 @@ def serve_all(
         raise UsageError(f"unknown runtime '{runtime}'", "use cpu, simulated or cuda")
     if workers < 1 or copies < 1:
         raise UsageError(f"--workers {workers} and --copies {copies} must each be ≥ 1")
-    models_dir = models or demo_models_dir()
     config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
                                 default_slo, metrics_port, log_dir, log_stalls)
+    if log_dir:  # before the demo set's first-use compile: a bad path fails at once
+        with creating(log_dir, "--log-dir"):
+            log_dir.mkdir(parents=True, exist_ok=True)
+    models_dir = models or demo_models_dir()
     find_bundles(models_dir)  # here, as one error line, not a worker's dying words after start
-    if log_dir:
-        log_dir.mkdir(parents=True, exist_ok=True)
     ctl = ControllerThread(config).start()
     devices = ["cuda:0"] if runtime == "cuda" else ["cpu"]
     procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, workers,

@@ -18,7 +18,7 @@ from typing import Callable
 from cw.compile import cpu_conv, targets, tuning
 from cw.compile.compiler import (DEFAULT_BATCH_SIZES, CompileConfig, bind_batch, import_graph,
                                  legalized)
-from cw.errors import DeviceError, UsageError
+from cw.errors import DeviceError, UsageError, creating
 from cw.tvm_env import cpu_threads, cuda_codegen_problem, load_tvm
 
 Progress = Callable[[str, dict], None]
@@ -200,7 +200,8 @@ def open_database(db_dir: Path):
     if db_dir.exists() and not tuning.is_database(db_dir) and any(db_dir.iterdir()):
         raise UsageError(f"--db {db_dir}: exists and is not a tuning database",
                          "give a new directory, or one written by `cw tune`")
-    db_dir.mkdir(parents=True, exist_ok=True)
+    with creating(db_dir, "--db"):
+        db_dir.mkdir(parents=True, exist_ok=True)
     return ms.database.JSONDatabase(str(db_dir / tuning.WORKLOAD_FILE),
                                     str(db_dir / tuning.RECORD_FILE), allow_missing=True)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from cw.errors import UsageError, writing
+from cw.errors import UsageError, cannot_write, writing
 from cw.replay import arrivals as arrivals_mod
 from cw.replay import workloads
 from cw.replay.columns import actions_of, requests_of
@@ -204,8 +204,7 @@ def atomic_output(out: Path, force: bool):
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     except OSError as e:
-        raise UsageError(f"cannot write to {out.parent}: {e.strerror}",
-                         "choose a writable --out") from None
+        raise cannot_write(e, out.parent, "--out") from None
     try:
         with writing(out):
             yield tmp

@@ -20,6 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from cw.errors import creating
 from cw.serve import protocol as p
 from cw.serve.controller import Controller, ControllerConfig
 from cw.serve.metrics import Metrics, loop_summary, serve_metrics
@@ -55,8 +56,17 @@ class ControllerThread:
                 raise UsageError(f"cannot serve metrics on port {config.metrics_port}: "
                                  f"{e.strerror}", "choose another --metrics-port") from None
         # written a few rows per loop iteration (Controller.serve_forever)
-        self.telemetry = TelemetryLog(config.log_dir, keep=keep_telemetry, write_batch=None,
-                                      hold_on_error=True)
+        try:
+            with creating(config.log_dir, "--log-dir"):
+                self.telemetry = TelemetryLog(config.log_dir, keep=keep_telemetry,
+                                              write_batch=None, hold_on_error=True)
+        except BaseException:
+            self.workers_ep.close()
+            self.clients_ep.close()
+            if self.metrics_server is not None:
+                self.metrics_server.shutdown()
+                self.metrics_server.server_close()
+            raise
         # the spec's own settings (clockwork:ahead=2ms) win over the config's
         scheduler = make_scheduler(config.scheduler,
                                    SchedulerConfig(schedule_ahead_ns=config.schedule_ahead_ns))

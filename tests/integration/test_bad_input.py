@@ -110,6 +110,12 @@ def test_unwritable_output(cli, zoo_onnx, tmp_path):
     assert "cannot write" in line
     line = _one_error_line(cli("zoo", "export", "mlp", "-o", blocker / "m.onnx"))
     assert "cannot write" in line
+    for serve in (["serve", "controller"], ["serve", "--runtime", "simulated"]):
+        result = cli(*serve, "--workers-listen", "tcp://127.0.0.1:*", "--clients-listen",
+                     "tcp://127.0.0.1:*", "--log-dir", blocker / "logs")
+        assert _one_error_line(result) == f"error: cannot write to {blocker / 'logs'}: Not a " \
+            "directory (choose a writable output directory with --log-dir)"
+        assert result.code == 2
 
 
 @pytest.fixture

@@ -35,3 +35,21 @@ def test_the_file_the_os_names_wins_and_other_errors_pass_unchanged(tmp_path):
         with writing(tmp_path / "out"):
             open(tmp_path / "missing" / "x")
     assert HostError.of(OSError(errno.ENOENT, "No such file or directory")) is None
+
+
+def test_a_folder_that_cannot_be_made_is_named_with_the_option_that_chose_it(tmp_path):
+    from cw.errors import UsageError, creating
+
+    with pytest.raises(HostError) as e:  # the machine refusing: exit 6
+        with creating(tmp_path / "logs", "--log-dir"):
+            raise OSError(errno.EACCES, "Permission denied", str(tmp_path / "logs" / ".tmp1"))
+    assert e.value.one_line() == (f"cannot write to {tmp_path / 'logs'}: permission denied "
+                                  "(check that path's permissions, or write elsewhere "
+                                  "(--log-dir))")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError) as e:  # a path that cannot be a folder: the command's
+        with creating(tmp_path / "file" / "logs", "--log-dir"):
+            (tmp_path / "file" / "logs").mkdir(parents=True)
+    assert e.value.exit_code == 2
+    assert e.value.one_line().startswith(f"cannot write to {tmp_path / 'file' / 'logs'}: ")
+    assert e.value.one_line().endswith("(choose a writable output directory with --log-dir)")
