@@ -238,7 +238,7 @@ class BundleWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if not self._committed:
             shutil.rmtree(self.tmp, ignore_errors=True)
-        if isinstance(exc, OSError) and (host := HostError.of(exc, self.out)) is not None:
+        if isinstance(exc, OSError) and (host := HostError.of(exc, self.out, "-o")) is not None:
             raise host from exc  # a full disk is not a bug: say so, and where
 
     def path(self, relative: str) -> Path:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
+from pathlib import Path
 
 
 class CwError(Exception):
@@ -66,33 +68,43 @@ class HostError(CwError):
 
     # errno → how to fix it; other OS errors stay internal errors, to be reported
     HINTS = {
-        errno.ENOSPC: "free some space there, or write elsewhere ({option})",
-        errno.EDQUOT: "free some of your quota, or write elsewhere ({option})",
-        errno.EACCES: "check that path's permissions, or write elsewhere ({option})",
-        errno.EPERM: "check that path's permissions, or write elsewhere ({option})",
-        errno.EROFS: "write elsewhere ({option})",
+        errno.ENOSPC: "free some space there, or {elsewhere}",
+        errno.EDQUOT: "free some of your quota, or {elsewhere}",
+        errno.EACCES: "check that path's permissions, or {elsewhere}",
+        errno.EPERM: "check that path's permissions, or {elsewhere}",
+        errno.EROFS: "{elsewhere}",
         errno.EMFILE: "raise the open-files limit (ulimit -n) or use fewer workers or copies",
         errno.ENFILE: "the system's open-files table is full: close other programs or raise "
                       "fs.file-max",
     }
 
     @classmethod
-    def of(cls, error: OSError, writing=None, option: str = "--out / -o") -> HostError | None:
+    def of(cls, error: OSError, writing=None, option: str | None = None) -> HostError | None:
         """`error` as a HostError, naming the file it names, else `writing` (what was being
         written: a write() that fails names no file), its hint naming the `option` that
         chooses where; None for other OS errors."""
         hint = cls.HINTS.get(error.errno)
         if hint is None:
             return None
-        hint = hint.format(option=option)
+        hint = hint.format(elsewhere="write elsewhere" + (f" ({option})" if option else ""))
         reason = (error.strerror or str(error)).lower()
-        if error.filename:
+        if error.filename and not _stands_in_for(error.filename, writing):
             return cls(f"{reason}: {error.filename}", hint)
         return cls(f"{reason}" + (f" writing {writing}" if writing else ""), hint)
 
 
+def _stands_in_for(filename, writing) -> bool:
+    """Whether `filename` is (inside) a temporary that cw's atomic writers make beside an
+    output, `.NAME.xxxx`: the user asked for `writing`, and the temporary is no name of theirs."""
+    if writing is None:
+        return False
+    out, path = Path(writing), Path(os.fsdecode(filename))
+    return any(p.parent == out.parent and p.name.startswith(f".{out.name}.")
+               for p in (path, *path.parents))
+
+
 @contextlib.contextmanager
-def writing(path, option: str = "--out / -o"):
+def writing(path, option: str | None = None):
     """The OS refusing to write `path` (a full disk, no permission) as a HostError that names
     it, and `option`, the one that chose it; other errors pass unchanged."""
     try:

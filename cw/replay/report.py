@@ -411,7 +411,7 @@ def write_report(runs: list[Run | RunSeries | str | Path], out: str | Path) -> P
     tmp = out.with_name(f".{out.name}.tmp")
     page = render(runs)
     try:
-        with writing(out):
+        with writing(out, "-o"):
             tmp.write_text(page)
             tmp.replace(out)
     finally:

@@ -206,7 +206,7 @@ def atomic_output(out: Path, force: bool):
     except OSError as e:
         raise cannot_write(e, out.parent, "--out") from None
     try:
-        with writing(out):
+        with writing(out, "--out"):
             yield tmp
         os.chmod(tmp, 0o755)
         if out.exists():

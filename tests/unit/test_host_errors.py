@@ -16,10 +16,10 @@ def fill_a_disk():
 
 def test_a_full_disk_names_what_was_being_written(tmp_path):
     with pytest.raises(HostError) as e:
-        with writing(tmp_path / "out"):
+        with writing(tmp_path / "out", "--out"):
             fill_a_disk()
     assert e.value.one_line() == (f"no space left on device writing {tmp_path / 'out'} (free "
-                                  "some space there, or write elsewhere (--out / -o))")
+                                  "some space there, or write elsewhere (--out))")
     assert e.value.exit_code == 6 != EXIT_INTERNAL
     assert isinstance(e.value.__cause__, OSError) and e.value.__cause__.errno == errno.ENOSPC
 
@@ -35,6 +35,19 @@ def test_the_file_the_os_names_wins_and_other_errors_pass_unchanged(tmp_path):
         with writing(tmp_path / "out"):
             open(tmp_path / "missing" / "x")
     assert HostError.of(OSError(errno.ENOENT, "No such file or directory")) is None
+    # where nothing says which option chose the path, the hint names none
+    assert HostError.of(OSError(errno.EROFS, "Read-only file system")).hint == "write elsewhere"
+
+
+def test_a_temporary_beside_the_output_is_named_as_the_output(tmp_path):
+    """Atomic writers write `.NAME.xxxx` beside NAME: the user asked for NAME."""
+    out = tmp_path / "report.html"
+    for ours in (tmp_path / ".report.html.tmp", tmp_path / ".report.html.k2j3" / "lib" / "x.so"):
+        host = HostError.of(OSError(errno.EACCES, "Permission denied", str(ours)), out, "-o")
+        assert host.message == f"permission denied writing {out}", ours
+    other = tmp_path / ".other.tmp"  # not ours for this output: named as the OS named it
+    host = HostError.of(OSError(errno.EACCES, "Permission denied", str(other)), out, "-o")
+    assert host.message == f"permission denied: {other}"
 
 
 def test_a_folder_that_cannot_be_made_is_named_with_the_option_that_chose_it(tmp_path):
