@@ -24,6 +24,19 @@ def _logging(verbose: bool) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
+def _check_targets(bundles: list[Path], runtime: str) -> None:
+    """Bundles a `--runtime cpu|cuda` worker could not run, refused before anything starts."""
+    from cw.bundle import read_manifest
+    from cw.errors import DeviceError
+
+    for path in bundles:
+        kind = read_manifest(path).target.kind
+        if kind != runtime:
+            raise DeviceError(f"bundle {path} was compiled for {kind}, not {runtime}",
+                              f"use --runtime {kind} (or simulated), or recompile it with "
+                              f"--target {runtime}")
+
+
 def _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead, default_slo,
                        metrics_port, log_dir, log_stalls=None) -> ControllerConfig:
     from cw.errors import UsageError
@@ -132,8 +145,17 @@ def serve_all(
     if log_dir:  # before the demo set's first-use compile: a bad path fails at once
         with creating(log_dir, "--log-dir"):
             log_dir.mkdir(parents=True, exist_ok=True)
+    if models is None and runtime == "cuda":
+        raise UsageError("the demo set is compiled for the CPU: --runtime cuda needs --models",
+                         "give --models DIR of bundles compiled with `cw compile --target cuda`")
     models_dir = models or demo_models_dir()
-    find_bundles(models_dir)  # here, as one error line, not a worker's dying words after start
+    # here, as one error line, not a worker's dying words after the controller started
+    bundles = find_bundles(models_dir)
+    if runtime != "simulated":
+        _check_targets(bundles, runtime)
+    if runtime == "cuda":
+        from cw.serve.runtime.cuda_api import require_gpu
+        require_gpu()
     ctl = ControllerThread(config).start()
     devices = ["cuda:0"] if runtime == "cuda" else ["cpu"]
     procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, workers,

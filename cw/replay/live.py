@@ -195,6 +195,9 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             if not models_dir.is_dir():
                 raise UsageError("a local live replay needs compiled bundles for its workers",
                                  "give --models DIR of bundles, or add --simulate for zoo names")
+            if config.runtime == "cuda":  # one line now, not a worker's dying words later
+                from cw.serve.runtime.cuda_api import require_gpu
+                require_gpu()
             # The controller gets a process of its own (not a thread of this one, where it
             # would share the GIL with the sender); its telemetry comes back as CSV files.
             telemetry_dir = Path(tempfile.mkdtemp(prefix="cw-replay-telemetry-"))

@@ -20,7 +20,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from cw.errors import creating
+from cw.errors import (BundleError, DeviceError, HostError, ModelError, UsageError,
+                       creating)
 from cw.serve import protocol as p
 from cw.serve.controller import Controller, ControllerConfig
 from cw.serve.metrics import Metrics, loop_summary, serve_metrics
@@ -52,7 +53,6 @@ class ControllerThread:
             except OSError as e:
                 self.workers_ep.close()
                 self.clients_ep.close()
-                from cw.errors import UsageError
                 raise UsageError(f"cannot serve metrics on port {config.metrics_port}: "
                                  f"{e.strerror}", "choose another --metrics-port") from None
         # written a few rows per loop iteration (Controller.serve_forever)
@@ -130,7 +130,6 @@ class ControllerProcess:
         import multiprocessing as mp
 
         if config.log_dir is None:
-            from cw.errors import UsageError
             raise UsageError("a controller process needs a log directory for its telemetry",
                              "set ControllerConfig.log_dir")
         context = mp.get_context("spawn")  # no fork of a process that may hold threads
@@ -182,6 +181,10 @@ class ControllerProcess:
                 self.process.join()
         self._conn.close()
 
+
+# the exit codes that say why a worker stopped (cw/cli/app.py), passed on by `cw serve`
+WORKER_EXIT_CODES = frozenset(e.exit_code for e in (UsageError, ModelError, BundleError,
+                                                    DeviceError, HostError))
 
 STALLS_LOG = "stalls.log"  # a controller process's stall lines, in its log directory
 
@@ -299,10 +302,13 @@ class WorkerProcesses:
             if proc.poll() is not None:
                 from cw.errors import CwError
                 why = self._last_line(i)
-                raise CwError(f"worker {i} exited with code {proc.returncode}"
-                              + (f": {why}" if why else ""),
-                              f"see {self.log_dir / f'worker-{i}.log'}" if self.log_dir
-                              else "run `cw serve worker` by hand to see its whole output")
+                error = CwError(f"worker {i} exited with code {proc.returncode}"
+                                + (f": {why}" if why else ""),
+                                f"see {self.log_dir / f'worker-{i}.log'}" if self.log_dir
+                                else "run `cw serve worker` by hand to see its whole output")
+                if proc.returncode in WORKER_EXIT_CODES:  # its reason's code: a device error, say
+                    error.exit_code = proc.returncode
+                raise error
 
     def _last_line(self, i: int) -> str | None:
         try:

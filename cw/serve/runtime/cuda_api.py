@@ -23,6 +23,15 @@ def _rt():
     return runtime
 
 
+def require_gpu(index: int = 0) -> None:
+    """Refuse, as one DeviceError, a machine where a CUDA worker could not start: before a
+    launcher starts anything else."""
+    _rt()
+    from cw.engine import tvm_device
+
+    tvm_device("cuda", index)
+
+
 def check(result, what: str):
     """cuda-bindings calls return (error, values...); raise on error, return the values."""
     rt = _rt()
