@@ -154,6 +154,8 @@ class Worker:
         self.transport = transport
         self.models = {m.model_id: m for m in models}
         self.clock = ClockSync()
+        # shared by the loop and the executor threads: one traceback per kind of failure
+        self.errors = LoopErrors(log, "worker step")
         self.shm = ShmReader()  # clients' input segments, for INFERs that carry ShmRef
         self.worker_id: int | None = None
         self.devices = [_Device(i, rt, self) for i, rt in enumerate(runtimes)]
@@ -210,7 +212,7 @@ class Worker:
             try:
                 handler(msg)
             except Exception as e:  # a bug of ours: the action still gets its one result
-                log.exception("handling %s failed", type(msg).__name__)
+                self.errors.report(e, now_ns(), f"handling {type(msg).__name__}")
                 if isinstance(msg, (Load, Unload, Infer)):
                     self._send(msg, Status.RUNTIME_ERROR, now_ns(), message=f"worker error: {e}")
         for sim in sims:
@@ -222,6 +224,7 @@ class Worker:
             self._last_ping_ns = now
             c = self.clock
             self.transport.send(Ping(now, c.offset_ns, c.estimate_ns, c.rtt_ns or 0))
+            self.errors.flush(now)  # repeats of a failure, at most every 10 s
         if now - self._last_shm_sweep_ns > self.config.shm_sweep_ns:
             self._last_shm_sweep_ns = now
             self.shm.sweep()
@@ -235,15 +238,14 @@ class Worker:
             self.stall_watch = StallWatch(f"worker {self.config.name}",
                                           self.config.log_stalls_ns).start()
         self.register()
-        errors = LoopErrors(log, "worker step")
         try:
             while not stop.is_set() and self.fatal is None:
                 try:
                     self.step()
                 except Exception as e:  # the loop logs the unexpected and keeps serving
-                    errors.report(e, now_ns())
+                    self.errors.report(e, now_ns())
         finally:
-            errors.flush()
+            self.errors.flush()
             if self.stall_watch is not None:
                 self.stall_watch.stop()
         self.shutdown()
@@ -363,7 +365,7 @@ class Worker:
             timing = rt.load(model, slots)
         except Exception as e:
             rt.cache.release(slots)
-            log.exception("LOAD %s failed", model.model_id)
+            self.errors.report(e, now_ns(), "LOAD", model.model_id)
             return self._send(action, Status.RUNTIME_ERROR, received, message=str(e))
         self._send(action, Status.OK, received, [timing])
 
@@ -507,7 +509,7 @@ class Worker:
                    via=self.devices[job.action.gpu].result_sender)
 
     def _fail_infer(self, job: _InferJob, error: Exception) -> None:
-        log.exception("INFER %s failed", job.action.model)
+        self.errors.report(error, now_ns(), "INFER", job.action.model)
         self._release(job)
         self._send(job.action, Status.RUNTIME_ERROR, job.received_ns, job.timings,
                    message=str(error))

@@ -144,3 +144,31 @@ def test_a_loop_failing_the_same_way_logs_one_traceback_and_counts_repeats(caplo
     assert lines == [("test step failed", True),
                      ("test step failed 500 more times the same way (traceback above)", False),
                      ("test step failed", True)]
+
+
+def test_loop_errors_shared_by_threads_keep_one_line_per_kind(caplog):
+    import threading
+
+    errors = LoopErrors(logging.getLogger("cw.test"), "worker step")
+
+    def fail(what, detail):
+        for _ in range(250):
+            try:
+                raise RuntimeError("CUDA error")
+            except RuntimeError as e:
+                errors.report(e, 0, what, detail)
+
+    with caplog.at_level(logging.INFO, logger="cw.test"):
+        threads = [threading.Thread(target=fail, args=("INFER", f"m{i}")) for i in range(4)]
+        threads.append(threading.Thread(target=fail, args=("LOAD", "m9")))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        errors.flush()
+    lines = sorted(r.getMessage() for r in caplog.records)
+    # the first INFER failure's model is named; 4 x 250 - 1 more are counted, not logged
+    assert len(lines) == 4 and lines[0].startswith("INFER failed (m")
+    assert lines[1:] == ["INFER failed 999 more times the same way (traceback above)",
+                         "LOAD failed (m9)",
+                         "LOAD failed 249 more times the same way (traceback above)"]
