@@ -180,7 +180,8 @@ def serve_all(
     finally:
         procs.stop()
         ctl.close()
-        out.print("stopped")
+        if stop.is_set():  # asked to (Ctrl-C, SIGTERM); an error says its own line instead
+            out.print("stopped")
 
 
 @serve_app.command("controller")
