@@ -122,7 +122,13 @@ def cannot_write(error: OSError, where, option: str) -> CwError:
     host = HostError.of(error, where, option)
     if host is not None:  # named by the folder chosen, not a temporary one inside it
         return HostError(f"cannot write to {where}: {(error.strerror or '').lower()}", host.hint)
-    return UsageError(f"cannot write to {where}: {error.strerror}",
+    reason = error.strerror
+    if error.errno in (errno.EEXIST, errno.ENOTDIR):  # "File exists" says it backwards
+        path = Path(where)
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            reason = f"{'it' if blocker == path else blocker} is a file, not a folder"
+    return UsageError(f"cannot write to {where}: {reason}",
                       f"choose a writable output directory with {option}")
 
 

@@ -107,14 +107,16 @@ def test_unwritable_output(cli, zoo_onnx, tmp_path):
     blocker = tmp_path / "file.txt"
     blocker.write_text("")
     line = _one_error_line(cli("compile", zoo_onnx("mlp"), "-o", blocker / "bundle"))
-    assert "cannot write" in line
+    assert line == f"error: cannot write to {blocker}: it is a file, not a folder (choose a " \
+        "writable output directory with -o)"
     line = _one_error_line(cli("zoo", "export", "mlp", "-o", blocker / "m.onnx"))
     assert "cannot write" in line
     for serve in (["serve", "controller"], ["serve", "--runtime", "simulated"]):
         result = cli(*serve, "--workers-listen", "tcp://127.0.0.1:*", "--clients-listen",
                      "tcp://127.0.0.1:*", "--log-dir", blocker / "logs")
-        assert _one_error_line(result) == f"error: cannot write to {blocker / 'logs'}: Not a " \
-            "directory (choose a writable output directory with --log-dir)"
+        assert _one_error_line(result) == f"error: cannot write to {blocker / 'logs'}: " \
+            f"{blocker} is a file, not a folder (choose a writable output directory with " \
+            "--log-dir)"
         assert result.code == 2
 
 

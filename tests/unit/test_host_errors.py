@@ -64,5 +64,6 @@ def test_a_folder_that_cannot_be_made_is_named_with_the_option_that_chose_it(tmp
         with creating(tmp_path / "file" / "logs", "--log-dir"):
             (tmp_path / "file" / "logs").mkdir(parents=True)
     assert e.value.exit_code == 2
-    assert e.value.one_line().startswith(f"cannot write to {tmp_path / 'file' / 'logs'}: ")
+    assert e.value.one_line().startswith(f"cannot write to {tmp_path / 'file' / 'logs'}: "
+                                         f"{tmp_path / 'file'} is a file, not a folder")
     assert e.value.one_line().endswith("(choose a writable output directory with --log-dir)")
