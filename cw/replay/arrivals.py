@@ -12,6 +12,7 @@ arrival process inside each minute. Everything is seeded and reproducible.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,9 @@ from cw.errors import UsageError
 from cw.replay.traces import Trace, TraceError
 
 NS_PER_S = 1_000_000_000
+# Memory a run needs per request: the arrival arrays while they are drawn and sorted (~60 B)
+# plus the telemetry columns kept for the report (78 B, cw/replay/columns.py), rounded up.
+BYTES_PER_REQUEST = 160
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,43 @@ def parse_arrivals(spec: str) -> tuple[str, float]:
     raise UsageError(f"unknown --arrivals '{spec}'", "use poisson, exact or gamma:CV")
 
 
+def available_memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_memory(count: float, bytes_each: int, asked: str, what: str, hint: str) -> None:
+    """Refuse, before anything is drawn or started, a run whose `count` `what` cannot fit in
+    memory: a typo like `--target-rate 1e12` would otherwise end in a MemoryError (or the
+    simulator's abort) after a long wait."""
+    need = count * bytes_each
+    free = available_memory_bytes()
+    if free is not None and need > free:
+        raise UsageError(f"{asked} means about {count:.3g} {what}, which need about "
+                         f"{_size(need)} of memory; this machine has {_size(free)} free", hint)
+
+
+def check_request_count(expected: float, asked: str, hint: str) -> None:
+    check_memory(expected, BYTES_PER_REQUEST, asked, "requests", hint)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
 def map_functions(order: list[int], models: list[str], how: str) -> list[int]:
     """For each function (in volume order) the index of its model."""
     f, m = len(order), len(models)
@@ -70,7 +111,9 @@ def map_functions(order: list[int], models: list[str], how: str) -> list[int]:
 
 def generate(trace: Trace, models: list[str], *, duration_s: float, start_minute: int = 0,
              rate_scale: float | None = None, target_rate: float | None = None,
-             arrivals: str = "poisson", mapping: str = "contiguous", seed: int = 0) -> Arrivals:
+             arrivals: str = "poisson", mapping: str = "contiguous", seed: int = 0,
+             rate_named: str | None = None) -> Arrivals:
+    """`rate_named` says where the rate came from, for errors (default: the flag's value)."""
     counts = trace.per_minute()
     minutes = int(np.ceil(duration_s / 60))
     if duration_s <= 0:
@@ -91,8 +134,12 @@ def generate(trace: Trace, models: list[str], *, duration_s: float, start_minute
         scale = target_rate / (total / (minutes * 60))
     else:
         scale = 1.0 if rate_scale is None else rate_scale
-    if scale <= 0:
+    if not scale > 0:
         raise UsageError("the rate scale must be positive")
+    asked = rate_named or (f"--target-rate {target_rate:g}" if target_rate is not None
+                           else f"--rate-scale {scale:g}")
+    check_request_count(total * scale, f"{asked} over {minutes} trace minute(s)",
+                        "give a lower --target-rate or --rate-scale, or shorten --duration")
     order = list(np.argsort(-counts.sum(axis=1), kind="stable"))
     model_of = map_functions(order, models, mapping)
     rng = np.random.default_rng(seed)

@@ -97,7 +97,16 @@ def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: d
     position = {m.model_id: i for i, m in enumerate(models)}
     names = [m.model_id for m in models]
     rank = {n: i for i, n in enumerate(sorted(names))}
-    table = [(*_model_entry(m, durations[m.model_id]), rank[m.model_id]) for m in models]
+    entries: dict[tuple, tuple] = {}  # copies of one model share their entry
+    table = []
+    for m in models:
+        est = durations[m.model_id]
+        key = (m.bundle, m.pages, m.load_ns, id(m.exec_ns), id(m.batch_sizes), id(m.inputs),
+               id(est))
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = _model_entry(m, est)
+        table.append((*entry, rank[m.model_id]))
     if closed is not None:
         times, index = b"", b""
         loop = (closed.concurrency, closed.think_ns, closed.duration_ns,

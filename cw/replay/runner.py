@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import math
 import os
@@ -14,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+import msgspec
 
 from cw.errors import UsageError, cannot_write, writing
 from cw.replay import arrivals as arrivals_mod
@@ -81,8 +84,8 @@ class ReplayConfig:
                              f"use one of {', '.join(workloads.WORKLOADS)}")
         if self.concurrency < 1:
             raise UsageError(f"--concurrency {self.concurrency} must be ≥ 1")
-        if self.rate is not None and self.rate <= 0:
-            raise UsageError(f"--rate {self.rate:g} must be positive")
+        if self.rate is not None and not 0 < self.rate < math.inf:
+            raise UsageError(f"--rate {self.rate:g} must be a positive number", "e.g. --rate 1000")
         if self.seed < 0:
             raise UsageError(f"--seed {self.seed} must be ≥ 0")
         if not 0 <= self.noise < 1:
@@ -93,8 +96,8 @@ class ReplayConfig:
                              "minutes count from the trace's first, 0")
         for flag, value in (("--target-rate", self.target_rate),
                             ("--rate-scale", self.rate_scale)):
-            if value is not None and not value > 0:
-                raise UsageError(f"{flag} {value:g} must be positive")
+            if value is not None and not 0 < value < math.inf:
+                raise UsageError(f"{flag} {value:g} must be a positive number")
         spec = parse_scheduler(self.scheduler)  # raises on an unknown policy or setting
         if self.log_stalls_ns is not None and (self.simulate or self.controller):
             raise UsageError("--log-stalls watches the controller and workers a live replay "
@@ -119,13 +122,31 @@ def with_preset(name: str, **overrides) -> ReplayConfig:
     return ReplayConfig(**settings)
 
 
+# Memory per simulated model instance, per closed-loop client (its request in flight and
+# telemetry row) and per model on a GPU, measured with millions of each and rounded up: what
+# refuses runs that cannot fit before they start.
+BYTES_PER_MODEL = 4096
+BYTES_PER_CLIENT = 256
+BYTES_PER_GPU_MODEL = 1024  # the scheduler's estimates of one model on one GPU
+
+
 def _zoo_model(name: str, copy: int, timings: str = "measured") -> tuple[ModelInfo, Estimates]:
+    info, estimates = _zoo_template(name, timings)
+    if copy:
+        info = msgspec.structs.replace(info, model_id=f"{name}#{copy}")
+    return info, estimates
+
+
+@functools.lru_cache(maxsize=64)
+def _zoo_template(name: str, timings: str) -> tuple[ModelInfo, Estimates]:
+    """A zoo model's first instance; its copies share everything but the id (working their
+    timings out once per copy made `--models 200000` take half a minute)."""
     import model_zoo
 
     from cw.serve.estimates import profile_estimates, zoo_profile
 
     entry = model_zoo.get(name)
-    model_id = name if copy == 0 else f"{name}#{copy}"
+    model_id = name
     sample = 4 * math.prod(entry.input_shape)
     inputs = [TensorInfo("input", "float32", list(entry.input_shape), sample)]
     outputs = [TensorInfo("output", "float32", [1000], 4000)]
@@ -162,6 +183,8 @@ def resolve_models(spec: str, copies: int, zoo_timings: str = "measured"
         count = int(spec)
         if count < 1:
             raise UsageError("--models 0: at least one model instance is needed")
+        arrivals_mod.check_memory(count, BYTES_PER_MODEL, f"--models {count}",
+                                  "model instances", "simulate fewer models")
         for k in range(count):
             info, est = _zoo_model(DEFAULT_ZOO_MODELS[k % len(DEFAULT_ZOO_MODELS)],
                                    k // len(DEFAULT_ZOO_MODELS), zoo_timings)
@@ -228,15 +251,22 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
         raise UsageError("--simulate runs in virtual time; it cannot drive a --controller",
                          "drop one of the two")
     trace = load_trace(config.trace) if config.workload == "trace" else None
-    target = config.target_rate
+    target, rate_named = config.target_rate, None
     if target is None and config.rate_scale is None:
-        target = 200.0 * config.workers * config.gpus_per_worker
+        gpus = config.workers * config.gpus_per_worker
+        target = 200.0 * gpus
+        rate_named = f"the default rate, 200 r/s per GPU × {gpus} GPUs,"
 
     def generate(model_ids: list[str]):
         if config.workload == "poisson":
             return workloads.poisson(model_ids, config.rate or target, config.duration_s,
-                                     config.seed)
+                                     config.seed, None if config.rate else rate_named)
         if config.workload == "closed":
+            clients = config.concurrency * len(model_ids)
+            arrivals_mod.check_memory(
+                clients, BYTES_PER_CLIENT,
+                f"--concurrency {config.concurrency} × {len(model_ids)} models", "clients",
+                "lower --concurrency or use fewer models")
             return workloads.ClosedLoop(list(model_ids), config.concurrency,
                                         int(config.duration_s * 1e9))
         if config.workload == "fig6":
@@ -245,10 +275,16 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
                                      start_minute=config.start_minute,
                                      rate_scale=config.rate_scale, target_rate=target,
                                      arrivals=config.arrivals, mapping=config.mapping,
-                                     seed=config.seed)
+                                     seed=config.seed, rate_named=rate_named)
 
     infos, durations = (resolve_models(config.models, config.copies, config.zoo_timings)
                         if config.simulate else ([], {}))
+    if config.simulate:
+        # the simulated scheduler keeps estimates for every model on every GPU
+        gpus = config.workers * config.gpus_per_worker
+        arrivals_mod.check_memory(gpus * len(infos), BYTES_PER_GPU_MODEL,
+                                  f"{gpus} GPUs × {len(infos)} models", "GPU-model pairs",
+                                  "simulate fewer --workers or models")
     arr = generate([m.model_id for m in infos]) if config.simulate else None
     with atomic_output(out, config.force) as tmp:
         wall = time.perf_counter()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cw.errors import UsageError
-from cw.replay.arrivals import NS_PER_S, Arrivals
+from cw.replay.arrivals import NS_PER_S, Arrivals, check_request_count
 
 WORKLOADS = ("trace", "poisson", "closed", "fig6")
 
@@ -76,12 +76,16 @@ def _duration_ns(duration_s: float) -> int:
     return int(duration_s * NS_PER_S)
 
 
-def poisson(models: list[str], rate_rps: float, duration_s: float, seed: int = 0) -> Arrivals:
+def poisson(models: list[str], rate_rps: float, duration_s: float, seed: int = 0,
+            rate_named: str | None = None) -> Arrivals:
     if rate_rps <= 0:
         raise UsageError(f"--rate {rate_rps:g} must be positive", "e.g. --rate 1000")
     if not models:
         raise UsageError("no models to send requests to")
     duration_ns = _duration_ns(duration_s)
+    check_request_count(rate_rps * duration_s,
+                        f"{rate_named or f'--rate {rate_rps:g}'} for {duration_s:g}s",
+                        "give a lower --rate or shorten --duration")
     rng = np.random.default_rng(seed)
     n = int(rng.poisson(rate_rps * duration_s))
     times = np.sort((rng.random(n) * duration_ns).astype(np.int64))
@@ -94,6 +98,8 @@ def fig6(models: list[str], duration_s: float, seed: int = 0, minor_rps: float =
         raise UsageError("the fig6 workload needs at least 2 models (1 minor + major ones)",
                          "raise --copies")
     duration_ns = _duration_ns(duration_s)
+    check_request_count((minor_rps + major_rps) * duration_s, f"--duration {duration_s:g}s",
+                        "shorten --duration")
     rng = np.random.default_rng(seed)
     minor_n = int(rng.poisson(minor_rps * duration_s))
     minor_t = rng.random(minor_n) * duration_s

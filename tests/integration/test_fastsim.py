@@ -71,7 +71,7 @@ def _column(csv_bytes, name):
 
 @compiled
 @pytest.mark.parametrize("case", ["6 GPUs", "tight SLO", "few pages + noise", "learned margin",
-                                  "closed loop"])
+                                  "closed loop", "deep queues"])
 def test_compiled_telemetry_identical_to_python(tmp_path, case):
     infos, durations = resolve_models("resnet50,resnet18,resnet152,inception_v3", 5,
                                       "paper")
@@ -95,6 +95,11 @@ def test_compiled_telemetry_identical_to_python(tmp_path, case):
         sim_config = SimConfig(1, 1, noise=0.1, seed=2)
         slo = 25 * MS
         times, names = _trace_workload(infos, 6, 400)
+    elif case == "deep queues":
+        # hundreds of requests queued per model: batches are taken from a heap's head
+        loop = workloads.ClosedLoop([m.model_id for m in infos[:4]], concurrency=300,
+                                    duration_ns=NS // 5)
+        sim_config = SimConfig(2, 1)
     else:
         loop = workloads.ClosedLoop([m.model_id for m in infos[:6]], concurrency=4,
                                     duration_ns=2 * NS)
@@ -115,8 +120,10 @@ def test_compiled_telemetry_identical_to_python(tmp_path, case):
         assert ("unload", "OK") in kinds and ("load", "OK") in kinds
         assert len(set(_column(actions, "measured_ns"))) > 100  # noisy durations
         assert "TIMED_OUT" in statuses
-    if case == "6 GPUs":
+    if case in ("6 GPUs", "deep queues"):
         assert {b for b in _column(requests, "batch_size")} - {"0", "1"}  # batches formed
+    if case == "deep queues":
+        assert "16" in _column(requests, "batch_size") and "REJECTED" in statuses
 
 
 @compiled

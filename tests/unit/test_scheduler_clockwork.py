@@ -599,3 +599,20 @@ def test_a_batch_is_planned_when_its_inputs_must_leave(clock, queued):
     assert second.batch_size == queued
     assert second.earliest_ns == gpu_free_ns  # back to back: no gap of our making
     assert second.earliest_ns >= clock.now + lead_ns  # and no sooner than its inputs arrive
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_queue_heaps_head_is_its_k_smallest_in_order(seed):
+    import heapq
+    import random
+
+    from cw.serve.scheduler.clockwork import _heap_head
+
+    rng = random.Random(seed)
+    heap: list = []
+    for i in range(rng.randrange(1, 400)):
+        heapq.heappush(heap, (rng.randrange(50), i))  # repeated deadlines, ties broken by id
+        if rng.random() < 0.3:
+            heapq.heappop(heap)
+    for k in (1, 2, 5, 16, len(heap), len(heap) + 3):
+        assert _heap_head(heap, k) == sorted(heap)[:k]

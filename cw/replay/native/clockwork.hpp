@@ -159,6 +159,33 @@ void Scheduler::reject_infeasible(i64 now) {
   }
 }
 
+// The k smallest requests of a queue heap, in order (ClockworkScheduler's _heap_head): a walk
+// from the root reads O(k log k) of it, where copying and sorting read all of it, and an
+// overloaded model's queue holds thousands. It relies on the layout std::push_heap uses in
+// libstdc++ and libc++ (as heapq does): the children of i at 2i+1 and 2i+2.
+static std::vector<Req> heap_head(const std::vector<Req>& h, size_t k) {
+  std::vector<Req> head;
+  if (h.size() <= k) {
+    head.assign(h.begin(), h.end());
+    std::sort(head.begin(), head.end(), req_before);
+    return head;
+  }
+  head.reserve(k);
+  auto later = [&h](size_t a, size_t b) { return req_before(h[b], h[a]); };
+  std::vector<size_t> frontier{0};
+  while (head.size() < k) {
+    std::pop_heap(frontier.begin(), frontier.end(), later);
+    size_t i = frontier.back();
+    frontier.pop_back();
+    head.push_back(h[i]);
+    for (size_t child = 2 * i + 1; child <= 2 * i + 2 && child < h.size(); child++) {
+      frontier.push_back(child);
+      std::push_heap(frontier.begin(), frontier.end(), later);
+    }
+  }
+  return head;
+}
+
 bool Scheduler::best_batch(i64 now, Gpu& g, int m, Best* best) {
   const Model& info = (*models)[m];
   int largest = info.largest;
@@ -179,9 +206,8 @@ bool Scheduler::best_batch(i64 now, Gpu& g, int m, Best* best) {
     *best = {deadline - est, start, b, 1, est, deadline};
     return true;
   }
-  std::vector<Req> head(h.begin(), h.end());
-  size_t take = std::min(head.size(), (size_t)largest);
-  std::partial_sort(head.begin(), head.begin() + take, head.end(), req_before);
+  std::vector<Req> head = heap_head(h, (size_t)largest);
+  size_t take = head.size();
   int samples = 0;
   double input_ns = 0;
   std::vector<int> prefix;
