@@ -83,10 +83,8 @@ step() {  # step SECONDS NAME CMD...: a hung step costs its own time, not the ca
 case "${1:-}" in
 stage)
   PY=${PYTHON:-.venv/bin/python}
-  grep -qx '/.gpucheck/' .git/info/exclude 2>/dev/null || echo '/.gpucheck/' >> .git/info/exclude
   PYTHON=$PY bash ../shared/device/prepare.sh
   rm -rf .gpucheck.tmp && mkdir -p .gpucheck.tmp
-  grep -qx '/.gpucheck.tmp/' .git/info/exclude || echo '/.gpucheck.tmp/' >> .git/info/exclude
   $PY bench/gpu_stage.py --out .gpucheck.tmp/tests --tests
   $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --models resnet18 --precision fp16 \
     --batch-sizes 1,4,16
@@ -148,7 +146,6 @@ kernels)
   ;;
 stage-tune)  # build machine: compile candidates for the kernels with the fewest records
   PY=${PYTHON:-.venv/bin/python}
-  grep -qx '/.gputune/' .git/info/exclude 2>/dev/null || echo '/.gputune/' >> .git/info/exclude
   mkdir -p .gputune
   models=${2:-resnet50,resnet18,densenet121}
   for m in ${models//,/ }; do

@@ -22,9 +22,6 @@ set -euo pipefail
 PY=${PYTHON:-.venv/bin/python}
 PYVER=${PYVER:-3.12}
 ROOT=$(git rev-parse --show-toplevel); cd "$ROOT"
-for d in /.gputuneA/ /.gputuneB/ /.devpack/; do
-  grep -qx "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude
-done
 TVM_DIR=$($PY -c "import importlib.util,os; print(os.path.dirname(importlib.util.find_spec('tvm').origin))")
 version() { $PY -c "import importlib.metadata as m; print(m.version('$1'))"; }
 LIB=$TVM_DIR/lib/libtvm_compiler.so

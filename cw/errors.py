@@ -116,9 +116,9 @@ def writing(path, option: str | None = None):
         raise host from e
 
 
-def cannot_write(error: OSError, where, option: str) -> CwError:
-    """An output's folder that cannot be made: the machine refusing (exit 6), or a path that
-    cannot be one (under a file, say: exit 2)."""
+def cannot_write(error: OSError, where, option: str, what: str = "directory") -> CwError:
+    """An output (`what`: its folder, or a file) that cannot be made: the machine refusing
+    (exit 6), or a path that cannot be one (under a file, say: exit 2)."""
     host = HostError.of(error, where, option)
     if host is not None:  # named by the folder chosen, not a temporary one inside it
         return HostError(f"cannot write to {where}: {(error.strerror or '').lower()}", host.hint)
@@ -129,7 +129,7 @@ def cannot_write(error: OSError, where, option: str) -> CwError:
         if blocker is not None:
             reason = f"{'it' if blocker == path else blocker} is a file, not a folder"
     return UsageError(f"cannot write to {where}: {reason}",
-                      f"choose a writable output directory with {option}")
+                      f"choose a writable output {what} with {option}")
 
 
 @contextlib.contextmanager

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from functools import partial
 from typing import Callable
 
 import onnx
 
-from cw.errors import UsageError
+from cw.errors import UsageError, cannot_write
 
 from .densenet import densenet121
 from .inception import inception_v3
@@ -103,7 +104,9 @@ def learned_bytes(model: onnx.ModelProto) -> int:
 def export(name: str, path: str | os.PathLike, batch: int | None = None) -> int:
     """Write the ONNX file atomically; returns its size in bytes."""
     data = build(name, batch).SerializeToString()
-    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
+    path = Path(path)
+    # named as cw's atomic writers name their temporaries, so that errors name `path`
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -111,6 +114,5 @@ def export(name: str, path: str | os.PathLike, batch: int | None = None) -> int:
     except OSError as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise UsageError(f"cannot write {path}: {e.strerror}",
-                         "choose a writable output path with -o") from None
+        raise cannot_write(e, path, "-o", "file") from None
     return len(data)

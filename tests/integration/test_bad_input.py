@@ -110,7 +110,9 @@ def test_unwritable_output(cli, zoo_onnx, tmp_path):
     assert line == f"error: cannot write to {blocker}: it is a file, not a folder (choose a " \
         "writable output directory with -o)"
     line = _one_error_line(cli("zoo", "export", "mlp", "-o", blocker / "m.onnx"))
-    assert "cannot write" in line
+    assert line == f"error: cannot write to {blocker / 'm.onnx'}: {blocker} is a file, not a " \
+        "folder (choose a writable output file with -o)"
+    assert [p.name for p in tmp_path.iterdir()] == ["file.txt"]  # no temporary left behind
     for serve in (["serve", "controller"], ["serve", "--runtime", "simulated"]):
         result = cli(*serve, "--workers-listen", "tcp://127.0.0.1:*", "--clients-listen",
                      "tcp://127.0.0.1:*", "--log-dir", blocker / "logs")
