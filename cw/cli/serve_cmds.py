@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -22,6 +23,16 @@ _C = ControllerConfig()
 def _logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def served_models(models: dict) -> str:
+    """The models a controller serves, for one line: their ids, or with thousands of copies
+    (`--copies`), each bundle and its number of instances."""
+    if len(models) <= 12:
+        return ", ".join(sorted(models))
+    per_bundle = collections.Counter(info.bundle for info in models.values())
+    return f"{len(models):,} model instances: " + ", ".join(
+        f"{bundle} ×{n:,}" for bundle, n in sorted(per_bundle.items()))
 
 
 def _check_targets(bundles: list[Path], runtime: str) -> None:
@@ -166,13 +177,13 @@ def serve_all(
     out = console()
     try:
         procs.wait_until_joined(ctl, timeout_s=120)
-        names = ", ".join(sorted(ctl.controller.scheduler.models()))
-        out.print(f"[green]serving[/] {names} with {config.scheduler}")
+        served = ctl.controller.scheduler.models()
+        out.print(f"[green]serving[/] {served_models(served)} with {config.scheduler}")
         out.print(f"clients: {local_address(ctl.clients_address)}   workers: "
                   f"{local_address(ctl.workers_address)}"
                   + (f"   metrics: http://127.0.0.1:{ctl.metrics_port}/metrics"
                      if ctl.metrics_port is not None else ""))
-        out.print(f"try: cw infer {sorted(ctl.controller.scheduler.models())[0]} --random "
+        out.print(f"try: cw infer {min(served)} --random "
                   f"--controller {local_address(ctl.clients_address)}   (Ctrl-C to stop)")
         while not stop.is_set():
             procs.check()

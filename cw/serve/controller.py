@@ -96,6 +96,7 @@ class _Worker:
     shares_shm: bool = False  # sees the controller's /dev/shm: gets inputs as ShmRef
     same_clock: bool = False  # reads the controller's CLOCK_MONOTONIC: offset pinned to 0
     result_peers: tuple = ()  # its threads' own connections, which send results only
+    incarnation: int = 0      # Register.incarnation
 
 
 @dataclass
@@ -251,27 +252,41 @@ class Controller:
                 f"protocol version {msg.protocol_version} is not {p.PROTOCOL_VERSION}",
                 p.PROTOCOL_VERSION))
             return
-        if peer in self.by_peer:  # re-registration (its controller view was lost): start over
-            self._worker_left(now_ns, self.by_peer[peer], "re-registered")
+        known = self.workers.get(self.by_peer.get(peer, -1))
+        if known is not None and msg.incarnation and msg.incarnation == known.incarnation:
+            # a repeat sent before our Welcome reached it: the worker lost nothing
+            known.last_seen_ns = now_ns
+            self._welcome(now_ns, known, msg.worker_ns)
+            log.debug("worker %d (%s) registered again: welcomed again", known.worker_id,
+                      known.name)
+            return
+        if known is not None:  # re-registration (it restarted, or lost its view): start over
+            self._worker_left(now_ns, known.worker_id, "re-registered")
         wid = next(self._worker_ids)
-        self.workers[wid] = _Worker(wid, peer, msg.name, msg.simulated,
-                                    {m.model_id: m for m in msg.models}, now_ns,
-                                    bool(msg.shm_domain) and msg.shm_domain == self.shm_domain,
-                                    bool(msg.clock_domain)
-                                    and msg.clock_domain == self.clock_domain,
-                                    tuple(msg.result_peers))
+        worker = _Worker(wid, peer, msg.name, msg.simulated, {m.model_id: m for m in msg.models},
+                         now_ns, bool(msg.shm_domain) and msg.shm_domain == self.shm_domain,
+                         bool(msg.clock_domain) and msg.clock_domain == self.clock_domain,
+                         tuple(msg.result_peers), msg.incarnation)
+        info = WorkerInfo(wid, msg.name, [GpuInfo(d.index, d.pages, d.page_size)
+                                          for d in msg.devices], list(msg.models), msg.simulated,
+                          worker.shares_shm)
+        self._welcome(now_ns, worker, msg.worker_ns)  # at once: it carries a clock sample
+        # the scheduler before the tables: a worker counts as joined (wait_for_workers) once
+        # its models can be served, and thousands of them take the scheduler a while
+        decisions = self.scheduler.worker_joined(now_ns, info)
+        self.workers[wid] = worker
         self.by_peer[peer] = wid
         for alias in msg.result_peers:
             self.by_peer[alias] = wid
-        same = self.workers[wid].same_clock
-        self.workers_ep.send(peer, p.Welcome(wid, msg.worker_ns, now_ns, same,
-                                             self.workers_ep.lane_address if same else ""))
         log.info("worker %d (%s, %s) joined with %d devices and %d models", wid, msg.name,
                  msg.runtime, len(msg.devices), len(msg.models))
-        info = WorkerInfo(wid, msg.name, [GpuInfo(d.index, d.pages, d.page_size)
-                                          for d in msg.devices], list(msg.models), msg.simulated,
-                          self.workers[wid].shares_shm)
-        self._apply(now_ns, self.scheduler.worker_joined(now_ns, info))
+        self._apply(now_ns, decisions)
+
+    def _welcome(self, now_ns: int, worker: _Worker, worker_ns: int) -> None:
+        same = worker.same_clock
+        self.workers_ep.send(worker.peer, p.Welcome(
+            worker.worker_id, worker_ns, now_ns, same,
+            self.workers_ep.lane_address if same else ""))
 
     def _on_ping(self, now_ns: int, peer: bytes, msg: p.Ping) -> None:
         wid = self.by_peer.get(peer)

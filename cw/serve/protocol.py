@@ -153,6 +153,10 @@ class Register(msgspec.Struct, frozen=True, tag="register"):
     shm_domain: str = ""  # the /dev/shm it sees (shm.shm_domain()); "" for none
     clock_domain: str = ""  # the CLOCK_MONOTONIC it reads (clock.clock_domain()); "" unknown
     result_peers: list[bytes] = []  # routing ids of its threads' own result connections
+    # random, once per worker: a repeat of a registration the controller already welcomed
+    # (sent again before the Welcome arrived: thousands of models take over a second to
+    # register) is welcomed again, not taken for a restart that lost the worker's state
+    incarnation: int = 0  # 0: unknown (every registration starts over)
 
 
 class Ping(msgspec.Struct, frozen=True, tag="ping"):

@@ -19,6 +19,7 @@ import logging
 import os
 import queue
 import re
+import secrets
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -158,6 +159,7 @@ class Worker:
         self.errors = LoopErrors(log, "worker step")
         self.shm = ShmReader()  # clients' input segments, for INFERs that carry ShmRef
         self.worker_id: int | None = None
+        self.incarnation = secrets.randbits(62) + 1  # Register.incarnation
         self.devices = [_Device(i, rt, self) for i, rt in enumerate(runtimes)]
         self._handlers = {Load: self._on_weights, Unload: self._on_weights, Infer: self._on_infer,
                           Pong: self._on_pong, Welcome: self._on_welcome,
@@ -165,6 +167,7 @@ class Worker:
         self._last_ping_ns = 0
         self._last_shm_sweep_ns = 0
         self._last_register_ns = 0
+        self._registered_models: list[ModelInfo] | None = None
         self.stopped = False
         self.fatal: CwError | None = None  # why serving cannot go on (raised by serve_forever)
         self.stall_watch = None  # a StallWatch while serving with config.log_stalls_ns
@@ -188,9 +191,17 @@ class Worker:
             PROTOCOL_VERSION, self.config.name, rt.name, rt.simulated,
             [DeviceDesc(d.index, d.runtime.name, d.runtime.cache.page_size,
                         d.runtime.cache.num_pages) for d in self.devices],
-            [model_info(m) for m in self.models.values()], self._last_register_ns,
+            self._model_infos(), self._last_register_ns,
             shm_domain(), clock_domain(),
-            [d.result_sender.routing_id for d in self.devices if d.result_sender is not None]))
+            [d.result_sender.routing_id for d in self.devices if d.result_sender is not None],
+            self.incarnation))
+
+    def _model_infos(self) -> list[ModelInfo]:
+        """What registration tells of the models, made once: with thousands of copies it
+        takes a while, and a worker whose Welcome is slow to come registers again."""
+        if self._registered_models is None:
+            self._registered_models = [model_info(m) for m in self.models.values()]
+        return self._registered_models
 
     def step(self, timeout_ms: int = 50) -> None:
         """One tick: receive and handle messages, advance simulated devices, ping /

@@ -725,3 +725,59 @@ def test_asyncio_clients_keep_many_requests_in_flight(models_dir, tmp_path):
         assert [y.shape for y in ys] == [(1 + i % 4, 10) for i in range(100)]
         rows = ctl.telemetry.requests
         assert len(rows) == 100 and max(r.batch_size for r in rows) > 4  # they were batched
+
+
+def test_a_repeated_registration_is_welcomed_again_and_a_restart_starts_over(models_dir,
+                                                                               tmp_path):
+    """A worker whose Welcome is slow to come (thousands of models) registers again: the
+    controller must not take the repeat for a restart, which would drop the worker's state
+    and log it as gone (it did, at 40,000 models)."""
+    from cw.serve.transport import ZmqDealer
+    from cw.serve.runtime.host import find_bundles, load_models
+    from cw.serve.worker import model_info
+
+    ctl = start(tmp_path)
+    dealer = ZmqDealer(ctl.workers_address, p.Codec(p.ToWorker), p.Codec(p.FromWorker))
+
+    def register(incarnation: int) -> int:
+        dealer.send(p.Register(p.PROTOCOL_VERSION, "fake", "simulated", True,
+                               [p.DeviceDesc(0, "sim", 16 << 20, 64)], [info], 0,
+                               incarnation=incarnation))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            welcomes = [m for m in dealer.poll(100) if isinstance(m, p.Welcome)]
+            if welcomes:
+                return welcomes[-1].worker_id
+        raise AssertionError("no Welcome")
+
+    try:
+        info = next(model_info(m) for m in load_models(find_bundles(models_dir), 1,
+                                                        read_weights=False)
+                    if m.model_id == "mlp")
+        first = register(7)
+        assert register(7) == first and list(ctl.controller.workers) == [first]
+        assert ctl.controller.scheduler.models().keys() == {"mlp"}
+        restarted = register(8)  # a new process: its GPU state is gone, start over
+        assert restarted != first and list(ctl.controller.workers) == [restarted]
+        assert register(0) not in (first, restarted)  # a worker that sends none: as before
+        assert len(ctl.controller.workers) == 1
+    finally:
+        dealer.close()
+        ctl.close()
+
+
+def test_a_worker_counts_as_joined_once_all_its_models_can_be_served(models_dir, tmp_path):
+    from cw.cli.serve_cmds import served_models
+
+    ctl = start(tmp_path)
+    w = WorkerThread(ctl.workers_address, models_dir, "simulated", "many", copies=3000)
+    try:
+        ctl.wait_for_workers(1, timeout_s=60)
+        served = ctl.controller.scheduler.models()  # all of them, not as many as came so far
+        assert len(served) == 6000
+        assert served_models(served) == "6,000 model instances: mlp ×3,000, small_cnn ×3,000"
+        assert served_models({m: served[m] for m in ("mlp", "small_cnn#7")}) == \
+            "mlp, small_cnn#7"
+    finally:
+        w.close()
+        ctl.close()
