@@ -195,12 +195,16 @@ def resolve_models(spec: str, copies: int, zoo_timings: str = "measured"
     if path.is_dir():
         from cw.serve.estimates import bundle_estimates
         from cw.serve.runtime.host import find_bundles, load_models
-        from cw.serve.worker import model_info
+        from cw.serve.worker import model_infos
 
-        for m in load_models(find_bundles(path), copies, read_weights=False):
-            info = model_info(m)
+        models = load_models(find_bundles(path), copies, read_weights=False)
+        estimates = {}  # per bundle: its copies share them
+        for m, info in zip(models, model_infos(models)):
+            est = estimates.get(id(m.bundle))
+            if est is None:
+                est = estimates[id(m.bundle)] = bundle_estimates(m.bundle, percentile="p50_ns")
             infos.append(info)
-            durations[info.model_id] = bundle_estimates(m.bundle, percentile="p50_ns")
+            durations[info.model_id] = est
         return infos, durations
     for name in [n.strip() for n in spec.split(",") if n.strip()]:
         for k in range(copies):

@@ -781,3 +781,14 @@ def test_a_worker_counts_as_joined_once_all_its_models_can_be_served(models_dir,
     finally:
         w.close()
         ctl.close()
+
+
+def test_copies_are_described_as_each_would_be_alone(models_dir):
+    from cw.serve.runtime.host import find_bundles, load_models
+    from cw.serve.worker import model_info, model_infos
+
+    models = load_models(find_bundles(models_dir), 3, read_weights=False)
+    infos = model_infos(models)
+    assert infos == [model_info(m) for m in models]
+    assert [i.model_id for i in infos] == ["mlp", "mlp#1", "mlp#2",
+                                           "small_cnn", "small_cnn#1", "small_cnn#2"]
