@@ -56,6 +56,8 @@ def profile_cmd(
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=console(), transient=True, disable=as_json)
     task = None
+    # a bar only shows on a terminal: in a log, a line per phase says how far a long run got
+    phase_lines = not as_json and not console().is_terminal
 
     def on_event(event: str, info: dict) -> None:
         nonlocal task
@@ -63,6 +65,8 @@ def profile_cmd(
             if task is not None:
                 progress.remove_task(task)
             task = progress.add_task(info["text"], total=info["total"])
+            if phase_lines:
+                console().print(f"  {info['text']} ×{info['total']}")
         elif event == "advance" and task is not None:
             progress.advance(task)
 
