@@ -29,7 +29,8 @@ def test_cpu_profile_written_and_checksummed(cli, bundle):
     assert r.code == 0, r.err
     assert "p99.99/p50" in r.out
     # not a terminal: a line per phase instead of a bar
-    assert "LOAD (weights → page cache) ×5" in r.out and "batch 4: INPUT, EXEC, OUTPUT ×55" in r.out
+    assert "LOAD (weights → page cache) ×5" in r.out
+    assert "batch 4: INPUT, EXEC, OUTPUT ×55" in r.out
     profile = json.loads((bundle / "profile.json").read_text())
     assert profile["schema_version"] == 1 and profile["bundle"] == "mlp"
     assert profile["runtime"] == "tvm-cpu" and profile["device"]["kind"] == "cpu"
