@@ -117,22 +117,36 @@ def replay_cmd(
                         TextColumn("{task.percentage:>3.0f}%"),
                         TimeElapsedColumn(), console=console(), transient=True, disable=as_json)
     task = None
+    # a bar only shows on a terminal: in a log, a line per tenth of the run says how far it got
+    tenth_lines = not as_json and not console().is_terminal
+    tenths_done = 0
 
     current = ""  # the policy running, when several run one after another
     runs = None   # a bar over the policies, when several run
 
     def on_event(event, info):
-        nonlocal task, current, runs
+        nonlocal task, current, runs, tenths_done
         if event == "run_start":
             current = f"{info['run']}: "
             if runs is None:
                 runs = progress.add_task(f"{info['total']} policies", total=info["total"])
         elif event == "start":
             mode = "simulated" if config.simulate else "live"
-            task = progress.add_task(f"{current}replaying {info['requests']} requests ({mode})",
-                                     total=info["duration_ns"])
+            text = f"{current}replaying {info['requests']} requests ({mode})"
+            task = progress.add_task(text, total=info["duration_ns"])
+            tenths_done = 0
+            if tenth_lines:
+                span = _seconds(info["duration_ns"])
+                console().print(f"  {text}, {span} of virtual time" if config.simulate
+                                else f"  {text} over {span}")
         elif event == "advance" and task is not None:
             progress.update(task, completed=info["virtual_ns"])
+            total_ns = progress.tasks[task].total or 1
+            tenths = min(10, info["virtual_ns"] * 10 // total_ns)
+            if tenth_lines and tenths > tenths_done:
+                tenths_done = tenths
+                console().print(f"  {current}{tenths * 10}% ({_seconds(info['virtual_ns'])}, "
+                                f"{info['requests']} requests)")
         elif event == "run_done":
             progress.advance(runs)
             if not as_json:
@@ -170,6 +184,10 @@ def replay_cmd(
               else "" if summary.get("live") else f" (virtual/wall time ×{summary['speedup']})")
     console().print(f"wrote {out}/summary.json, requests.csv, actions.csv and report.html"
                     f"{timing}")
+
+
+def _seconds(ns: int) -> str:
+    return f"{ns / 1e9:,.0f} s" if ns >= 10e9 else f"{ns / 1e9:.3g} s"
 
 
 RUNS_AS_COLUMNS = 4  # more runs than this are listed as rows, fewer figures each

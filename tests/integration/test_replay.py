@@ -3,6 +3,7 @@
 import collections
 import csv
 import json
+import re
 
 import pytest
 
@@ -58,6 +59,10 @@ def test_same_seed_same_result_and_side_by_side_report(cli, tmp_path):
         r = cli("replay", "--simulate", "--duration", "30s", "--out", out, "--seed", seed,
                 "--target-rate", "100")
         assert r.code == 0, r.err
+        # not a terminal: lines say how far the replay got instead of a bar
+        requests = json.loads((out / "summary.json").read_text())["requests"]
+        assert f"replaying {requests} requests (simulated), 30 s of virtual time" in r.out
+        assert re.search(rf"\n  [1-9]0+% \([\d.]+ s, {requests} requests\)\n", r.out), r.out
     assert (a / "requests.csv").read_text() == (b / "requests.csv").read_text()
     assert (a / "requests.csv").read_text() != (c / "requests.csv").read_text()
     r = cli("report", a, c, "-o", tmp_path / "compare.html")
