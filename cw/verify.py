@@ -18,11 +18,35 @@ VERIFY_TOLERANCE = 1e-3
 def max_relative_error(y: np.ndarray, ref: np.ndarray) -> float:
     if y.shape != ref.shape:
         return float("inf")
-    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-    diff = float(np.max(np.abs(y.astype(np.float64) - ref.astype(np.float64)))) if ref.size else 0.0
+    if not ref.size:
+        return 0.0
+    y, ref = y.astype(np.float64), ref.astype(np.float64)
+    # NaN or ±inf where the reference has them too is agreement; anywhere else, disagreement
+    # (a plain max over NaN differences would report "nan", which no tolerance can judge)
+    same_special = (np.isnan(y) & np.isnan(ref)) | (np.isinf(ref) & (y == ref))
+    special = ~np.isfinite(y) | ~np.isfinite(ref)
+    if np.any(special & ~same_special):
+        return float("inf")
+    finite = ~special
+    if not np.any(finite):
+        return 0.0
+    scale = float(np.max(np.abs(ref[finite])))
+    diff = float(np.max(np.abs(y[finite] - ref[finite])))
     if scale == 0.0:
         return 0.0 if diff == 0.0 else float("inf")
     return diff / scale
+
+
+def non_finite_hint(inputs: list[np.ndarray]) -> str | None:
+    """Why outputs may disagree although the model is right: TVM lowers max and ReLU so that
+    NaN becomes a number, where onnxruntime keeps it."""
+    bad = sum(int(np.count_nonzero(~np.isfinite(x))) for x in inputs
+              if np.issubdtype(x.dtype, np.floating))
+    if not bad:
+        return None
+    return (f"the input holds {bad} NaN or infinite value(s), which the compiled kernels and "
+            "onnxruntime need not treat alike (TVM's ReLU and max turn NaN into numbers); "
+            "verify with finite inputs")
 
 
 def onnx_reference(onnx_path: str | Path, inputs: list[np.ndarray]) -> list[np.ndarray]:

@@ -111,5 +111,8 @@ def run_cmd(
             out.print(f"[{style}]max relative error vs onnxruntime: "
                       f"{result.relative_error:.3g}[/] (tolerance {VERIFY_TOLERANCE:g})")
     if failed:
+        from cw.verify import non_finite_hint
+
         raise CwError(f"verification failed: max relative error {result.relative_error:.3g} "
-                      f"exceeds {VERIFY_TOLERANCE:g}", "the compiled model disagrees with onnxruntime")
+                      f"exceeds {VERIFY_TOLERANCE:g}",
+                      non_finite_hint(inputs) or "the compiled model disagrees with onnxruntime")

@@ -137,6 +137,13 @@ def test_cli_compile_inspect_run_end_to_end(cli, zoo_onnx, tmp_path):
     y = np.load(tmp_path / "y.npy")
     assert y.shape == (2, 10)
     assert np.array_equal(y, LocalModel(bundle).run([x])[0])
+    # NaN in, and the kernels' ReLU answers numbers where onnxruntime keeps NaN: a failed
+    # verification that says why, not "max relative error nan"
+    x[0, 3] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    r = cli("run", bundle, "--input", tmp_path / "x.npy", "--verify", zoo_onnx("mlp"))
+    assert r.code == 1 and "max relative error inf" in r.err
+    assert "the input holds 1 NaN or infinite value(s)" in r.err
 
 
 def test_compile_json_and_force(cli, zoo_onnx, tmp_path):
