@@ -33,7 +33,7 @@ log = logging.getLogger("cw.client")
 class RequestFailed(CwError):
     """The controller answered with something other than OK."""
 
-    exit_code = 6
+    exit_code = 7  # 6 is the host refusing (HostError); a script tells the two apart
 
     def __init__(self, status: RequestStatus, message: str):
         super().__init__(f"request {status.name.lower()}: {message}" if message

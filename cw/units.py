@@ -35,6 +35,15 @@ def parse_duration_ns(text: str, what: str = "duration") -> int:
     return int(float(m.group(1)) * _TIME_UNITS_NS[unit])
 
 
+def format_duration_ns(ns: int) -> str:
+    """3_600_000_000_000 -> '1 h': in the largest unit that keeps the figure at least 1."""
+    for unit, scale in (("h", 3_600_000_000_000), ("min", 60_000_000_000),
+                        ("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.4g} {unit}"
+    return f"{ns} ns"
+
+
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
     """'1,2,4,8,16' -> (1, 2, 4, 8, 16); sorted, unique, each within 1..16."""
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
@@ -23,16 +22,6 @@ _C = ControllerConfig()
 def _logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-
-
-def served_models(models: dict) -> str:
-    """The models a controller serves, for one line: their ids, or with thousands of copies
-    (`--copies`), each bundle and its number of instances."""
-    if len(models) <= 12:
-        return ", ".join(sorted(models))
-    per_bundle = collections.Counter(info.bundle for info in models.values())
-    return f"{len(models):,} model instances: " + ", ".join(
-        f"{bundle} ×{n:,}" for bundle, n in sorted(per_bundle.items()))
 
 
 def _check_targets(bundles: list[Path], runtime: str) -> None:
@@ -145,6 +134,7 @@ def serve_all(
     from cw.serve.launch import (ControllerThread, WorkerProcesses, install_signal_stop,
                                  local_address)
     from cw.serve.runtime.host import find_bundles
+    from cw.serve.protocol import describe_models
 
     _logging(verbose)
     if runtime not in ("cpu", "simulated", "cuda"):
@@ -178,7 +168,7 @@ def serve_all(
     try:
         procs.wait_until_joined(ctl, timeout_s=120)
         served = ctl.controller.scheduler.models()
-        out.print(f"[green]serving[/] {served_models(served)} with {config.scheduler}")
+        out.print(f"[green]serving[/] {describe_models(served)} with {config.scheduler}")
         out.print(f"clients: {local_address(ctl.clients_address)}   workers: "
                   f"{local_address(ctl.workers_address)}"
                   + (f"   metrics: http://127.0.0.1:{ctl.metrics_port}/metrics"
@@ -287,7 +277,7 @@ def infer_cmd(
 
     from cw.client import Client, RequestFailed
     from cw.errors import UsageError
-    from cw.serve.protocol import RequestStatus
+    from cw.serve.protocol import RequestStatus, describe_models
 
     # Local mistakes first: no need to wait on a controller to hear of a missing file.
     x = _load_npy(input) if input is not None else None
@@ -307,7 +297,9 @@ def infer_cmd(
             return
         if model not in models:
             raise UsageError(f"no model '{model}' at {controller}",
-                             f"servable: {', '.join(sorted(models)) or 'none'}")
+                             f"servable: {describe_models(models)}" + (
+                                 "; `cw infer --list` names every one" if len(models) > 12
+                                 else ""))
         info = models[model]
         if x is None and random:
             spec = info.inputs[0]

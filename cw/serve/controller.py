@@ -18,13 +18,14 @@ from pathlib import Path
 from cw.serve import protocol as p
 from cw.serve.clock import clock_domain
 from cw.serve.metrics import Metrics
-from cw.serve.protocol import RequestStatus
+from cw.serve.protocol import RequestStatus, describe_models
 from cw.serve.shm import ShmError, ShmReader, ShmRef, remove_stale, shm_domain
 from cw.serve.scheduler.base import (ACTION_KIND, ActionResult, Finish, GpuInfo, Request, Scheduler,
                                      SendInfer, SendLoad, WorkerInfo)
 from cw.serve.loop_errors import LoopErrors
 from cw.serve.telemetry import ActionRow, RequestRow, TelemetryLog
 from cw.serve.transport import Malformed, MultiPoller
+from cw.units import format_duration_ns
 
 log = logging.getLogger("cw.controller")
 MS = 1_000_000
@@ -365,10 +366,13 @@ class Controller:
     def _validate(self, msg: p.InferRequest):
         info = self.scheduler.model_info(msg.model)
         if info is None:
-            known = ", ".join(sorted(self.scheduler.models())) or "none yet"
+            # thousands of copies: a summary, not a message of a million characters
+            known = describe_models(self.scheduler.models())
             return RequestStatus.UNKNOWN_MODEL, f"no model '{msg.model}' (servable: {known})"
         if msg.slo_ns < 0 or msg.slo_ns > self.config.max_slo_ns:
-            return RequestStatus.BAD_SLO, f"SLO {msg.slo_ns} ns must be within (0, 1 h]"
+            return RequestStatus.BAD_SLO, (f"SLO {format_duration_ns(msg.slo_ns)} is not "
+                                           "within (0, "
+                                           f"{format_duration_ns(self.config.max_slo_ns)}]")
         if not 1 <= msg.n <= info.batch_sizes[-1]:
             return RequestStatus.BAD_INPUT, (f"{msg.n} samples; '{msg.model}' takes 1.."
                                              f"{info.batch_sizes[-1]} per request")

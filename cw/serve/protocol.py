@@ -16,7 +16,9 @@ be a `ShmRef` to bytes in shared memory, where sender and receiver share a host 
 
 from __future__ import annotations
 
+import collections
 import enum
+from collections.abc import Mapping
 
 import msgspec
 
@@ -133,6 +135,17 @@ class ModelInfo(msgspec.Struct, frozen=True):
     load_ns: int                 # profiled LOAD time (p99), the controller's first estimate
     exec_ns: dict[int, int]      # profiled EXEC time (p99) per compiled batch size
     estimates_from: str  # "profile" | "profile-partial" | "paper" (Table 1) | "default"
+
+
+def describe_models(models: Mapping[str, ModelInfo], limit: int = 12) -> str:
+    """Servable models for one line: their ids, or with thousands of copies (`--copies`), each
+    bundle and its number of instances; never thousands of names."""
+    if len(models) <= limit:
+        return ", ".join(sorted(models)) or "none"
+    per_bundle = sorted(collections.Counter(info.bundle for info in models.values()).items())
+    more = f" and {len(per_bundle) - limit:,} more bundles" if len(per_bundle) > limit else ""
+    return f"{len(models):,} model instances: " + ", ".join(
+        f"{bundle} ×{n:,}" for bundle, n in per_bundle[:limit]) + more
 
 
 class DeviceDesc(msgspec.Struct, frozen=True):

@@ -131,6 +131,10 @@ def test_cpu_worker_and_cw_infer_match_cw_run(models_dir, tmp_path, cli):
         assert r.code == 0, r.err
         expected = LocalModel(models_dir / "small_cnn").run([x])[0]
         assert np.array_equal(np.load(tmp_path / "y.npy"), expected)
+        # the controller refuses what it cannot serve in time: one line, its own exit code
+        r = cli("infer", "small_cnn", "--input", tmp_path / "x.npy", "--controller",
+                ctl.clients_address, "--slo", "1us")
+        assert r.code == 7 and r.err.startswith("error: request rejected: "), r.err
         with Client(ctl.clients_address) as client:
             ys = [client.infer_async("mlp", random_input((2, 64), seed=s), slo_ms=2000)
                   for s in range(5)]
@@ -201,10 +205,14 @@ def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
                 ("mlp", random_input((1, 64)), 10**10, RequestStatus.BAD_SLO),
                 ("mlp", random_input((1, 64)), 0.001, RequestStatus.REJECTED),
             ]
+            messages = []
             for model, x, slo, expected in cases:
                 r = client.infer_response(model, x, slo)
                 assert r.status == expected, (model, x.shape, slo, r)
-                assert r.message
+                messages.append(r.message)
+            assert messages[0] == "no model 'nope' (servable: mlp, small_cnn)"
+            assert messages[4] == "SLO 2778 h is not within (0, 1 h]"
+            assert all(messages)
             for slo_ms in (0, -5, float("nan")):  # refused before anything is sent
                 with pytest.raises(UsageError, match="must be positive"):
                     client.infer_response("mlp", random_input((1, 64)), slo_ms)
@@ -767,17 +775,21 @@ def test_a_repeated_registration_is_welcomed_again_and_a_restart_starts_over(mod
 
 
 def test_a_worker_counts_as_joined_once_all_its_models_can_be_served(models_dir, tmp_path):
-    from cw.cli.serve_cmds import served_models
-
     ctl = start(tmp_path)
     w = WorkerThread(ctl.workers_address, models_dir, "simulated", "many", copies=3000)
     try:
         ctl.wait_for_workers(1, timeout_s=60)
         served = ctl.controller.scheduler.models()  # all of them, not as many as came so far
         assert len(served) == 6000
-        assert served_models(served) == "6,000 model instances: mlp ×3,000, small_cnn ×3,000"
-        assert served_models({m: served[m] for m in ("mlp", "small_cnn#7")}) == \
+        assert p.describe_models(served) == \
+            "6,000 model instances: mlp ×3,000, small_cnn ×3,000"
+        assert p.describe_models({m: served[m] for m in ("mlp", "small_cnn#7")}) == \
             "mlp, small_cnn#7"
+        # a wrong name among thousands: the answer summarizes them, not 6,000 names
+        with Client(ctl.clients_address) as client:
+            r = client.infer_response("mlp#6000", random_input((1, 64)), 100)
+        assert r.status == RequestStatus.UNKNOWN_MODEL and r.message == \
+            "no model 'mlp#6000' (servable: 6,000 model instances: mlp ×3,000, small_cnn ×3,000)"
     finally:
         w.close()
         ctl.close()
