@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import logging
 import threading
+from collections.abc import Iterable
 from concurrent.futures import Future
 
 import numpy as np
@@ -135,9 +136,15 @@ class Client:
         return self._arena is not None and not self._arena_full
 
     # --- API -----------------------------------------------------------------------------
-    def models(self) -> list[p.ModelInfo]:
-        response = self._wait(self._send(lambda rid: p.ListModels(rid)))
-        self._models = {m.model_id: m for m in response.models}
+    def models(self, only: Iterable[str] | None = None) -> list[p.ModelInfo]:
+        """The servable models: all of them, or those of the ids in `only` that are."""
+        only = None if only is None else list(only)
+        response = self._wait(self._send(lambda rid: p.ListModels(rid, only)))
+        found = {m.model_id: m for m in response.models}
+        if only is None:
+            self._models = found
+        else:
+            self._models.update(found)
         self.scheduler = response.scheduler or None
         if not self._hello_done:
             self._hello_done = True
@@ -162,7 +169,7 @@ class Client:
         """The inputs as sent: shared-memory references where possible, else the bytes; and
         the slots to free when the response comes."""
         if not self._hello_done:
-            self.models()  # learns whether the controller shares this host (once)
+            self.models(())  # learns whether the controller shares this host (once)
         if self._arena is not None and not self._arena_full:
             try:
                 refs = self._arena.put(inputs)
@@ -182,7 +189,8 @@ class Client:
         n = inputs[0].shape[0]
         slo_ns = _slo_ns(slo_ms)
         if model not in self._models:
-            self.models()  # output shapes and dtypes, fetched once (not from the I/O thread)
+            self.models([model])  # its output shapes and dtypes, fetched once (not from the
+            # I/O thread); unknown, it is asked again and the controller says UNKNOWN_MODEL
         payload, slots = self._payload(inputs)
         return self._send(lambda rid: p.InferRequest(rid, model, payload, n, slo_ns),
                           lambda msg: self._decode(model, msg, n), slots)
@@ -217,7 +225,10 @@ class Client:
     def _decode(self, model: str, msg, n: int):
         if isinstance(msg, p.ErrorResponse) or msg.status != RequestStatus.OK:
             raise RequestFailed(msg.status, msg.message)
-        info = self._models[model]
+        info = self._models.get(model)
+        if info is None:  # it became servable after this client asked for it
+            raise CwError(f"model '{model}' answered before this client knew its outputs",
+                          "send the request again")
         outs = [np.frombuffer(data, dtype=s.dtype).reshape(n, *s.sample_shape)
                 for data, s in zip(msg.outputs, info.outputs)]
         return outs[0] if len(outs) == 1 else outs

@@ -285,8 +285,10 @@ def infer_cmd(
     if slo_ms is not None and slo_ms <= 0:
         raise UsageError(f"--slo {slo} must be positive", "omit it for the controller's default")
     with Client(controller, timeout_s=10) as client:
-        models = {m.model_id: m for m in client.models()}
-        if list_models or model is None:
+        # one model's description, not thousands (a controller may serve 40,000 copies)
+        listing = list_models or model is None
+        models = {m.model_id: m for m in client.models(None if listing else [model])}
+        if listing:
             if as_json:
                 print_json([{"model": m.model_id, "batch_sizes": m.batch_sizes} for m in
                             models.values()])
@@ -296,6 +298,7 @@ def infer_cmd(
                                     f"{[i.sample_shape for i in m.inputs]}")
             return
         if model not in models:
+            models = {m.model_id: m for m in client.models()}  # to say what there is instead
             raise UsageError(f"no model '{model}' at {controller}",
                              f"servable: {describe_models(models)}" + (
                                  "; `cw infer --list` names every one" if len(models) > 12

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cw.serve import collector
 from cw.serve import protocol as p
 from cw.serve.clock import clock_domain
 from cw.serve.metrics import Metrics
@@ -28,6 +29,7 @@ from cw.serve.transport import Malformed, MultiPoller
 from cw.units import format_duration_ns
 
 log = logging.getLogger("cw.controller")
+
 MS = 1_000_000
 STOPPED = "stopped"  # why a worker that said it was Leaving left
 
@@ -274,7 +276,8 @@ class Controller:
         self._welcome(now_ns, worker, msg.worker_ns)  # at once: it carries a clock sample
         # the scheduler before the tables: a worker counts as joined (wait_for_workers) once
         # its models can be served, and thousands of them take the scheduler a while
-        decisions = self.scheduler.worker_joined(now_ns, info)
+        with collector.kept():
+            decisions = self.scheduler.worker_joined(now_ns, info)
         self.workers[wid] = worker
         self.by_peer[peer] = wid
         for alias in msg.result_peers:
@@ -393,9 +396,13 @@ class Controller:
         return None
 
     def _on_models(self, now_ns: int, peer: bytes, msg: p.ListModels) -> None:
-        self.clients_ep.send(peer, p.ModelsResponse(
-            msg.request_id, list(self.scheduler.models().values()), self.shm_domain,
-            self.config.scheduler))
+        if msg.only is None:
+            infos = list(self.scheduler.models().values())
+        else:
+            infos = [info for name in msg.only
+                     if (info := self.scheduler.model_info(name)) is not None]
+        self.clients_ep.send(peer, p.ModelsResponse(msg.request_id, infos, self.shm_domain,
+                                                    self.config.scheduler))
 
     def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
         self._respond_error(peer, -1, RequestStatus.MALFORMED, f"malformed request: {msg.error}")

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 from cw.errors import (BundleError, DeviceError, HostError, ModelError, UsageError,
                        creating)
 from cw.serve import protocol as p
+from cw.serve.collector import freeze_heap
 from cw.serve.controller import Controller, ControllerConfig
 from cw.serve.metrics import Metrics, loop_summary, serve_metrics
 from cw.serve.scheduler import SchedulerConfig, make_scheduler
@@ -242,15 +242,6 @@ def build_worker(config):
     worker = Worker(config, dealer, models, runtimes)
     worker.warm_up()
     return worker
-
-
-def freeze_heap() -> None:
-    """Move every object alive now out of the cycle collector's reach (`gc.freeze`). A serving
-    process starts with a large heap (bundles, TVM modules, a test suite's leftovers); a full
-    collection scanning it stalled a controller for ~145 ms on this 2-core machine, long enough
-    to answer a 100 ms request late. What serving allocates afterwards is still collected."""
-    gc.collect()
-    gc.freeze()
 
 
 def run_worker(config, stop: threading.Event | None = None) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 import msgspec
 
+from cw.serve import collector
 from cw.serve.shm import ShmRef
 
 PROTOCOL_VERSION = 4  # 2: INFER inputs in one chunk per request; 3: inputs in shared memory;
@@ -221,6 +222,10 @@ class InferRequest(msgspec.Struct, frozen=True, tag="infer"):
 
 class ListModels(msgspec.Struct, frozen=True, tag="models"):
     request_id: int
+    # None: every servable model; else those of these ids that are (a client about to send to
+    # one model need not fetch thousands: 40,000 copies make a 12 MB answer). Older
+    # controllers ignore the field and answer with all.
+    only: list[str] | None = None
 
 
 FromClient = InferRequest | ListModels
@@ -264,4 +269,7 @@ class Codec:
 
     def decode(self, data: bytes):
         """Raises msgspec.DecodeError / ValidationError on malformed or unknown messages."""
-        return self.decoder.decode(data)
+        if len(data) < collector.LARGE_MESSAGE_BYTES:
+            return self.decoder.decode(data)
+        with collector.paused():  # a registration of thousands of models: no garbage made
+            return self.decoder.decode(data)

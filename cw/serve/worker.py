@@ -182,6 +182,7 @@ class Worker:
         self._last_ping_ns = 0
         self._last_shm_sweep_ns = 0
         self._last_register_ns = 0
+        self._unanswered_registrations = 0
         self._registered_models: list[ModelInfo] | None = None
         self.stopped = False
         self.fatal: CwError | None = None  # why serving cannot go on (raised by serve_forever)
@@ -198,10 +199,14 @@ class Worker:
             for device in self.devices:
                 for b in model.manifest.batch_sizes:
                     device.runtime.prepare(model, b)
+        # what registration sends, made now: before the launcher freezes the heap, so that
+        # full collections while serving do not rescan thousands of model descriptions
+        self._model_infos()
 
     def register(self) -> None:
         rt = self.devices[0].runtime
         self._last_register_ns = now_ns()
+        self._unanswered_registrations += 1
         self.transport.send(Register(
             PROTOCOL_VERSION, self.config.name, rt.name, rt.simulated,
             [DeviceDesc(d.index, d.runtime.name, d.runtime.cache.page_size,
@@ -210,6 +215,12 @@ class Worker:
             shm_domain(), clock_domain(),
             [d.result_sender.routing_id for d in self.devices if d.result_sender is not None],
             self.incarnation))
+
+    def _register_again_ns(self) -> int:
+        """How long to wait for a Welcome before registering again: 1 s, then 2 s, then 4 s.
+        A controller busy with thousands of models (another worker's, or these) decodes every
+        repeat, 0.3 s each at 40,000 models: repeats every second kept it busier still."""
+        return 1_000_000_000 << min(2, max(0, self._unanswered_registrations - 1))
 
     def _model_infos(self) -> list[ModelInfo]:
         """What registration tells of the models, made once: with thousands of copies it
@@ -244,7 +255,7 @@ class Worker:
         for sim in sims:
             sim.advance(now_ns())
         now = now_ns()
-        if self.worker_id is None and now - self._last_register_ns > 1_000_000_000:
+        if self.worker_id is None and now - self._last_register_ns > self._register_again_ns():
             self.register()  # the controller is not there yet, or restarted
         if now - self._last_ping_ns > self.config.ping_interval_ns:
             self._last_ping_ns = now
@@ -305,6 +316,7 @@ class Worker:
 
     def _on_welcome(self, msg: Welcome) -> None:
         self.worker_id = msg.worker_id
+        self._unanswered_registrations = 0
         self.clock.set_same_clock(msg.same_clock)
         for device in self.devices:
             if device.result_sender is not None:
