@@ -18,9 +18,10 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from cw.client import Client, RequestFailed
+from cw.client import Client
 from cw.errors import CwError, HostError, UsageError
 from cw.replay.workloads import ClosedLoop
+from cw.serve.protocol import InferResponse
 from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 
 TIME_FIELDS_REQUEST = ("arrival_ns", "deadline_ns", "completion_ns")
@@ -86,7 +87,7 @@ def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo
             # skipped by the collector (and still freed when their last reference goes).
             gc.freeze()
         sent[i] = wait_until(start + int(times_ns[i]))
-        future = client.infer_async(names[i], inputs[names[i]], slo_ms=slo_ms)
+        future = client.infer_response_async(names[i], inputs[names[i]], slo_ms=slo_ms)
         future.add_done_callback(lambda f: setattr(f, "done_ns", time.monotonic_ns()))
         futures.append(future)
         if progress is not None and i % 500 == 0:
@@ -107,7 +108,7 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
         if len(futures) % 2000 == 0:
             gc.freeze()  # as in send_open_loop: keep full collections off the live futures
         sent.append(time.monotonic_ns())
-        future = client.infer_async(model, inputs[model], slo_ms=slo_ms)
+        future = client.infer_response_async(model, inputs[model], slo_ms=slo_ms)
         future.add_done_callback(lambda f: setattr(f, "done_ns", time.monotonic_ns()))
         pending[future] = model
         futures.append(future)
@@ -141,19 +142,26 @@ def wait_for(futures, timeout_s: float) -> None:
 
 
 def client_rows(futures, sent_ns, names, slo_ns: int) -> list[RequestRow]:
+    """Request rows as the client saw them (a remote controller's own telemetry is out of
+    reach): futures of raw responses, which say the batch size and whether a simulated worker
+    answered."""
     rows = []
     for i, (f, t0, model) in enumerate(zip(futures, sent_ns, names)):
         t0 = int(t0)
+        batch, simulated = 0, False
         if not f.done():
             status, done = "TIMED_OUT", t0 + slo_ns
+        elif f.exception() is not None:  # the client failed, not the controller
+            status, done = "ERROR", getattr(f, "done_ns", t0)
         else:
-            err = f.exception()
-            status = "OK" if err is None else (err.status.name if isinstance(err, RequestFailed)
-                                               else "ERROR")
-            done = getattr(f, "done_ns", t0)
+            response = f.result()
+            status, done = response.status.name, getattr(f, "done_ns", t0)
+            if isinstance(response, InferResponse):
+                batch, simulated = response.batch_size, response.simulated
         latency = done - t0
         rows.append(RequestRow(i + 1, model, 1, t0, t0 + slo_ns, slo_ns, done, latency, status,
-                               status == "OK" and latency <= slo_ns, 0, -1, -1, -1, False, False))
+                               status == "OK" and latency <= slo_ns, batch, -1, -1, -1, False,
+                               simulated))
     return rows
 
 
@@ -263,7 +271,11 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
         else:
             requests = shift(client_rows(futures, sent, chosen, config.slo_ns),
                              TIME_FIELDS_REQUEST, start)
-            actions, simulated, runtime_name = [], False, "remote"
+            actions = []
+            # what answered is unknown from here, but for simulated workers: their answers say so
+            simulated = any(r.status == "OK" for r in requests) and all(
+                r.simulated for r in requests if r.status == "OK")
+            runtime_name = "simulated" if simulated else "remote"
         return requests, actions, simulated, runtime_name, extra, arr
     finally:
         if procs is not None:

@@ -318,7 +318,7 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
         summary = summarize(
             requests, actions, duration_ns=arr.duration_ns, runtime=runtime,
             scheduler=config.scheduler, trace=_workload_label(config, trace, arr),
-            seed=config.seed, slo_ns=config.slo_ns, actions_seen=runtime != "remote",
+            seed=config.seed, slo_ns=config.slo_ns, actions_seen=config.controller is None,
             extra={"name": out.name, **extra, "workers": config.workers,
                    "workload": config.workload,
                    "gpus": config.workers * config.gpus_per_worker,

@@ -1,6 +1,7 @@
 """Controller + workers + clients over real ZeroMQ on loopback."""
 
 import contextlib
+import csv
 import os
 import threading
 import time
@@ -278,8 +279,16 @@ def test_replay_against_a_running_controller(cli, models_dir, tmp_path):
                 "--rate", "100", "--duration", "3s", "--out", out)
         assert r.code == 0, r.err
         s = json.loads((out / "summary.json").read_text())
-        assert s["runtime"] == "remote" and s["requests"] > 200 and s["goodput_rps"] > 50
-        # batch sizes and LOADs live in the remote controller's telemetry: unknown, not zero
+        assert s["requests"] > 200 and s["goodput_rps"] > 50
+        # its workers are simulated, and their answers say so: so does every output
+        assert s["runtime"] == "simulated" and s["simulated"] is True
+        assert "replay (SIMULATED)" in r.out and "SIMULATED" in (out / "report.html").read_text()
+        with open(out / "requests.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        ok = [row for row in rows if row["status"] == "OK"]
+        assert ok and all(row["simulated"] == "True" for row in ok)
+        assert all(1 <= int(row["batch_size"]) <= 16 for row in ok)  # as the answers said
+        # LOADs live in the remote controller's telemetry: unknown, not zero
         assert s["mean_batch_size"] is None and s["loads"] is None
         assert "n/a" in r.out
     finally:
