@@ -157,16 +157,18 @@ def serve_all(
     if runtime == "cuda":
         from cw.serve.runtime.cuda_api import require_gpu
         require_gpu()
-    ctl = ControllerThread(config).start()
-    devices = ["cuda:0"] if runtime == "cuda" else ["cpu"]
-    procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, workers,
-                            "simulated" if runtime == "simulated" else "tvm", devices, copies,
-                            log_dir=log_dir, log_stalls=log_stalls)
     stop = threading.Event()
-    install_signal_stop(stop)
+    install_signal_stop(stop)  # before anything starts: Ctrl-C from here on stops cleanly
     out = console()
+    ctl = ControllerThread(config).start()
+    procs = None
     try:
-        procs.wait_until_joined(ctl, timeout_s=120)
+        devices = ["cuda:0"] if runtime == "cuda" else ["cpu"]
+        procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, workers,
+                                "simulated" if runtime == "simulated" else "tvm", devices,
+                                copies, log_dir=log_dir, log_stalls=log_stalls)
+        if not procs.wait_until_joined(ctl, timeout_s=120, stop=stop):
+            return  # stopped while the workers were joining: nothing served, nothing to say
         served = ctl.controller.scheduler.models()
         out.print(f"[green]serving[/] {describe_models(served)} with {config.scheduler}")
         out.print(f"clients: {local_address(ctl.clients_address)}   workers: "
@@ -179,7 +181,8 @@ def serve_all(
             procs.check()
             stop.wait(0.5)
     finally:
-        procs.stop()
+        if procs is not None:
+            procs.stop()
         ctl.close()
         if stop.is_set():  # asked to (Ctrl-C, SIGTERM); an error says its own line instead
             out.print("stopped")

@@ -309,22 +309,25 @@ class WorkerProcesses:
         lines = [line for line in lines if line.strip()]
         return lines[-1].strip() if lines else None
 
-    def wait_until_joined(self, controller, timeout_s: float = 120.0) -> None:
+    def wait_until_joined(self, controller, timeout_s: float = 120.0,
+                          stop: threading.Event | None = None) -> bool:
         """Wait until every worker has joined `controller` (a ControllerThread or
         ControllerProcess); fail at once, with the worker's last words, if one exits first
-        (a worker told to use a GPU this machine lacks, say)."""
+        (a worker told to use a GPU this machine lacks, say). False: `stop` was set first
+        (Ctrl-C while thousands of models were registering)."""
         from cw.errors import WorkersMissing
 
         deadline = time.monotonic() + timeout_s
-        while True:
+        while stop is None or not stop.is_set():
             self.check()
             try:
                 controller.wait_for_workers(len(self.procs),
                                             min(0.5, max(0.0, deadline - time.monotonic())))
-                return
+                return True
             except WorkersMissing:
                 if time.monotonic() >= deadline:
                     raise
+        return False
 
     def stop(self, timeout_s: float = 10.0) -> None:
         for proc in self.procs:

@@ -690,6 +690,37 @@ def test_cw_serve_prints_endpoints_serves_and_stops_cleanly_on_a_signal(models_d
             proc.kill()
 
 
+def test_cw_serve_stopped_while_its_workers_join(models_dir):
+    """Ctrl-C while thousands of models register stops at once: no "serving" line for
+    what will not be served, no worker left behind."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cw", "serve", "--models", str(models_dir), "--workers", "2",
+         "--runtime", "simulated", "--copies", "20000", "--workers-listen",
+         "tcp://127.0.0.1:*", "--clients-listen", "tcp://127.0.0.1:*"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        children = []
+        deadline = time.monotonic() + 60
+        while len(children) < 2 and time.monotonic() < deadline:
+            children = psutil.Process(proc.pid).children(recursive=True)
+            time.sleep(0.05)
+        assert len(children) >= 2
+        proc.send_signal(signal.SIGINT)  # the workers are still building 40,000 models each
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0 and out.strip() == "stopped", out
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, alive
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_cw_serve_controller_and_cw_serve_worker_as_separate_commands(models_dir, tmp_path):
     """The scale-out way: `cw serve controller` and `cw serve worker --controller ADDR` started
     by hand, as on two hosts; both stop cleanly on SIGTERM."""
