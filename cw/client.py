@@ -77,6 +77,9 @@ class Client:
         self._models: dict[str, p.ModelInfo] = {}
         # the controller's policy, e.g. "batch-timeout:delay=5ms" (known after models())
         self.scheduler: str | None = None
+        # workers joined and their GPUs when models() last asked (None: an older controller)
+        self.workers: int | None = None
+        self.gpus: int | None = None
         self._thread = threading.Thread(target=self._loop, name="cw-client", daemon=True)
         self._thread.start()
 
@@ -146,6 +149,8 @@ class Client:
         else:
             self._models.update(found)
         self.scheduler = response.scheduler or None
+        self.workers = response.workers or None
+        self.gpus = response.gpus or None
         if not self._hello_done:
             self._hello_done = True
             self._choose_transfer(response.shm_domain)

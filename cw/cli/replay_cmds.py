@@ -22,7 +22,9 @@ def replay_cmd(
     trace: str = typer.Option(_D.trace, "--trace", help="azure (bundled sample) or azure:PATH."),
     models: str = typer.Option(None, "--models",
                                help="Bundle directory, zoo names, or a number of instances "
-                                    f"(default: {_D.models})."),
+                                    f"(default: {_D.models}); with --controller, which of its "
+                                    "models: a number, ids, bundle names or patterns "
+                                    "('resnet50*'; default: all)."),
     copies: int = typer.Option(None, "--copies", help=f"Instances of each model ({_D.copies})."),
     zoo_timings: str = typer.Option(_D.zoo_timings, "--zoo-timings",
                                     help="Zoo names, simulated: measured (the GPU machine's "
@@ -57,13 +59,14 @@ def replay_cmd(
     simulate: bool = typer.Option(False, "--simulate", help="Virtual time, simulated workers."),
     controller: str = typer.Option(None, "--controller",
                                    help="Drive a running `cw serve` at this client address."),
-    runtime: str = typer.Option("simulated", "--runtime",
-                                help="Local live workers: simulated, cpu or cuda (one "
+    runtime: str = typer.Option(None, "--runtime",
+                                help="Local live workers: simulated (default), cpu or cuda (one "
                                      "worker per GPU index, --workers of them)."),
     shared_memory: bool = typer.Option(True, "--shared-memory/--no-shared-memory",
                                        help="Live: pass inputs through /dev/shm when the "
                                             "controller is on this host."),
-    noise: float = typer.Option(0.0, "--noise", help="Relative std of simulated durations."),
+    noise: float = typer.Option(0.0, "--noise",
+                                help="--simulate: relative std of simulated durations."),
     sim_engine: str = typer.Option(_D.sim_engine, "--sim-engine",
                                    help="--simulate: auto (the compiled simulator where "
                                         "it was built), compiled or python; both take the "

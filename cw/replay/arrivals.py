@@ -96,12 +96,15 @@ def _size(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def map_functions(order: list[int], models: list[str], how: str) -> list[int]:
-    """For each function (in volume order) the index of its model."""
+def map_functions(order: list[int], models: list[str], how: str,
+                  fewer_models: str | None = None) -> list[int]:
+    """For each function (in volume order) the index of its model. `fewer_models`: how to use
+    fewer models, where the default hint (--models, --copies) does not apply."""
     f, m = len(order), len(models)
     if m > f:
-        raise UsageError(f"{m} models but only {f} functions in the trace",
-                         "use fewer models (or --copies), or a trace with more functions")
+        raise UsageError(f"{m:,} models but only {f:,} functions in the trace",
+                         f"{fewer_models or 'use fewer models (or --copies)'}, or a trace with "
+                         "more functions")
     if how == "contiguous":
         return [m * i // f for i in range(f)]
     if how == "stripe":
@@ -112,8 +115,9 @@ def map_functions(order: list[int], models: list[str], how: str) -> list[int]:
 def generate(trace: Trace, models: list[str], *, duration_s: float, start_minute: int = 0,
              rate_scale: float | None = None, target_rate: float | None = None,
              arrivals: str = "poisson", mapping: str = "contiguous", seed: int = 0,
-             rate_named: str | None = None) -> Arrivals:
-    """`rate_named` says where the rate came from, for errors (default: the flag's value)."""
+             rate_named: str | None = None, fewer_models: str | None = None) -> Arrivals:
+    """`rate_named` says where the rate came from, for errors (default: the flag's value);
+    `fewer_models` how to use fewer models (map_functions)."""
     counts = trace.per_minute()
     minutes = int(np.ceil(duration_s / 60))
     if duration_s <= 0:
@@ -141,7 +145,7 @@ def generate(trace: Trace, models: list[str], *, duration_s: float, start_minute
     check_request_count(total * scale, f"{asked} over {minutes} trace minute(s)",
                         "give a lower --target-rate or --rate-scale, or shorten --duration")
     order = list(np.argsort(-counts.sum(axis=1), kind="stable"))
-    model_of = map_functions(order, models, mapping)
+    model_of = map_functions(order, models, mapping, fewer_models)
     rng = np.random.default_rng(seed)
     process, cv = parse_arrivals(arrivals)
     lam = window * scale

@@ -9,6 +9,7 @@ there are no action rows.
 from __future__ import annotations
 
 import concurrent.futures
+import fnmatch
 import gc
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ import numpy as np
 from cw.client import Client
 from cw.errors import CwError, HostError, UsageError
 from cw.replay.workloads import ClosedLoop
-from cw.serve.protocol import InferResponse
+from cw.serve.protocol import InferResponse, ModelInfo, describe_models
 from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 
 TIME_FIELDS_REQUEST = ("arrival_ns", "deadline_ns", "completion_ns")
@@ -35,18 +36,56 @@ def shift(rows, fields, origin_ns: int):
                                           for f in fields if getattr(r, f)}) for r in rows]
 
 
-def model_inputs(client: Client) -> tuple[list[str], dict]:
-    """Served model ids and one zero-filled sample for each."""
+def _instance_order(info: ModelInfo) -> tuple:
+    """Bundles by name, each one's copies by number (`resnet50#10` after `resnet50#9`)."""
+    _, _, copy = info.model_id.rpartition("#")
+    return (info.bundle, int(copy) if copy.isdigit() else -1, info.model_id)
+
+
+def pick_models(infos: list[ModelInfo], spec: str | None) -> list[ModelInfo]:
+    """The served models a replay drives: all (`spec` None); a number N: the first N (bundles
+    by name, copies in order); else comma-separated model ids, bundle names (the bundle's every
+    copy) or shell-style patterns of ids."""
+    ordered = sorted(infos, key=_instance_order)
+    if spec is None:
+        return ordered
+    served = {m.model_id: m for m in ordered}
+    if spec.strip().isdigit():
+        count = int(spec)
+        if not 1 <= count <= len(ordered):
+            raise UsageError(f"--models {count}: the controller serves {len(ordered):,} models",
+                             f"give a number from 1 to {len(ordered):,}")
+        return ordered[:count]
+    chosen: set[str] = set()
+    for item in (i.strip() for i in spec.split(",")):
+        if not item:
+            continue
+        matched = [m.model_id for m in ordered
+                   if m.model_id == item or m.bundle == item or fnmatch.fnmatchcase(m.model_id,
+                                                                                    item)]
+        if not matched:
+            raise UsageError(f"--models: no model of the controller is or matches '{item}'",
+                             f"it serves {describe_models(served)}")
+        chosen.update(matched)
+    if not chosen:
+        raise UsageError("--models is empty", "name models, e.g. --models resnet50,mlp")
+    return [m for m in ordered if m.model_id in chosen]
+
+
+def model_inputs(client: Client, spec: str | None = None) -> tuple[list[str], dict]:
+    """Served model ids (those `spec` picks: pick_models) and one zero-filled sample for
+    each."""
     infos = client.models()
     if not infos:
         raise UsageError("the controller serves no models yet", "start workers first")
+    infos = pick_models(infos, spec)
     inputs = {}
     for m in infos:
         if len(m.inputs) != 1:
             raise UsageError(f"model {m.model_id} takes {len(m.inputs)} inputs; replay sends one")
         s = m.inputs[0]
         inputs[m.model_id] = np.zeros((1, *s.sample_shape), dtype=s.dtype)
-    return sorted(inputs), inputs
+    return list(inputs), inputs
 
 
 def _policy_of(client: Client, config) -> str:
@@ -230,14 +269,16 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             address = local_address(ctl.clients_address)
         with Client(address, timeout_s=10,
                     shared_memory=None if config.shared_memory else False) as client:
-            names, inputs = model_inputs(client)
+            names, inputs = model_inputs(client, config.models if config.controller else None)
             policy = _policy_of(client, config)
-            arr = generate_arrivals(names)
+            arr = generate_arrivals(names, client.gpus if config.controller else None)
             progress("start", {"requests": arr.count, "duration_ns": arr.duration_ns})
             advance = lambda i, t: progress("advance", {"requests": i, "virtual_ns": t})  # noqa
             extra = {"live": True, "controller": config.controller or "local",
-                     "scheduler": policy,
+                     "scheduler": policy, "models": len(names),
                      "inputs_via": "shared memory" if client.uses_shared_memory else "socket"}
+            if config.controller and client.gpus:  # what serves it, not what --workers says
+                extra.update(workers=client.workers, gpus=client.gpus)
             if isinstance(arr, ClosedLoop):
                 futures, sent, chosen, start = send_closed_loop(
                     client, arr, inputs, config.slo_ns / 1e6, advance)

@@ -45,8 +45,11 @@ ZOO_TIMINGS = ("measured", "paper")
 @dataclass(frozen=True)
 class ReplayConfig:
     trace: str = "azure"
-    models: str = ",".join(DEFAULT_ZOO_MODELS)  # a directory of bundles, or zoo names
-    copies: int = 10
+    # A directory of bundles, zoo names or a number of instances; with `controller`, which of
+    # its models to drive (ids, names of bundles, patterns or a number). None: the default zoo
+    # set (--simulate), every model the controller serves (`controller`).
+    models: str | None = None
+    copies: int | None = None                  # instances of each model (10); not `controller`
     zoo_timings: str = "measured"              # zoo names: measured | paper (ZOO_TIMINGS)
     duration_s: float = 600.0
     start_minute: int = 0
@@ -59,7 +62,7 @@ class ReplayConfig:
     mapping: str = "contiguous"
     slo_ns: int = 100 * MS
     scheduler: str = "clockwork"               # a spec: clockwork, batch-timeout:delay=5ms, ...
-    workers: int = 1
+    workers: int | None = None                 # 1; not with `controller`, which has its own
     gpus_per_worker: int = 1
     pages_per_gpu: int = 1376                  # 21.5 GiB in 16 MiB pages, Clockwork's V100
     noise: float = 0.0
@@ -67,14 +70,23 @@ class ReplayConfig:
     simulate: bool = True
     sim_engine: str = "auto"                   # auto | compiled | python (cw/replay/fastsim.py)
     controller: str | None = None              # live replay against a running `cw serve`
-    runtime: str = "simulated"                 # live local workers: simulated | cpu | cuda
+    runtime: str | None = None                 # live local workers: simulated | cpu | cuda
     shared_memory: bool = True                 # live: inputs via /dev/shm where the host allows
     log_stalls_ns: int | None = None           # live, own controller: stalls.log in out
     out: Path = Path("replay-out")
     force: bool = False
 
     def __post_init__(self):
-        if self.copies < 1 or self.workers < 1 or self.gpus_per_worker < 1:
+        self._check_applies()
+        # the defaults of what was not given (a frozen dataclass: set once, here); a running
+        # controller's models and workers stay None: they are its own, unknown until asked
+        defaults = ({"runtime": "simulated"} if self.controller else
+                    {"copies": 10, "workers": 1, "runtime": "simulated",
+                     "models": DEFAULT_MODELS})
+        for name, default in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
+        if (self.copies or 1) < 1 or (self.workers or 1) < 1 or self.gpus_per_worker < 1:
             raise UsageError("--copies, --workers and GPUs per worker must be ≥ 1")
         if self.slo_ns <= 0:
             raise UsageError("--slo must be positive", "e.g. --slo 100ms")
@@ -114,10 +126,44 @@ class ReplayConfig:
                              f"use one of {', '.join(LIVE_RUNTIMES)}")
 
 
+    def _check_applies(self) -> None:
+        """Settings that would be silently ignored are refused: what serves a replay is a
+        running controller's (--controller), or simulated in virtual time (--simulate)."""
+        if self.controller:
+            # (runtime "simulated" is the default, which a copy made by replace() carries)
+            for flag, value in (("--copies", self.copies), ("--workers", self.workers),
+                                ("--runtime", None if self.runtime == "simulated"
+                                 else self.runtime)):
+                if value is not None:
+                    raise UsageError(
+                        f"{flag} does not apply with --controller: the `cw serve` at "
+                        f"{self.controller} runs its own workers and models",
+                        f"drop {flag} (give it to `cw serve` instead); --models picks which of "
+                        "the controller's models to drive")
+        if self.simulate and self.runtime not in (None, "simulated"):
+            raise UsageError(f"--runtime {self.runtime} does not apply with --simulate: its "
+                             "workers are simulated in virtual time",
+                             "drop --runtime, or drop --simulate to replay live on local "
+                             f"{self.runtime} workers")
+        if not self.simulate and self.noise:
+            raise UsageError(f"--noise {self.noise:g} applies to --simulate only",
+                             "drop --noise, or add --simulate")
+
+
+FEWER_MODELS_HINT = ("pick at most that many of the controller's models with --models (a number, "
+                     "ids, bundle names or patterns: --models 1000, --models 'resnet50*')")
+# what --simulate serves when --models is not given
+DEFAULT_MODELS = ",".join(DEFAULT_ZOO_MODELS)
+
+
 def with_preset(name: str, **overrides) -> ReplayConfig:
     """A ReplayConfig for one of the paper's experiments; `overrides` (fields that are not None)
-    win over the preset."""
+    win over the preset. Against a running controller the preset's workload applies to the
+    controller's models, not to the models and workers it would have started."""
     settings = dict(workloads.preset(name).settings)
+    if overrides.get("controller"):
+        for key in ("models", "copies", "workers", "runtime"):
+            settings.pop(key, None)
     settings.update({k: v for k, v in overrides.items() if v is not None})
     return ReplayConfig(**settings)
 
@@ -255,13 +301,15 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
         raise UsageError("--simulate runs in virtual time; it cannot drive a --controller",
                          "drop one of the two")
     trace = load_trace(config.trace) if config.workload == "trace" else None
-    target, rate_named = config.target_rate, None
-    if target is None and config.rate_scale is None:
-        gpus = config.workers * config.gpus_per_worker
-        target = 200.0 * gpus
-        rate_named = f"the default rate, 200 r/s per GPU × {gpus} GPUs,"
 
-    def generate(model_ids: list[str]):
+    def generate(model_ids: list[str], gpus: int | None = None):
+        """Arrivals over `model_ids`; `gpus` serve them (a running controller's: the default
+        rate follows them)."""
+        gpus = gpus or (config.workers or 1) * config.gpus_per_worker
+        target, rate_named = config.target_rate, None
+        if target is None and config.rate_scale is None:
+            target = 200.0 * gpus
+            rate_named = f"the default rate, 200 r/s per GPU × {gpus} GPUs,"
         if config.workload == "poisson":
             return workloads.poisson(model_ids, config.rate or target, config.duration_s,
                                      config.seed, None if config.rate else rate_named)
@@ -279,7 +327,9 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
                                      start_minute=config.start_minute,
                                      rate_scale=config.rate_scale, target_rate=target,
                                      arrivals=config.arrivals, mapping=config.mapping,
-                                     seed=config.seed, rate_named=rate_named)
+                                     seed=config.seed, rate_named=rate_named,
+                                     fewer_models=FEWER_MODELS_HINT if config.controller
+                                     else None)
 
     infos, durations = (resolve_models(config.models, config.copies, config.zoo_timings)
                         if config.simulate else ([], {}))
@@ -319,9 +369,11 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
             requests, actions, duration_ns=arr.duration_ns, runtime=runtime,
             scheduler=config.scheduler, trace=_workload_label(config, trace, arr),
             seed=config.seed, slo_ns=config.slo_ns, actions_seen=config.controller is None,
-            extra={"name": out.name, **extra, "workers": config.workers,
+            # a running controller's workers and GPUs come in `extra` (None: not known)
+            extra={"name": out.name, "workers": config.workers,
+                   "gpus": config.workers and config.workers * config.gpus_per_worker,
+                   **extra,
                    "workload": config.workload,
-                   "gpus": config.workers * config.gpus_per_worker,
                    "rate_scale": round(float(arr.rate_scale), 6), "arrivals": config.arrivals,
                    "map": config.mapping, "start_minute": config.start_minute,
                    "wall_s": round(wall, 3),

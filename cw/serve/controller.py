@@ -100,6 +100,7 @@ class _Worker:
     same_clock: bool = False  # reads the controller's CLOCK_MONOTONIC: offset pinned to 0
     result_peers: tuple = ()  # its threads' own connections, which send results only
     incarnation: int = 0      # Register.incarnation
+    gpus: int = 0
 
 
 @dataclass
@@ -269,7 +270,7 @@ class Controller:
         worker = _Worker(wid, peer, msg.name, msg.simulated, {m.model_id: m for m in msg.models},
                          now_ns, bool(msg.shm_domain) and msg.shm_domain == self.shm_domain,
                          bool(msg.clock_domain) and msg.clock_domain == self.clock_domain,
-                         tuple(msg.result_peers), msg.incarnation)
+                         tuple(msg.result_peers), msg.incarnation, len(msg.devices))
         info = WorkerInfo(wid, msg.name, [GpuInfo(d.index, d.pages, d.page_size)
                                           for d in msg.devices], list(msg.models), msg.simulated,
                           worker.shares_shm)
@@ -401,8 +402,9 @@ class Controller:
         else:
             infos = [info for name in msg.only
                      if (info := self.scheduler.model_info(name)) is not None]
-        self.clients_ep.send(peer, p.ModelsResponse(msg.request_id, infos, self.shm_domain,
-                                                    self.config.scheduler))
+        self.clients_ep.send(peer, p.ModelsResponse(
+            msg.request_id, infos, self.shm_domain, self.config.scheduler, len(self.workers),
+            sum(w.gpus for w in self.workers.values())))
 
     def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
         self._respond_error(peer, -1, RequestStatus.MALFORMED, f"malformed request: {msg.error}")

@@ -246,6 +246,8 @@ class ModelsResponse(msgspec.Struct, frozen=True, tag="models_response"):
     models: list[ModelInfo]
     shm_domain: str = ""  # the controller's /dev/shm: clients there may send ShmRef inputs
     scheduler: str = ""   # its policy spec (clockwork, batch-timeout:delay=5ms); "" from older
+    workers: int = 0      # workers joined, and their GPUs, now (0 from older controllers)
+    gpus: int = 0
 
 
 class ErrorResponse(msgspec.Struct, frozen=True, tag="error"):

@@ -291,6 +291,25 @@ def test_replay_against_a_running_controller(cli, models_dir, tmp_path):
         # LOADs live in the remote controller's telemetry: unknown, not zero
         assert s["mean_batch_size"] is None and s["loads"] is None
         assert "n/a" in r.out
+        # what serves it is the controller's: its workers and GPUs, not --workers' default
+        assert (s["workers"], s["gpus"], s["models"]) == (1, len(worker.worker.devices), 2)
+        # --models picks among the controller's models
+        picked = tmp_path / "picked"
+        r = cli("replay", "--controller", ctl.clients_address, "--workload", "poisson",
+                "--rate", "100", "--duration", "1s", "--models", "small_cnn", "--out", picked)
+        assert r.code == 0, r.err
+        with open(picked / "requests.csv", newline="") as f:
+            models = {row["model"] for row in csv.DictReader(f)}
+        assert models == {"small_cnn"}
+        assert json.loads((picked / "summary.json").read_text())["models"] == 1
+        # what the controller decides is refused, not silently ignored
+        for flag, value in (("--copies", "3"), ("--runtime", "cpu"), ("--models", "nope")):
+            r = cli("replay", "--controller", ctl.clients_address, "--workload", "poisson",
+                    "--rate", "100", "--duration", "1s", flag, value,
+                    "--out", tmp_path / "refused")
+            assert r.code == 2, (flag, r.out, r.err)
+            assert not (tmp_path / "refused").exists()
+        assert "'nope'" in r.err and "mlp, small_cnn" in r.err
     finally:
         worker.close()
         ctl.close()
