@@ -41,11 +41,17 @@ def _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead
                        metrics_port, log_dir, log_stalls=None) -> ControllerConfig:
     from cw.errors import UsageError
     from cw.serve.scheduler import parse_scheduler
+    from cw.serve.scheduler.spec import SETTINGS
 
     spec = parse_scheduler(scheduler)
     if schedule_ahead is not None and "ahead" in dict(spec.settings):
         raise UsageError(f"--schedule-ahead {schedule_ahead} and --scheduler {scheduler} both "
                          "set how far ahead to plan", "give one of them")
+    if schedule_ahead is not None and "ahead" not in SETTINGS[spec.policy]:
+        raise UsageError(f"--schedule-ahead applies to the clockwork scheduler; "
+                         f"{spec.policy} does not plan ahead",
+                         f"drop --schedule-ahead (`cw schedulers` lists what {spec.policy} "
+                         "takes)")
     ahead_ns = (parse_duration_ns(schedule_ahead, "--schedule-ahead") if schedule_ahead
                 else _C.schedule_ahead_ns)
     return ControllerConfig(workers_listen=workers_listen, clients_listen=clients_listen,

@@ -283,7 +283,9 @@ def test_serve_flags_checked_before_anything_starts(cli, tmp_path):
                        (("--scheduler", "batch-timeout:wait=1ms"),
                         "'batch-timeout' has no setting 'wait'"),
                        (("--scheduler", "clockwork:ahead=2ms", "--schedule-ahead", "3ms"),
-                        "--schedule-ahead 3ms and --scheduler clockwork:ahead=2ms both set")]:
+                        "--schedule-ahead 3ms and --scheduler clockwork:ahead=2ms both set"),
+                       (("--scheduler", "clipper", "--schedule-ahead", "3ms"),
+                        "--schedule-ahead applies to the clockwork scheduler; clipper does not")]:
         line = _one_error_line(cli("serve", "--models", tmp_path, "--runtime", "simulated",
                                    "--workers-listen", "tcp://127.0.0.1:*",
                                    "--clients-listen", "tcp://127.0.0.1:*", *args))
