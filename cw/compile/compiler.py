@@ -53,6 +53,14 @@ class CompileConfig:
         if self.conv_split not in ("auto", "off"):
             raise UsageError(f"unknown convolution split '{self.conv_split}'",
                              "use --conv-split auto (default) or off")
+        # each applies to one target: on the other it would be silently ignored
+        if self.target == "cuda" and self.conv_layout != "nchwc":
+            raise UsageError(f"--conv-layout {self.conv_layout} applies to CPU bundles; CUDA "
+                             "convolutions keep TVM's layout",
+                             "drop --conv-layout, or compile with --target cpu")
+        if self.target == "cpu" and self.conv_split != "auto":
+            raise UsageError(f"--conv-split {self.conv_split} applies to CUDA bundles",
+                             "drop --conv-split, or compile with --target cuda")
         if self.conv_algo not in ("direct", "winograd2", "winograd4"):
             raise UsageError(f"unknown convolution algorithm '{self.conv_algo}'",
                              "use --conv-algo direct (default), winograd2 or winograd4")

@@ -210,6 +210,9 @@ def test_bad_flag_values(cli, zoo_onnx, tmp_path):
                        (("--precision", "tf32"), "tf32 is not offered"),
                        (("--precision", "int8"), "unknown precision"),
                        (("--target", "cuda", "--arch", "sm_5"), "unknown CUDA --arch 'sm_5'"),
+                       (("--target", "cuda", "--conv-layout", "nchw"),
+                        "--conv-layout nchw applies to CPU bundles"),
+                       (("--conv-split", "off"), "--conv-split off applies to CUDA bundles"),
                        (("--name", "../x"), "'../x' is not a valid model name"),
                        (("--name", "a#1"), "'a#1' is not a valid model name")]:
         line = _one_error_line(cli("compile", zoo_onnx("mlp"), "-o", tmp_path / "out", *args))
