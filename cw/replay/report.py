@@ -319,7 +319,7 @@ SUMMARY_KEYS = [("SLO ms", "slo_ms"), ("requests", "requests"), ("offered r/s", 
                 ("p50 ms", ("latency_ms", "p50")), ("p99 ms", ("latency_ms", "p99")),
                 ("p99.99 ms", ("latency_ms", "p9999")), ("max ms", ("latency_ms", "max")),
                 ("mean batch", "mean_batch_size"), ("cold starts", "cold_starts"),
-                ("models", ("model_attainment", "models")),
+                ("models asked", ("model_attainment", "models")),
                 ("p10 model in SLO", ("model_attainment", "p10"))]
 
 
