@@ -139,6 +139,7 @@ def serve_all(
     from cw.errors import UsageError, creating
     from cw.serve.launch import (ControllerThread, WorkerProcesses, install_signal_stop,
                                  local_address)
+    from cw.memory import check_instances
     from cw.serve.runtime.host import find_bundles
     from cw.serve.protocol import describe_models
 
@@ -158,6 +159,7 @@ def serve_all(
     models_dir = models or demo_models_dir()
     # here, as one error line, not a worker's dying words after the controller started
     bundles = find_bundles(models_dir)
+    check_instances(len(bundles), copies, workers)
     if runtime != "simulated":
         _check_targets(bundles, runtime)
     if runtime == "cuda":

@@ -12,12 +12,12 @@ arrival process inside each minute. Everything is seeded and reproducible.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from cw.errors import UsageError
+from cw.memory import check_memory
 from cw.replay.traces import Trace, TraceError
 
 NS_PER_S = 1_000_000_000
@@ -59,41 +59,8 @@ def parse_arrivals(spec: str) -> tuple[str, float]:
     raise UsageError(f"unknown --arrivals '{spec}'", "use poisson, exact or gamma:CV")
 
 
-def available_memory_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def check_memory(count: float, bytes_each: int, asked: str, what: str, hint: str) -> None:
-    """Refuse, before anything is drawn or started, a run whose `count` `what` cannot fit in
-    memory: a typo like `--target-rate 1e12` would otherwise end in a MemoryError (or the
-    simulator's abort) after a long wait."""
-    need = count * bytes_each
-    free = available_memory_bytes()
-    if free is not None and need > free:
-        raise UsageError(f"{asked} means about {count:.3g} {what}, which need about "
-                         f"{_size(need)} of memory; this machine has {_size(free)} free", hint)
-
-
 def check_request_count(expected: float, asked: str, hint: str) -> None:
     check_memory(expected, BYTES_PER_REQUEST, asked, "requests", hint)
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def map_functions(order: list[int], models: list[str], how: str,

@@ -242,6 +242,10 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             if not models_dir.is_dir():
                 raise UsageError("a local live replay needs compiled bundles for its workers",
                                  "give --models DIR of bundles, or add --simulate for zoo names")
+            from cw.memory import check_instances
+            from cw.serve.runtime.host import find_bundles
+
+            check_instances(len(find_bundles(models_dir)), config.copies, config.workers)
             if config.runtime == "cuda":  # one line now, not a worker's dying words later
                 from cw.serve.runtime.cuda_api import require_gpu
                 require_gpu()

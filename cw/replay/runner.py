@@ -19,6 +19,7 @@ from typing import Callable
 import msgspec
 
 from cw.errors import UsageError, cannot_write, writing
+from cw.memory import check_memory
 from cw.replay import arrivals as arrivals_mod
 from cw.replay import workloads
 from cw.replay.columns import actions_of, requests_of
@@ -229,7 +230,7 @@ def resolve_models(spec: str, copies: int, zoo_timings: str = "measured"
         count = int(spec)
         if count < 1:
             raise UsageError("--models 0: at least one model instance is needed")
-        arrivals_mod.check_memory(count, BYTES_PER_MODEL, f"--models {count}",
+        check_memory(count, BYTES_PER_MODEL, f"--models {count}",
                                   "model instances", "simulate fewer models")
         for k in range(count):
             info, est = _zoo_model(DEFAULT_ZOO_MODELS[k % len(DEFAULT_ZOO_MODELS)],
@@ -252,7 +253,10 @@ def resolve_models(spec: str, copies: int, zoo_timings: str = "measured"
             infos.append(info)
             durations[info.model_id] = est
         return infos, durations
-    for name in [n.strip() for n in spec.split(",") if n.strip()]:
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    check_memory(len(names) * copies, BYTES_PER_MODEL, f"--copies {copies:,} of {len(names)} "
+                 "zoo model(s)", "model instances", "simulate fewer copies")
+    for name in names:
         for k in range(copies):
             info, est = _zoo_model(name, k, zoo_timings)
             infos.append(info)
@@ -315,7 +319,7 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
                                      config.seed, None if config.rate else rate_named)
         if config.workload == "closed":
             clients = config.concurrency * len(model_ids)
-            arrivals_mod.check_memory(
+            check_memory(
                 clients, BYTES_PER_CLIENT,
                 f"--concurrency {config.concurrency} × {len(model_ids)} models", "clients",
                 "lower --concurrency or use fewer models")
@@ -336,7 +340,7 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
     if config.simulate:
         # the simulated scheduler keeps estimates for every model on every GPU
         gpus = config.workers * config.gpus_per_worker
-        arrivals_mod.check_memory(gpus * len(infos), BYTES_PER_GPU_MODEL,
+        check_memory(gpus * len(infos), BYTES_PER_GPU_MODEL,
                                   f"{gpus} GPUs × {len(infos)} models", "GPU-model pairs",
                                   "simulate fewer --workers or models")
     arr = generate([m.model_id for m in infos]) if config.simulate else None

@@ -301,6 +301,18 @@ def test_serve_flags_checked_before_anything_starts(cli, tmp_path):
     assert "'fifo' has no setting 'x'" in line
     line = _one_error_line(cli("serve", "worker", "--models", tmp_path, "--name", 'a"b'))
     assert "'a\"b' is not a valid worker name" in line
+    # copies that cannot fit in memory: refused before any bundle is read or process started
+    models = tmp_path / "two"
+    for name in ("a", "b"):
+        (models / name).mkdir(parents=True)
+        (models / name / "manifest.json").write_text("not read")
+    anywhere = ("--workers-listen", "tcp://127.0.0.1:*", "--clients-listen", "tcp://127.0.0.1:*")
+    for args in (("serve", "--workers", "2", *anywhere), ("serve", "worker"),
+                 ("replay", "--workers", "2", "--out", tmp_path / "replay-out")):
+        line = _one_error_line(cli(*args, "--models", models, "--copies", str(10**12)))
+        assert "--copies 1,000,000,000,000 of 2 bundle(s)" in line and "of memory" in line, line
+        assert ("on 2 workers" in line) == ("--workers" in args)
+    assert not (tmp_path / "replay-out").exists()
 
 
 def test_a_metrics_port_in_use_is_one_error_and_frees_the_sockets():

@@ -225,6 +225,8 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--duration", "25h"), "has 1440"),
     (("--models", "resnet50", "--copies", "2000"), "2,000 models but only 1,000 functions"),
     (("--runtime", "cpu"), "--runtime cpu does not apply with --simulate"),
+    (("--models", "resnet50", "--copies", str(10**12)),
+     "--copies 1,000,000,000,000 of 1 zoo model(s) means about"),
     (("--arrivals", "weibull"), "unknown --arrivals"),
     (("--models", "mlp"), "no published or measured timings"),
     (("--zoo-timings", "v100"), "unknown --zoo-timings"),

@@ -45,6 +45,9 @@ def load_models(bundle_dirs: list[Path], copies: int = 1, read_weights: bool = T
                 ) -> list[HostModel]:
     """Open (verify) each bundle once and make `copies` instances of it, sharing its weights.
     Instance ids are the bundle's name, suffixed `#k` for copies beyond the first."""
+    from cw.memory import check_instances
+
+    check_instances(len(bundle_dirs), copies)  # before the bundles are read
     models = []
     for path in bundle_dirs:
         bundle = open_bundle(path)
