@@ -53,6 +53,39 @@ class TensorSpec(msgspec.Struct, frozen=True):
     sample_bytes: int
 
 
+def check_model_inputs(model: str, specs, batch_sizes: list[int], inputs) -> int:
+    """`inputs` (numpy arrays with a batch axis) against what `model` (named as in messages,
+    e.g. "bundle 'mlp'") takes: `specs` (TensorSpec, or the protocol's TensorInfo) and its
+    compiled `batch_sizes`. Returns the batch size, or raises a UsageError saying how to fix
+    the input: what `cw run` and `cw infer` check before anything runs or is sent."""
+    import numpy as np
+
+    if len(inputs) != len(specs):
+        raise UsageError(f"{model} takes {len(specs)} input(s), got {len(inputs)}",
+                         "inputs: " + ", ".join(s.name for s in specs))
+    batch = None
+    for x, spec in zip(inputs, specs):
+        expected = ["B", *spec.sample_shape]
+        if x.dtype != np.dtype(spec.dtype):
+            raise UsageError(f"input '{spec.name}' has dtype {x.dtype}, {model} expects "
+                             f"{spec.dtype}", f"convert it, e.g. x.astype('{spec.dtype}')")
+        if x.ndim != len(expected) or list(x.shape[1:]) != list(spec.sample_shape):
+            raise UsageError(f"input '{spec.name}' has shape {list(x.shape)}, {model} expects "
+                             f"[{', '.join(map(str, expected))}]",
+                             "B is the batch size; add a leading axis for a single sample")
+        if batch is not None and x.shape[0] != batch:
+            raise UsageError("inputs disagree on the batch size",
+                             "give every input the same leading dimension")
+        batch = x.shape[0]
+    if not batch:
+        raise UsageError("input batch is empty", "give at least one sample")
+    if batch > max(batch_sizes):
+        raise UsageError(f"batch of {batch} exceeds the largest compiled batch size "
+                         f"{max(batch_sizes)} of {model}",
+                         "split the input or recompile with larger --batch-sizes")
+    return batch
+
+
 class WeightPage(msgspec.Struct, frozen=True):
     index: int
     file_offset: int  # where the page's bytes start in the weights file

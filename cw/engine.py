@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cw.bundle import Bundle, Manifest, open_bundle
+from cw.bundle import Bundle, Manifest, check_model_inputs, open_bundle
 from cw.errors import BundleError, DeviceError, UsageError
 from cw.tvm_env import load_tvm
 
@@ -79,28 +79,8 @@ def read_aligned(path: Path, alignment: int = 256) -> np.ndarray:
 
 def check_inputs(manifest: Manifest, inputs: list[np.ndarray]) -> int:
     """Validate against the manifest; returns the batch size (the leading dimension)."""
-    specs = manifest.inputs
-    if len(inputs) != len(specs):
-        raise UsageError(f"model '{manifest.name}' takes {len(specs)} input(s), got {len(inputs)}",
-                         "inputs: " + ", ".join(s.name for s in specs))
-    batch = None
-    for x, spec in zip(inputs, specs):
-        expected = ["B", *spec.sample_shape]
-        if x.dtype != np.dtype(spec.dtype):
-            raise UsageError(f"input '{spec.name}' has dtype {x.dtype}, the model expects "
-                             f"{spec.dtype}", f"convert it, e.g. x.astype('{spec.dtype}')")
-        if x.ndim != len(expected) or list(x.shape[1:]) != spec.sample_shape:
-            raise UsageError(f"input '{spec.name}' has shape {list(x.shape)}, the model expects "
-                             f"[{', '.join(map(str, expected))}]",
-                             "B is the batch size; add a leading axis for a single sample")
-        if batch is not None and x.shape[0] != batch:
-            raise UsageError("inputs disagree on the batch size",
-                             "give every input the same leading dimension")
-        batch = x.shape[0]
-    if not batch:
-        raise UsageError("input batch is empty", "give at least one sample")
-    manifest.kernel_for(batch)  # raises if too large
-    return batch
+    return check_model_inputs(f"bundle '{manifest.name}'", manifest.inputs,
+                              manifest.batch_sizes, inputs)
 
 
 class LocalModel:

@@ -286,6 +286,7 @@ def infer_cmd(
     """
     import numpy as np
 
+    from cw.bundle import check_model_inputs
     from cw.client import Client, RequestFailed
     from cw.errors import UsageError
     from cw.serve.protocol import RequestStatus, describe_models
@@ -320,11 +321,8 @@ def infer_cmd(
             x = np.random.default_rng(0).standard_normal((1, *spec.sample_shape)).astype(spec.dtype)
         elif x is None:
             raise UsageError("no input", "give --input X.npy or --random")
-        spec = info.inputs[0]
-        if x.dtype != np.dtype(spec.dtype) or list(x.shape[1:]) != spec.sample_shape:
-            raise UsageError(f"input has shape {list(x.shape)} and dtype {x.dtype}; '{model}' "
-                             f"takes [B, {', '.join(map(str, spec.sample_shape))}] {spec.dtype}",
-                             "B is the batch size")
+        # here, as cw run does, not as the controller's BAD_INPUT after a round trip
+        check_model_inputs(f"model '{model}'", info.inputs, info.batch_sizes, [x])
         start = time.perf_counter()
         response = client.infer_response(model, x, slo_ms)
         if response.status != RequestStatus.OK:

@@ -136,6 +136,17 @@ def test_cpu_worker_and_cw_infer_match_cw_run(models_dir, tmp_path, cli):
         r = cli("infer", "small_cnn", "--input", tmp_path / "x.npy", "--controller",
                 ctl.clients_address, "--slo", "1us")
         assert r.code == 7 and r.err.startswith("error: request rejected: "), r.err
+        # what the model cannot take is said here as `cw run` says it, with how to fix it
+        for bad, text in ((x.astype(np.float64), "has dtype float64, model 'small_cnn' expects "
+                           "float32 (convert it, e.g. x.astype('float32'))"),
+                          (x[0], "has shape [3, 32, 32], model 'small_cnn' expects [B, 3, 32, "
+                           "32] (B is the batch size; add a leading axis"),
+                          (np.repeat(x, 17, axis=0), "batch of 17 exceeds the largest compiled "
+                           "batch size 16 of model 'small_cnn' (split the input")):
+            np.save(tmp_path / "bad.npy", bad)
+            r = cli("infer", "small_cnn", "--input", tmp_path / "bad.npy", "--controller",
+                    ctl.clients_address)
+            assert r.code == 2 and text in r.err, r.err
         with Client(ctl.clients_address) as client:
             ys = [client.infer_async("mlp", random_input((2, 64), seed=s), slo_ms=2000)
                   for s in range(5)]
