@@ -22,6 +22,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from cw.bundle import check_model_inputs
 from cw.errors import CwError, UsageError
 from cw.serve import protocol as p
 from cw.serve.protocol import RequestStatus
@@ -189,13 +190,17 @@ class Client:
 
     def infer_async(self, model: str, x, slo_ms: float | None = None) -> Future:
         """A future of the output array(s). `x` is an array with a batch axis (or a list of
-        arrays for a model with several inputs)."""
+        arrays for a model with several inputs). An input the model cannot take raises a
+        UsageError at once, saying how to fix it (the controller would answer BAD_INPUT)."""
         inputs = [x] if isinstance(x, np.ndarray) else list(x)
-        n = inputs[0].shape[0]
         slo_ns = _slo_ns(slo_ms)
         if model not in self._models:
             self.models([model])  # its output shapes and dtypes, fetched once (not from the
             # I/O thread); unknown, it is asked again and the controller says UNKNOWN_MODEL
+        info = self._models.get(model)
+        if info is not None:
+            check_model_inputs(f"model '{model}'", info.inputs, info.batch_sizes, inputs)
+        n = inputs[0].shape[0]
         payload, slots = self._payload(inputs)
         return self._send(lambda rid: p.InferRequest(rid, model, payload, n, slo_ns),
                           lambda msg: self._decode(model, msg, n), slots)
