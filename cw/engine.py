@@ -131,8 +131,9 @@ class LocalModel:
         return [o.numpy()[:n] for o in outs]
 
 
-def load_inputs(path: str | Path, manifest: Manifest) -> list[np.ndarray]:
-    """A .npy file for a one-input model, or an .npz with one array per input name."""
+def read_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
+    """An --input file: an .npy array, or an .npz's arrays by name (read at once, before any
+    model is known: a missing file is said before anything else is waited for)."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"no such file: {path}", "give --input an .npy or .npz file")
@@ -144,25 +145,38 @@ def load_inputs(path: str | Path, manifest: Manifest) -> list[np.ndarray]:
                          "save the input with numpy.save or numpy.savez")
     try:
         data = np.load(path, allow_pickle=False)
+        if isinstance(data, np.ndarray):
+            return data
+        with data:
+            return {name: data[name] for name in data.files}
     except (ValueError, OSError) as e:
         raise UsageError(f"cannot read {path}: {e}", "give --input an .npy or .npz file") from None
+
+
+def arrange_inputs(data: np.ndarray | dict[str, np.ndarray], model: str, specs,
+                   source: str) -> list[np.ndarray]:
+    """`data` (read_arrays of the file named `source`) as the inputs of `model` (named as in
+    messages), in the order of `specs`."""
     if isinstance(data, np.ndarray):
-        if len(manifest.inputs) != 1:
-            raise UsageError(f"model '{manifest.name}' has {len(manifest.inputs)} inputs; "
-                             f"{path.name} holds one array",
-                             "give an .npz with arrays named " +
-                             ", ".join(s.name for s in manifest.inputs))
+        if len(specs) != 1:
+            raise UsageError(f"{model} has {len(specs)} inputs; {source} holds one array",
+                             "give an .npz with arrays named " + ", ".join(s.name for s in specs))
         return [data]
-    with data:
-        missing = [s.name for s in manifest.inputs if s.name not in data.files]
-        if missing:
-            raise UsageError(f"{path.name} lacks input(s) {', '.join(missing)}",
-                             f"it holds {', '.join(data.files)}")
-        return [data[s.name] for s in manifest.inputs]
+    missing = [s.name for s in specs if s.name not in data]
+    if missing:
+        raise UsageError(f"{source} lacks input(s) {', '.join(missing)}",
+                         f"it holds {', '.join(data) or 'no arrays'}")
+    return [data[s.name] for s in specs]
 
 
-def save_outputs(path: str | Path, manifest: Manifest, outputs: list[np.ndarray]) -> None:
-    """Atomically: .npy for one output, else .npz keyed by output name."""
+def load_inputs(path: str | Path, manifest: Manifest) -> list[np.ndarray]:
+    """A .npy file for a one-input model, or an .npz with one array per input name."""
+    return arrange_inputs(read_arrays(path), f"model '{manifest.name}'", manifest.inputs,
+                          Path(path).name)
+
+
+def save_outputs(path: str | Path, specs, outputs: list[np.ndarray]) -> None:
+    """Atomically: .npy for one output, else .npz keyed by the output names of `specs`."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
@@ -170,7 +184,7 @@ def save_outputs(path: str | Path, manifest: Manifest, outputs: list[np.ndarray]
             if len(outputs) == 1 and path.suffix != ".npz":
                 np.save(f, outputs[0])
             else:
-                np.savez(f, **{s.name: y for s, y in zip(manifest.outputs, outputs)})
+                np.savez(f, **{s.name: y for s, y in zip(specs, outputs)})
         tmp.replace(path)
     except OSError as e:
         tmp.unlink(missing_ok=True)

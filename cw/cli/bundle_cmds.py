@@ -95,7 +95,7 @@ def run_cmd(
     inputs = load_inputs(input, manifest)
     result = run_bundle(bundle, inputs, device, verify)
     if output is not None:
-        save_outputs(output, manifest, result.outputs)
+        save_outputs(output, manifest.outputs, result.outputs)
     failed = result.relative_error is not None and not result.relative_error <= VERIFY_TOLERANCE
     if as_json:
         print_json(result.to_dict())

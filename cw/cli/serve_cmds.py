@@ -270,11 +270,13 @@ def serve_worker(
 @app.command("infer")
 def infer_cmd(
     model: str = typer.Argument(None, help="Model to run."),
-    input: Path = typer.Option(None, "--input", "-i", help=".npy with a batch axis."),
+    input: Path = typer.Option(None, "--input", "-i",
+                               help=".npy with a batch axis (one input) or .npz (by name)."),
     random: bool = typer.Option(False, "--random", help="Use a random input of the right shape."),
     slo: str = typer.Option(None, "--slo", help="Latency objective, e.g. 100ms."),
     controller: str = typer.Option("tcp://127.0.0.1:7001", "--controller"),
-    output: Path = typer.Option(None, "-o", "--output", help="Write the output (.npy)."),
+    output: Path = typer.Option(None, "-o", "--output",
+                                help="Write the outputs (.npy; .npz for several)."),
     list_models: bool = typer.Option(False, "--list", help="List servable models."),
     as_json: bool = typer.Option(False, "--json"),
 ):
@@ -288,11 +290,14 @@ def infer_cmd(
 
     from cw.bundle import check_model_inputs
     from cw.client import Client, RequestFailed
+    from cw.engine import arrange_inputs, read_arrays, save_outputs
     from cw.errors import UsageError
     from cw.serve.protocol import RequestStatus, describe_models
 
     # Local mistakes first: no need to wait on a controller to hear of a missing file.
-    x = _load_npy(input) if input is not None else None
+    if input is not None and random:
+        raise UsageError("--input and --random both give the input", "give one of them")
+    data = read_arrays(input) if input is not None else None
     slo_ms = parse_duration_ns(slo, "--slo") / 1e6 if slo else None
     if slo_ms is not None and slo_ms <= 0:
         raise UsageError(f"--slo {slo} must be positive", "omit it for the controller's default")
@@ -316,26 +321,34 @@ def infer_cmd(
                                  "; `cw infer --list` names every one" if len(models) > 12
                                  else ""))
         info = models[model]
-        if x is None and random:
-            spec = info.inputs[0]
-            x = np.random.default_rng(0).standard_normal((1, *spec.sample_shape)).astype(spec.dtype)
-        elif x is None:
-            raise UsageError("no input", "give --input X.npy or --random")
+        label = f"model '{model}'"
+        if random:
+            rng = np.random.default_rng(0)
+            xs = [rng.standard_normal((1, *spec.sample_shape)).astype(spec.dtype)
+                  for spec in info.inputs]
+        elif data is None:
+            raise UsageError("no input", "give --input X.npy (X.npz for several inputs) or "
+                             "--random")
+        else:
+            xs = arrange_inputs(data, label, info.inputs, input.name)
         # here, as cw run does, not as the controller's BAD_INPUT after a round trip
-        check_model_inputs(f"model '{model}'", info.inputs, info.batch_sizes, [x])
+        n = check_model_inputs(label, info.inputs, info.batch_sizes, xs)
         start = time.perf_counter()
-        response = client.infer_response(model, x, slo_ms)
+        response = client.infer_response(model, xs, slo_ms)
         if response.status != RequestStatus.OK:
             raise RequestFailed(response.status, response.message)
-        y = client._decode(model, response, x.shape[0])
+        y = client._decode(model, response, n)
     elapsed = (time.perf_counter() - start) * 1e3
+    ys = [y] if isinstance(y, np.ndarray) else y
     if output is not None:
-        np.save(output, y if isinstance(y, np.ndarray) else y[0])
+        save_outputs(output, info.outputs, ys)
     if as_json:
         print_json({"model": model, "status": response.status.name,
                     "latency_ms": response.latency_ns / 1e6, "batch_size": response.batch_size,
                     "simulated": response.simulated,
-                    "output_shape": list(np.shape(y if isinstance(y, np.ndarray) else y[0]))})
+                    "output_shape": list(ys[0].shape),
+                    "outputs": [{"name": spec.name, "shape": list(a.shape)}
+                                for spec, a in zip(info.outputs, ys)]})
         return
     out = console()
     note = " [yellow](simulated worker: outputs are zeros)[/]" if response.simulated else ""
@@ -344,19 +357,6 @@ def infer_cmd(
     if output is not None:
         out.print(f"wrote {output}")
     else:
-        out.print(np.array2string(y if isinstance(y, np.ndarray) else y[0], precision=4,
-                                  threshold=20))
-
-
-def _load_npy(path: Path):
-    import numpy as np
-
-    from cw.errors import UsageError
-
-    try:
-        return np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise UsageError(f"no such input file: {path}", "give an existing .npy file") from None
-    except (OSError, ValueError):
-        raise UsageError(f"{path} is not a .npy array",
-                         "save the input with numpy.save") from None
+        for spec, a in zip(info.outputs, ys):
+            out.print((f"{spec.name}: " if len(ys) > 1 else "")
+                      + np.array2string(a, precision=4, threshold=20))

@@ -265,11 +265,14 @@ def test_infer_input_checked_before_reaching_a_controller(cli, tmp_path):
     t0 = time.monotonic()
     line = _one_error_line(cli("infer", "mlp", "--input", tmp_path / "x.npy",
                                "--controller", address))
-    assert "no such input file" in line and "x.npy" in line
+    assert "no such file" in line and "x.npy" in line
     (tmp_path / "bad.npy").write_text("not numpy")
     line = _one_error_line(cli("infer", "mlp", "--input", tmp_path / "bad.npy",
                                "--controller", address))
-    assert "is not a .npy array" in line
+    assert "is not an .npy or .npz file" in line
+    line = _one_error_line(cli("infer", "mlp", "--input", tmp_path / "bad.npy", "--random",
+                               "--controller", address))
+    assert "--input and --random both give the input" in line
     line = _one_error_line(cli("infer", "mlp", "--random", "--slo", "soon",
                                "--controller", address))
     assert "--slo" in line

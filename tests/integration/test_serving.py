@@ -168,6 +168,57 @@ def test_cpu_worker_and_cw_infer_match_cw_run(models_dir, tmp_path, cli):
         ctl.close()
 
 
+def _two_in_two_out(path):
+    """An ONNX model with two inputs and two outputs (the zoo's have one of each)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.arange(64, dtype=np.float32).reshape(8, 8) / 64, "w")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("MatMul", ["s", "w"],
+                                                                      ["sum_w"]),
+         helper.make_node("Mul", ["a", "b"], ["prod"])], "two",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 8]) for n in "ab"],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 8]) for n in ("sum_w",
+                                                                                   "prod")],
+        [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_cw_infer_with_several_inputs_and_outputs_matches_cw_run(tmp_path, cli):
+    """Inputs by name from an .npz, every output back into one (it kept the first only)."""
+    _two_in_two_out(tmp_path / "two.onnx")
+    assert cli("compile", tmp_path / "two.onnx", "-o", tmp_path / "models" / "two",
+               "--batch-sizes", "1,4").code == 0
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / "x.npz", b=rng.random((3, 8), dtype=np.float32),
+             a=rng.random((3, 8), dtype=np.float32))
+    r = cli("run", tmp_path / "models" / "two", "--input", tmp_path / "x.npz",
+            "-o", tmp_path / "local.npz")
+    assert r.code == 0, r.err
+    ctl = start(tmp_path)
+    w = WorkerThread(ctl.workers_address, tmp_path / "models", "tvm", "cpu-two")
+    try:
+        ctl.wait_for_workers(1)
+        r = cli("infer", "two", "--input", tmp_path / "x.npz", "-o", tmp_path / "served.npz",
+                "--controller", ctl.clients_address, "--slo", "2s")
+        assert r.code == 0, r.err
+        local, served = np.load(tmp_path / "local.npz"), np.load(tmp_path / "served.npz")
+        assert sorted(served.files) == ["prod", "sum_w"]
+        for name in served.files:
+            assert np.array_equal(served[name], local[name]), name
+        x = np.load(tmp_path / "x.npz")
+        assert np.array_equal(served["prod"], x["a"] * x["b"])
+        np.save(tmp_path / "one.npy", x["a"])
+        r = cli("infer", "two", "--input", tmp_path / "one.npy", "--controller",
+                ctl.clients_address)
+        assert r.code == 2 and "has 2 inputs; one.npy holds one array" in r.err
+        assert "arrays named a, b" in r.err
+    finally:
+        w.close()
+        ctl.close()
+
+
 @pytest.mark.skipif(not shm_domain(), reason="no /dev/shm here")
 @pytest.mark.parametrize("worker_shares_shm", [True, False])
 def test_inputs_through_shared_memory_give_the_outputs_of_the_socket(models_dir, tmp_path,
