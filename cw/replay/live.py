@@ -80,11 +80,12 @@ def model_inputs(client: Client, spec: str | None = None) -> tuple[list[str], di
         raise UsageError("the controller serves no models yet", "start workers first")
     infos = pick_models(infos, spec)
     inputs = {}
+    samples: dict[tuple, list[np.ndarray]] = {}  # one per kind of input: copies share theirs
     for m in infos:
-        if len(m.inputs) != 1:
-            raise UsageError(f"model {m.model_id} takes {len(m.inputs)} inputs; replay sends one")
-        s = m.inputs[0]
-        inputs[m.model_id] = np.zeros((1, *s.sample_shape), dtype=s.dtype)
+        kind = tuple((s.dtype, tuple(s.sample_shape)) for s in m.inputs)
+        if kind not in samples:
+            samples[kind] = [np.zeros((1, *shape), dtype=dtype) for dtype, shape in kind]
+        inputs[m.model_id] = samples[kind]
     return list(inputs), inputs
 
 
