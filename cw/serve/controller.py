@@ -266,6 +266,11 @@ class Controller:
             return
         if known is not None:  # re-registration (it restarted, or lost its view): start over
             self._worker_left(now_ns, known.worker_id, "re-registered")
+        conflict = self._conflict(msg)
+        if conflict is not None:  # requests for that id would get either model
+            log.error("worker %s refused: %s", msg.name, conflict)
+            self.workers_ep.send(peer, p.Goodbye(conflict, p.PROTOCOL_VERSION, refused=True))
+            return
         wid = next(self._worker_ids)
         worker = _Worker(wid, peer, msg.name, msg.simulated, {m.model_id: m for m in msg.models},
                          now_ns, bool(msg.shm_domain) and msg.shm_domain == self.shm_domain,
@@ -286,6 +291,19 @@ class Controller:
         log.info("worker %d (%s, %s) joined with %d devices and %d models", wid, msg.name,
                  msg.runtime, len(msg.devices), len(msg.models))
         self._apply(now_ns, decisions)
+
+    def _conflict(self, msg: p.Register) -> str | None:
+        """Why `msg`'s worker cannot join: a model id that a joined worker serves as another
+        model (other inputs, outputs, batch sizes or weights); None if there is none."""
+        for other in self.workers.values():
+            for m in msg.models:
+                theirs = other.models.get(m.model_id)
+                if theirs is not None:
+                    why = p.model_difference(m, theirs)
+                    if why is not None:
+                        return (f"model '{m.model_id}' is not the '{m.model_id}' that worker "
+                                f"{other.worker_id} ({other.name}) serves: {why}")
+        return None
 
     def _welcome(self, now_ns: int, worker: _Worker, worker_ns: int) -> None:
         same = worker.same_clock

@@ -111,6 +111,8 @@ class Welcome(msgspec.Struct, frozen=True, tag="welcome"):
 class Goodbye(msgspec.Struct, frozen=True, tag="goodbye"):
     reason: str
     protocol_version: int = 0  # the controller's (0 from controllers before version 4)
+    # the controller will not take this worker as it is (registering again would not help)
+    refused: bool = False
 
 
 ToWorker = Load | Unload | Infer | Pong | Welcome | Goodbye
@@ -147,6 +149,24 @@ def describe_models(models: Mapping[str, ModelInfo], limit: int = 12) -> str:
     more = f" and {len(per_bundle) - limit:,} more bundles" if len(per_bundle) > limit else ""
     return f"{len(models):,} model instances: " + ", ".join(
         f"{bundle} ×{n:,}" for bundle, n in per_bundle[:limit]) + more
+
+
+def model_difference(a: ModelInfo, b: ModelInfo) -> str | None:
+    """How two descriptions of one model id differ in what a request sees (inputs, outputs,
+    batch sizes, weights), or None: timings may differ, they are each worker's own."""
+    if a.inputs != b.inputs:
+        return f"inputs {_tensors(a.inputs)} vs {_tensors(b.inputs)}"
+    if a.outputs != b.outputs:
+        return f"outputs {_tensors(a.outputs)} vs {_tensors(b.outputs)}"
+    if a.batch_sizes != b.batch_sizes:
+        return f"batch sizes {a.batch_sizes} vs {b.batch_sizes}"
+    if a.weights_bytes != b.weights_bytes:
+        return f"weights of {a.weights_bytes:,} vs {b.weights_bytes:,} bytes"
+    return None
+
+
+def _tensors(specs: list[TensorInfo]) -> str:
+    return ", ".join(f"{t.name} {t.dtype}{t.sample_shape}" for t in specs)
 
 
 class DeviceDesc(msgspec.Struct, frozen=True):

@@ -333,6 +333,12 @@ class Worker:
                 f"{msg.protocol_version}, this worker {PROTOCOL_VERSION}",
                 "run the same cw version for the controller and its workers")
             return
+        if msg.refused:  # it would refuse again: stop, and say why
+            self.fatal = UsageError(
+                f"the controller at {self.config.controller} refused this worker: {msg.reason}",
+                "serve one model under each id: compile the bundles alike, or give one another "
+                "name (cw compile --name)")
+            return
         log.warning("controller says: %s; registering again", msg.reason)
         if now_ns() - self._last_register_ns > 1_000_000_000:
             self.register()  # else step() does, a second after the last try: no ping-pong

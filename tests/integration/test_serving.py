@@ -551,6 +551,63 @@ def test_a_worker_of_another_protocol_version_stops_with_the_reason(models_dir, 
     assert refused == [p.PROTOCOL_VERSION]
 
 
+def test_a_worker_serving_another_model_under_a_served_id_is_refused(models_dir, cpu_bundle,
+                                                                     tmp_path):
+    """Requests for one id must not get either of two models: a worker whose 'mlp' differs
+    from the joined workers' (here in batch sizes) is refused and stops with the reason; once
+    no worker serves 'mlp', the recompiled one is taken (a worker restarted with its bundle
+    recompiled) and the controller describes it anew."""
+    import shutil
+
+    other = tmp_path / "recompiled"
+    other.mkdir()
+    shutil.copytree(cpu_bundle("mlp", (1, 4)), other / "mlp")
+    ctl = start(tmp_path)
+    first = WorkerThread(ctl.workers_address, models_dir, "simulated", "first")
+    try:
+        ctl.wait_for_workers(1)
+        refused = build_worker(WorkerConfig(controller=ctl.workers_address, models_dir=other,
+                                            runtime="simulated", name="second"))
+        stop, raised = threading.Event(), []
+
+        def serve():
+            try:
+                refused.serve_forever(stop)
+            except UsageError as e:  # `cw serve worker` says it in one line, exit code 2
+                raised.append(e)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        thread.join(30)
+        stop.set()  # (should it still serve)
+        assert not thread.is_alive() and raised, "the second worker was not refused"
+        refused.transport.close()
+        assert ("refused this worker: model 'mlp' is not the 'mlp' that worker 1 (first) "
+                "serves: batch sizes [1, 4] vs [1, 2, 4, 8, 16]") in raised[0].message
+        assert len(ctl.controller.workers) == 1
+        with Client(ctl.clients_address) as client:
+            assert client.infer("mlp", random_input((16, 64)), slo_ms=1000).shape == (16, 10)
+        first.close()
+        deadline = time.monotonic() + 10
+        while ctl.controller.workers and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not ctl.controller.workers
+        second = WorkerThread(ctl.workers_address, other, "simulated", "second")
+        try:
+            ctl.wait_for_workers(1)
+            with Client(ctl.clients_address) as client:
+                (info,) = client.models(["mlp"])
+                assert info.batch_sizes == [1, 4]
+                with pytest.raises(UsageError, match="largest compiled batch size 4"):
+                    client.infer("mlp", random_input((16, 64)), slo_ms=1000)
+                assert client.infer("mlp", random_input((3, 64)), slo_ms=1000).shape == (3, 10)
+        finally:
+            second.close()
+    finally:
+        first.close()
+        ctl.close()
+
+
 @pytest.mark.parametrize("runtime", ["simulated", "tvm"])
 def test_worker_registers_again_with_a_restarted_controller(models_dir, tmp_path, runtime):
     """A controller that goes away and comes back on the same address: the worker keeps

@@ -100,7 +100,12 @@ class ClockworkScheduler(Scheduler):
                 worker.worker_id, g.index, g.pages, g.pages, now_ns, now_ns,
                 shares_memory=worker.shares_memory)
         for m in worker.models:
-            self.catalog.setdefault(m.model_id, m)
+            if not self.holders.get(m.model_id):
+                # the first holder's description, or a new one where every holder left (a
+                # worker restarted with the bundle recompiled); the controller refuses a worker
+                # whose description differs from a current holder's
+                self.catalog[m.model_id] = m
+                self._facts.pop(m.model_id, None)
             padded, per_sample, _ = self._model_facts(m.model_id)
             self._lead_cap_ns = max(self._lead_cap_ns, self.config.network_latency_ns
                                     + int((len(padded) - 1) * per_sample))
