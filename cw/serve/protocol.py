@@ -153,7 +153,8 @@ def describe_models(models: Mapping[str, ModelInfo], limit: int = 12) -> str:
 
 def model_difference(a: ModelInfo, b: ModelInfo) -> str | None:
     """How two descriptions of one model id differ in what a request sees (inputs, outputs,
-    batch sizes, weights), or None: timings may differ, they are each worker's own."""
+    batch sizes, weights) or in the pages the scheduler counts for it, or None: timings may
+    differ, they are each worker's own."""
     if a.inputs != b.inputs:
         return f"inputs {_tensors(a.inputs)} vs {_tensors(b.inputs)}"
     if a.outputs != b.outputs:
@@ -162,11 +163,13 @@ def model_difference(a: ModelInfo, b: ModelInfo) -> str | None:
         return f"batch sizes {a.batch_sizes} vs {b.batch_sizes}"
     if a.weights_bytes != b.weights_bytes:
         return f"weights of {a.weights_bytes:,} vs {b.weights_bytes:,} bytes"
+    if a.pages != b.pages:  # the scheduler counts one page count per model
+        return f"weights in {a.pages} vs {b.pages} pages"
     return None
 
 
 def _tensors(specs: list[TensorInfo]) -> str:
-    return ", ".join(f"{t.name} {t.dtype}{t.sample_shape}" for t in specs)
+    return ", ".join(f"{t.name} {t.dtype}{t.sample_shape}" for t in specs) or "none"
 
 
 class DeviceDesc(msgspec.Struct, frozen=True):
