@@ -95,6 +95,7 @@ class ReplayConfig:
         if self.workload not in workloads.WORKLOADS:
             raise UsageError(f"unknown --workload '{self.workload}'",
                              f"use one of {', '.join(workloads.WORKLOADS)}")
+        self._check_shaping()
         if self.concurrency < 1:
             raise UsageError(f"--concurrency {self.concurrency} must be ≥ 1")
         if self.rate is not None and not 0 < self.rate < math.inf:
@@ -149,6 +150,27 @@ class ReplayConfig:
         if not self.simulate and self.noise:
             raise UsageError(f"--noise {self.noise:g} applies to --simulate only",
                              "drop --noise, or add --simulate")
+
+    def _check_shaping(self) -> None:
+        """Settings of another workload than the one replayed are refused, not ignored."""
+        # (given: other than the default) → the workloads it shapes
+        shaping = [("--trace", self.trace != "azure", ("trace",)),
+                   ("--start-minute", self.start_minute != 0, ("trace",)),
+                   ("--rate-scale", self.rate_scale is not None, ("trace",)),
+                   ("--target-rate", self.target_rate is not None, ("trace", "poisson")),
+                   ("--arrivals", self.arrivals != "poisson", ("trace",)),
+                   ("--map", self.mapping != "contiguous", ("trace",)),
+                   ("--rate", self.rate is not None, ("poisson",)),
+                   ("--concurrency", self.concurrency != 16, ("closed",))]
+        for flag, given, workloads_shaped in shaping:
+            if given and self.workload not in workloads_shaped:
+                hint = ("a trace's rate is set with --target-rate R or --rate-scale X"
+                        if flag == "--rate" and self.workload == "trace" else
+                        f"drop it, or use --workload {' or '.join(workloads_shaped)}")
+                raise UsageError(f"{flag} does not apply to the {self.workload} workload", hint)
+        if self.rate is not None and self.target_rate is not None:
+            raise UsageError("--rate and --target-rate both set the poisson workload's rate",
+                             "give one of them")
 
 
 FEWER_MODELS_HINT = ("pick at most that many of the controller's models with --models (a number, "
