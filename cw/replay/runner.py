@@ -147,9 +147,15 @@ class ReplayConfig:
                              "workers are simulated in virtual time",
                              "drop --runtime, or drop --simulate to replay live on local "
                              f"{self.runtime} workers")
-        if not self.simulate and self.noise:
-            raise UsageError(f"--noise {self.noise:g} applies to --simulate only",
-                             "drop --noise, or add --simulate")
+        for flag, given in (("--noise", self.noise != 0),
+                            ("--sim-engine", self.sim_engine != "auto"),
+                            ("--zoo-timings", self.zoo_timings != "measured")):
+            if given and not self.simulate:
+                raise UsageError(f"{flag} applies to --simulate only",
+                                 f"drop {flag}, or add --simulate")
+        if self.zoo_timings != "measured" and self.models and Path(self.models).is_dir():
+            raise UsageError("--zoo-timings applies to zoo models; bundles run for their own "
+                             "profiles", "drop --zoo-timings, or give --models zoo names")
 
     def _check_shaping(self) -> None:
         """Settings of another workload than the one replayed are refused, not ignored."""

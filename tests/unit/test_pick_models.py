@@ -1,6 +1,7 @@
 """Which of a running controller's models a replay drives (`cw replay --controller --models`)."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -59,8 +60,12 @@ def test_what_a_running_controller_decides_is_refused_not_ignored():
                          **{field: 2 if field != "runtime" else "cpu"})
     with pytest.raises(UsageError, match="--runtime cpu does not apply with --simulate"):
         ReplayConfig(simulate=True, runtime="cpu")
-    with pytest.raises(UsageError, match="--noise 0.1 applies to --simulate only"):
+    with pytest.raises(UsageError, match="--noise applies to --simulate only"):
         ReplayConfig(simulate=False, noise=0.1)
+    with pytest.raises(UsageError, match="--sim-engine applies to --simulate only"):
+        ReplayConfig(simulate=False, sim_engine="python")
+    with pytest.raises(UsageError, match="--zoo-timings applies to zoo models"):
+        ReplayConfig(simulate=True, zoo_timings="paper", models=str(Path(__file__).parent))
     # unset, they take their defaults; against a controller the models are all of its own
     config = ReplayConfig(controller="tcp://127.0.0.1:7001", simulate=False)
     assert (config.models, config.copies, config.workers, config.runtime) == \
