@@ -114,7 +114,9 @@ def demo_models_dir() -> Path:
 def serve_all(
     ctx: typer.Context,
     models: Path = typer.Option(None, "--models", help="Directory of bundles (default: demo set)."),
-    workers: int = typer.Option(1, "--workers", help="Local workers to start."),
+    workers: int = typer.Option(1, "--workers",
+                                help="Local workers to start (--runtime cuda: one per GPU, "
+                                     "cuda:0 to cuda:N-1)."),
     runtime: str = typer.Option("cpu", "--runtime", help="cpu, simulated or cuda."),
     copies: int = typer.Option(1, "--copies", help="Instances of each model per worker."),
     workers_listen: str = typer.Option("tcp://127.0.0.1:7000", "--workers-listen"),
@@ -138,7 +140,7 @@ def serve_all(
         return
     from cw.errors import UsageError, creating
     from cw.serve.launch import (ControllerThread, WorkerProcesses, install_signal_stop,
-                                 local_address)
+                                 local_address, local_devices)
     from cw.memory import check_instances
     from cw.serve.runtime.host import find_bundles
     from cw.serve.protocol import describe_models
@@ -162,16 +164,13 @@ def serve_all(
     check_instances(len(bundles), copies, workers)
     if runtime != "simulated":
         _check_targets(bundles, runtime)
-    if runtime == "cuda":
-        from cw.serve.runtime.cuda_api import require_gpu
-        require_gpu()
+    devices = local_devices(runtime, workers)
     stop = threading.Event()
     install_signal_stop(stop)  # before anything starts: Ctrl-C from here on stops cleanly
     out = console()
     ctl = ControllerThread(config).start()
     procs = None
     try:
-        devices = ["cuda:0"] if runtime == "cuda" else ["cpu"]
         procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, workers,
                                 "simulated" if runtime == "simulated" else "tvm", devices,
                                 copies, log_dir=log_dir, log_stalls=log_stalls)

@@ -233,7 +233,8 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
     rate scale) with times relative to the start of the replay. With `config.log_stalls_ns`, the
     stall lines of the controller and the workers it starts go to `logs_to`/stalls.log."""
     from cw.serve.controller import ControllerConfig
-    from cw.serve.launch import ControllerProcess, WorkerProcesses, local_address
+    from cw.serve.launch import (ControllerProcess, WorkerProcesses, local_address,
+                                 local_devices)
 
     ctl = procs = telemetry_dir = None
     address = config.controller
@@ -247,9 +248,7 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             from cw.serve.runtime.host import find_bundles
 
             check_instances(len(find_bundles(models_dir)), config.copies, config.workers)
-            if config.runtime == "cuda":  # one line now, not a worker's dying words later
-                from cw.serve.runtime.cuda_api import require_gpu
-                require_gpu()
+            devices = local_devices(config.runtime, config.workers)
             # The controller gets a process of its own (not a thread of this one, where it
             # would share the GIL with the sender); its telemetry comes back as CSV files.
             telemetry_dir = Path(tempfile.mkdtemp(prefix="cw-replay-telemetry-"))
@@ -258,8 +257,6 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                 scheduler=config.scheduler,
                 log_dir=telemetry_dir, log_stalls_ns=config.log_stalls_ns))
             runtime = "simulated" if config.runtime == "simulated" else "tvm"
-            devices = ([f"cuda:{i}" for i in range(config.workers)] if config.runtime == "cuda"
-                       else ["cpu"])
             procs = WorkerProcesses(local_address(ctl.workers_address), models_dir,
                                     config.workers, runtime, devices, config.copies,
                                     log_dir=telemetry_dir,

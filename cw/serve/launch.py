@@ -256,6 +256,19 @@ def run_worker(config, stop: threading.Event | None = None) -> None:
         worker.transport.close()
 
 
+def local_devices(runtime: str, workers: int) -> list[str]:
+    """The device of each local worker (`cw serve`, a live `cw replay`): CUDA workers one GPU
+    each, cuda:0 to cuda:N-1 (checked to be there: one line now, not a worker's dying words
+    later); CPU and simulated workers share the host."""
+    if runtime != "cuda":
+        return ["cpu"] * workers
+    from cw.serve.runtime.cuda_api import require_gpu
+
+    for index in range(workers):
+        require_gpu(index)
+    return [f"cuda:{i}" for i in range(workers)]
+
+
 class WorkerProcesses:
     """Local worker subprocesses (`python -m cw serve worker ...`), stopped together."""
 

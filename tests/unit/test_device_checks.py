@@ -41,3 +41,24 @@ def test_tensor_at_refuses_unaligned_addresses():
     buf = np.zeros(256, dtype=np.uint8)
     with pytest.raises(ValueError, match="aligned"):
         tensor_at(buf.ctypes.data + (-buf.ctypes.data) % 64 + 4, (2,), "float32", KDL_CPU)
+
+
+def test_local_cuda_workers_get_a_gpu_each_and_the_gpus_are_checked(monkeypatch):
+    """`cw serve --runtime cuda --workers N` put all N on cuda:0 (a live replay did not)."""
+    from cw.serve import launch
+    from cw.serve.runtime import cuda_api
+
+    assert launch.local_devices("simulated", 3) == ["cpu"] * 3
+    assert launch.local_devices("cpu", 2) == ["cpu"] * 2
+    checked = []
+    monkeypatch.setattr(cuda_api, "require_gpu", checked.append)
+    assert launch.local_devices("cuda", 3) == ["cuda:0", "cuda:1", "cuda:2"]
+    assert checked == [0, 1, 2]
+
+    def only_one(index):
+        if index > 0:
+            raise DeviceError(f"no CUDA GPU {index}", "check nvidia-smi")
+
+    monkeypatch.setattr(cuda_api, "require_gpu", only_one)
+    with pytest.raises(DeviceError, match="no CUDA GPU 1"):
+        launch.local_devices("cuda", 2)
