@@ -291,6 +291,7 @@ def infer_cmd(
     from cw.client import Client, RequestFailed
     from cw.engine import arrange_inputs, read_arrays, save_outputs
     from cw.errors import UsageError
+    from cw.serve import protocol as p
     from cw.serve.protocol import RequestStatus, describe_models
 
     # Local mistakes first: no need to wait on a controller to hear of a missing file.
@@ -305,13 +306,19 @@ def infer_cmd(
         listing = list_models or model is None
         models = {m.model_id: m for m in client.models(None if listing else [model])}
         if listing:
+            def tensors(specs):
+                return [{"name": t.name, "dtype": t.dtype, "sample_shape": t.sample_shape}
+                        for t in specs]
+
             if as_json:
-                print_json([{"model": m.model_id, "batch_sizes": m.batch_sizes} for m in
-                            models.values()])
+                print_json([{"model": m.model_id, "batch_sizes": m.batch_sizes,
+                             "inputs": tensors(m.inputs), "outputs": tensors(m.outputs)}
+                            for m in models.values()])
             else:
                 for m in models.values():
-                    console().print(f"{m.model_id}  batch sizes {m.batch_sizes}  input "
-                                    f"{[i.sample_shape for i in m.inputs]}")
+                    console().print(f"{m.model_id}  batch sizes {m.batch_sizes}  "
+                                    f"{p.tensors_text(m.inputs)} → {p.tensors_text(m.outputs)}",
+                                    markup=False, highlight=False)
             return
         if model not in models:
             models = {m.model_id: m for m in client.models()}  # to say what there is instead

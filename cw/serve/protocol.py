@@ -156,9 +156,9 @@ def model_difference(a: ModelInfo, b: ModelInfo) -> str | None:
     batch sizes, weights) or in the pages the scheduler counts for it, or None: timings may
     differ, they are each worker's own."""
     if a.inputs != b.inputs:
-        return f"inputs {_tensors(a.inputs)} vs {_tensors(b.inputs)}"
+        return f"inputs {tensors_text(a.inputs)} vs {tensors_text(b.inputs)}"
     if a.outputs != b.outputs:
-        return f"outputs {_tensors(a.outputs)} vs {_tensors(b.outputs)}"
+        return f"outputs {tensors_text(a.outputs)} vs {tensors_text(b.outputs)}"
     if a.batch_sizes != b.batch_sizes:
         return f"batch sizes {a.batch_sizes} vs {b.batch_sizes}"
     if a.weights_bytes != b.weights_bytes:
@@ -168,7 +168,8 @@ def model_difference(a: ModelInfo, b: ModelInfo) -> str | None:
     return None
 
 
-def _tensors(specs: list[TensorInfo]) -> str:
+def tensors_text(specs: list[TensorInfo]) -> str:
+    """`input float32[3, 224, 224]` for each: a model's inputs or outputs in one line."""
     return ", ".join(f"{t.name} {t.dtype}{t.sample_shape}" for t in specs) or "none"
 
 

@@ -214,11 +214,15 @@ def test_cw_infer_with_several_inputs_and_outputs_matches_cw_run(tmp_path, cli):
                 ctl.clients_address)
         assert r.code == 2 and "has 2 inputs; one.npy holds one array" in r.err
         assert "arrays named a, b" in r.err
+        import json
+        r = cli("infer", "--list", "--json", "--controller", ctl.clients_address)
+        (listed,) = json.loads(r.out)
+        assert [t["name"] for t in listed["inputs"]] == ["a", "b"]
+        assert listed["outputs"][1] == {"name": "prod", "dtype": "float32", "sample_shape": [8]}
         # a replay sends such a model every input it takes (it refused the model)
         r = cli("replay", "--controller", ctl.clients_address, "--workload", "poisson",
                 "--rate", "50", "--duration", "1s", "--out", tmp_path / "replay", "--json")
         assert r.code == 0, r.err
-        import json
         summary = json.loads(r.out)
         assert summary["requests"] > 20 and summary["completed_in_slo"] == summary["requests"]
     finally:
