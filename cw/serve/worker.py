@@ -69,6 +69,20 @@ class WorkerConfig:
             raise UsageError("--copies must be ≥ 1")
         if not self.devices:
             raise UsageError("no devices given", "e.g. --device cpu or --device cuda:0,cuda:1")
+        from cw.engine import parse_device
+
+        # one runtime per device: a second on it would allocate a second page cache there (or
+        # run its kernels on the cores the first uses), and neither would run as profiled
+        seen = set()
+        for text in self.devices:
+            kind, index = parse_device(text)
+            key = (kind, index if kind == "cuda" else 0)
+            if key in seen:
+                raise UsageError(f"--device {','.join(self.devices)} names "
+                                 f"{'the CPU' if kind == 'cpu' else f'cuda:{index}'} twice",
+                                 "give each device once; a CPU worker uses all the cores "
+                                 "--cpus gives it")
+            seen.add(key)
         if not 0 <= self.noise < 1:
             raise UsageError(f"noise {self.noise:g} must be ≥ 0 and < 1",
                              "a relative standard deviation of simulated durations, e.g. 0.02")

@@ -304,6 +304,10 @@ def test_serve_flags_checked_before_anything_starts(cli, tmp_path):
     assert "'fifo' has no setting 'x'" in line
     line = _one_error_line(cli("serve", "worker", "--models", tmp_path, "--name", 'a"b'))
     assert "'a\"b' is not a valid worker name" in line
+    for devices, text in (("cpu,cpu", "names the CPU twice"),
+                          ("cuda,cuda:0", "names cuda:0 twice")):
+        line = _one_error_line(cli("serve", "worker", "--models", tmp_path, "--device", devices))
+        assert f"--device {devices} {text}" in line, line
     # copies that cannot fit in memory: refused before any bundle is read or process started
     models = tmp_path / "two"
     for name in ("a", "b"):
