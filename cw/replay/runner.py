@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import time
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -147,29 +148,32 @@ class ReplayConfig:
                              "workers are simulated in virtual time",
                              "drop --runtime, or drop --simulate to replay live on local "
                              f"{self.runtime} workers")
-        for flag, given in (("--noise", self.noise != 0),
-                            ("--sim-engine", self.sim_engine != "auto"),
-                            ("--zoo-timings", self.zoo_timings != "measured")):
-            if given and not self.simulate:
+        for flag, name in (("--noise", "noise"), ("--sim-engine", "sim_engine"),
+                           ("--zoo-timings", "zoo_timings")):
+            if self._given(name) and not self.simulate:
                 raise UsageError(f"{flag} applies to --simulate only",
                                  f"drop {flag}, or add --simulate")
-        if self.zoo_timings != "measured" and self.models and Path(self.models).is_dir():
+        if self._given("zoo_timings") and self.models and Path(self.models).is_dir():
             raise UsageError("--zoo-timings applies to zoo models; bundles run for their own "
                              "profiles", "drop --zoo-timings, or give --models zoo names")
 
+    def _given(self, name: str) -> bool:
+        """Whether field `name` was set to other than its default (a default set explicitly
+        cannot be told apart, and changes nothing)."""
+        return getattr(self, name) != _FIELD_DEFAULTS[name]
+
     def _check_shaping(self) -> None:
         """Settings of another workload than the one replayed are refused, not ignored."""
-        # (given: other than the default) → the workloads it shapes
-        shaping = [("--trace", self.trace != "azure", ("trace",)),
-                   ("--start-minute", self.start_minute != 0, ("trace",)),
-                   ("--rate-scale", self.rate_scale is not None, ("trace",)),
-                   ("--target-rate", self.target_rate is not None, ("trace", "poisson")),
-                   ("--arrivals", self.arrivals != "poisson", ("trace",)),
-                   ("--map", self.mapping != "contiguous", ("trace",)),
-                   ("--rate", self.rate is not None, ("poisson",)),
-                   ("--concurrency", self.concurrency != 16, ("closed",))]
-        for flag, given, workloads_shaped in shaping:
-            if given and self.workload not in workloads_shaped:
+        shaping = [("--trace", "trace", ("trace",)),
+                   ("--start-minute", "start_minute", ("trace",)),
+                   ("--rate-scale", "rate_scale", ("trace",)),
+                   ("--target-rate", "target_rate", ("trace", "poisson")),
+                   ("--arrivals", "arrivals", ("trace",)),
+                   ("--map", "mapping", ("trace",)),
+                   ("--rate", "rate", ("poisson",)),
+                   ("--concurrency", "concurrency", ("closed",))]
+        for flag, name, workloads_shaped in shaping:
+            if self._given(name) and self.workload not in workloads_shaped:
                 hint = ("a trace's rate is set with --target-rate R or --rate-scale X"
                         if flag == "--rate" and self.workload == "trace" else
                         f"drop it, or use --workload {' or '.join(workloads_shaped)}")
@@ -179,6 +183,7 @@ class ReplayConfig:
                              "give one of them")
 
 
+_FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ReplayConfig)}
 FEWER_MODELS_HINT = ("pick at most that many of the controller's models with --models (a number, "
                      "ids, bundle names or patterns: --models 1000, --models 'resnet50*')")
 # what --simulate serves when --models is not given
