@@ -73,6 +73,8 @@ class _Outbox:
             os.write(self.write_fd, b"\0")
         except BlockingIOError:
             pass  # the pipe is full of wake-ups already
+        except OSError:
+            pass  # closed (-1): nobody polls any more
 
     def drain_wakeups(self) -> None:
         """Called by the owner before it flushes: a put after this point signals again."""
@@ -84,11 +86,16 @@ class _Outbox:
             pass
 
     def close(self) -> None:
-        for fd in (self.read_fd, self.write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        # once only: a second os.close of these numbers would close whatever file, socket or
+        # ZeroMQ signaler has been given them since, and libzmq aborts the process when its own
+        # descriptor is closed under it
+        fds, self.read_fd, self.write_fd = (self.read_fd, self.write_fd), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 # --- ZeroMQ -----------------------------------------------------------------------------------
@@ -145,6 +152,8 @@ class _ZmqEndpoint:
         return received
 
     def close(self) -> None:
+        if self.socket.closed:  # closing twice is allowed, and does nothing
+            return
         self._flush()
         self.socket.close(linger=0)
         self._outbox.close()

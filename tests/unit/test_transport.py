@@ -132,3 +132,32 @@ def test_the_lane_carries_a_senders_messages_past_zeromq_and_falls_back_when_it_
         dealer.close()
         router.close()
         other.close()
+
+
+def test_closing_twice_leaves_descriptors_opened_since_alone():
+    """A second close closed the outbox's pipe numbers again, by then another file's (in a
+    test, a ZeroMQ socket's of another thread: libzmq aborted the whole process)."""
+    from cw.serve import protocol as p
+    from cw.serve.transport import ZmqDealer
+
+    box = _Outbox()
+    box.close()
+    reused = os.pipe()  # the lowest free numbers: most likely the box's own
+    try:
+        box.close()
+        box.put("late")  # from a thread that has not heard of the close: dropped, no error
+        for fd in reused:
+            os.fstat(fd)  # still open
+    finally:
+        for fd in reused:
+            os.close(fd)
+    dealer = ZmqDealer("tcp://127.0.0.1:9", p.Codec(p.ToWorker), p.Codec(p.FromWorker))
+    dealer.close()
+    reused = os.pipe()
+    try:
+        dealer.close()
+        for fd in reused:
+            os.fstat(fd)
+    finally:
+        for fd in reused:
+            os.close(fd)
