@@ -111,11 +111,14 @@ class _CsvFile:
             del self.buffer[:n]
 
     def close(self, keep_cut_row: bool = True) -> None:
+        if self.fd < 0:  # once only: the number may be another file's by now (transport.py)
+            return
         try:
             if not keep_cut_row and self.written_bytes != self.row_end_bytes:
                 os.ftruncate(self.fd, self.row_end_bytes)  # frees space: works on a full disk
         finally:
-            os.close(self.fd)
+            fd, self.fd = self.fd, -1
+            os.close(fd)
 
 
 class TelemetryLog:

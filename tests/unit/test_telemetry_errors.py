@@ -172,3 +172,21 @@ def test_loop_errors_shared_by_threads_keep_one_line_per_kind(caplog):
     assert lines[1:] == ["INFER failed 999 more times the same way (traceback above)",
                          "LOAD failed (m9)",
                          "LOAD failed 249 more times the same way (traceback above)"]
+
+
+def test_closing_twice_leaves_a_file_opened_since_alone(tmp_path):
+    """A CSV file closed twice closed its descriptor's number again, by then another file's
+    (the transport had that fault: see test_transport). TelemetryLog closes each once."""
+    from cw.serve.telemetry import _CsvFile
+
+    csv_file = _CsvFile(tmp_path / "requests.csv", REQUEST_COLUMNS)
+    csv_file.drain()
+    csv_file.close()
+    reused = os.open(tmp_path / "other", os.O_WRONLY | os.O_CREAT)
+    try:
+        csv_file.close()
+        os.write(reused, b"still open")
+    finally:
+        os.close(reused)
+    assert (tmp_path / "other").read_bytes() == b"still open"
+    assert (tmp_path / "requests.csv").read_text().startswith(REQUEST_COLUMNS[0])
