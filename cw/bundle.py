@@ -66,6 +66,9 @@ def check_model_inputs(model: str, specs, batch_sizes: list[int], inputs) -> int
     batch = None
     for x, spec in zip(inputs, specs):
         expected = ["B", *spec.sample_shape]
+        if not isinstance(x, np.ndarray):
+            raise UsageError(f"input '{spec.name}' is a {type(x).__name__}, not a numpy array",
+                             f"make it one, e.g. np.asarray(x, dtype='{spec.dtype}')")
         if x.dtype != np.dtype(spec.dtype):
             raise UsageError(f"input '{spec.name}' has dtype {x.dtype}, {model} expects "
                              f"{spec.dtype}", f"convert it, e.g. x.astype('{spec.dtype}')")

@@ -12,8 +12,7 @@ import os
 import shutil
 import tempfile
 import time
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
@@ -81,10 +80,9 @@ class ReplayConfig:
     def __post_init__(self):
         self._check_applies()
         # the defaults of what was not given (a frozen dataclass: set once, here); a running
-        # controller's models and workers stay None: they are its own, unknown until asked
-        defaults = ({"runtime": "simulated"} if self.controller else
-                    {"copies": 10, "workers": 1, "runtime": "simulated",
-                     "models": DEFAULT_MODELS})
+        # controller's models, workers and runtime stay None: they are its own
+        defaults = {} if self.controller else {"copies": 10, "workers": 1,
+                                                "runtime": "simulated", "models": DEFAULT_MODELS}
         for name, default in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default)
@@ -124,19 +122,16 @@ class ReplayConfig:
             from cw.replay.fastsim import engine_for
 
             engine_for(spec.policy, self.sim_engine)  # raises on a choice that cannot run
-        if self.runtime not in LIVE_RUNTIMES:
+        if self.runtime is not None and self.runtime not in LIVE_RUNTIMES:
             raise UsageError(f"unknown --runtime '{self.runtime}'",
                              f"use one of {', '.join(LIVE_RUNTIMES)}")
-
 
     def _check_applies(self) -> None:
         """Settings that would be silently ignored are refused: what serves a replay is a
         running controller's (--controller), or simulated in virtual time (--simulate)."""
         if self.controller:
-            # (runtime "simulated" is the default, which a copy made by replace() carries)
             for flag, value in (("--copies", self.copies), ("--workers", self.workers),
-                                ("--runtime", None if self.runtime == "simulated"
-                                 else self.runtime)):
+                                ("--runtime", self.runtime)):
                 if value is not None:
                     raise UsageError(
                         f"{flag} does not apply with --controller: the `cw serve` at "
@@ -183,7 +178,7 @@ class ReplayConfig:
                              "give one of them")
 
 
-_FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ReplayConfig)}
+_FIELD_DEFAULTS = {f.name: f.default for f in fields(ReplayConfig)}
 FEWER_MODELS_HINT = ("pick at most that many of the controller's models with --models (a number, "
                      "ids, bundle names or patterns: --models 1000, --models 'resnet50*')")
 # what --simulate serves when --models is not given

@@ -294,7 +294,7 @@ class Controller:
 
     def _conflict(self, msg: p.Register) -> str | None:
         """Why `msg`'s worker cannot join: a model id that a joined worker serves as another
-        model (other inputs, outputs, batch sizes or weights); None if there is none."""
+        model (protocol.model_difference); None if there is none."""
         for other in self.workers.values():
             for m in msg.models:
                 theirs = other.models.get(m.model_id)

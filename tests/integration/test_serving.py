@@ -657,6 +657,8 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
             with pytest.raises(UsageError, match=r"has shape \[1, 65\], model 'mlp' expects "
                                r"\[B, 64\]"):
                 client.infer("mlp", random_input((1, 65)), slo_ms=100)
+            with pytest.raises(UsageError, match="input 'input' is a list, not a numpy array"):
+                client.infer("mlp", [[0.0] * 64], slo_ms=100)
         time.sleep(0.5)  # gauges are updated every 200 ms
         port = ctl.metrics_server.server_address[1]
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()

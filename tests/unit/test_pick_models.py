@@ -69,7 +69,7 @@ def test_what_a_running_controller_decides_is_refused_not_ignored():
     # unset, they take their defaults; against a controller the models are all of its own
     config = ReplayConfig(controller="tcp://127.0.0.1:7001", simulate=False)
     assert (config.models, config.copies, config.workers, config.runtime) == \
-        (None, None, None, "simulated")
+        (None, None, None, None)
     assert dataclasses.replace(config, seed=3).seed == 3  # a copy is not refused
     assert dataclasses.replace(ReplayConfig(), seed=3).copies == 10
     assert ReplayConfig().models.startswith("resnet18,")
