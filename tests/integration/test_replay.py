@@ -296,8 +296,11 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
         actions = list(csv.DictReader(f))
     assert len(rows) == summary["requests"] > 400
     good = sum(r["deadline_met"] == "True" for r in rows)
-    assert good == summary["completed_in_slo"] >= 0.95 * len(rows)
-    assert summary["late"] == 0
+    # (should these fail: a controller starved of the 2 cores answers late; say how)
+    why = {k: summary.get(k) for k in ("late_by_status", "late_overshoot_ms", "rejected",
+                                        "controller_loop", "stalls")}
+    assert good == summary["completed_in_slo"] >= 0.95 * len(rows), why
+    assert summary["late"] == 0, why
     assert {r["worker"] for r in rows if r["status"] == "OK"} == {"1", "2"}
     assert sum(a["kind"] == "infer" and a["status"] == "OK" for a in actions) > 0
     assert all(0 <= int(r["arrival_ns"]) < 7 * 10**9 for r in rows)  # relative to the start
