@@ -83,10 +83,13 @@ def check_model_inputs(model: str, specs, batch_sizes: list[int], inputs) -> int
     if not batch:
         raise UsageError("input batch is empty", "give at least one sample")
     if batch > max(batch_sizes):
-        raise UsageError(f"batch of {batch} exceeds the largest compiled batch size "
-                         f"{max(batch_sizes)} of {model}",
-                         "split the input or recompile with larger --batch-sizes")
+        raise batch_too_large(batch, max(batch_sizes), model)
     return batch
+
+
+def batch_too_large(batch: int, largest: int, model: str) -> UsageError:
+    return UsageError(f"batch of {batch} exceeds the largest compiled batch size {largest} of "
+                      f"{model}", "split the input or recompile with larger --batch-sizes")
 
 
 class WeightPage(msgspec.Struct, frozen=True):
@@ -170,9 +173,7 @@ class Manifest(msgspec.Struct, frozen=True):
         for kernel in self.kernels:
             if kernel.batch_size >= batch_size:
                 return kernel
-        raise UsageError(f"batch of {batch_size} exceeds the largest compiled batch size "
-                         f"{self.batch_sizes[-1]} of bundle '{self.name}'",
-                         "split the input or recompile with larger --batch-sizes")
+        raise batch_too_large(batch_size, self.batch_sizes[-1], f"bundle '{self.name}'")
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:

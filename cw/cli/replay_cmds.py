@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 
 from cw.cli.app import app, console, print_json
-from cw.errors import UsageError
+from cw.errors import CwError, UsageError
 from cw.replay.runner import ReplayConfig, replay, with_preset
 from cw.units import parse_duration_ns
 
@@ -166,7 +166,7 @@ def replay_cmd(
     if several:
         if as_json:
             print_json(summaries)
-            return
+            return _check_answered(summaries, out)
         from cw.replay.report import COMPARE_FILE, COMPARE_RUNS
 
         render_summaries(summaries)
@@ -176,17 +176,34 @@ def replay_cmd(
         else:  # a sweep: the table above names the runs, compare.json lists their directories
             console().print(f"wrote {len(summaries)} runs under {out}/ (listed in "
                             f"{COMPARE_RUNS}) and {out}/{COMPARE_FILE}")
-        return
+        return _check_answered(summaries, out)
     (summary,) = summaries
     if as_json:
         print_json(summary)
-        return
+        return _check_answered(summaries, out)
     render_summaries([summary])
     lag = summary.get("send_lateness_ms")
     timing = (f" (arrivals sent late by p99 {lag['p99']} ms)" if lag
               else "" if summary.get("live") else f" (virtual/wall time ×{summary['speedup']})")
     console().print(f"wrote {out}/summary.json, requests.csv, actions.csv and report.html"
                     f"{timing}")
+    _check_answered(summaries, out)
+
+
+def _check_answered(summaries: list[dict], out: Path) -> None:
+    """A running controller that stopped answering mid-run fails the command, after its
+    output is written: a script must not take the run for a measurement of a working system."""
+    for s in summaries:
+        if s.get("no_answer"):
+            n, total = s["no_answer"], s["requests"]
+            last = s.get("last_answer_s")
+            what = ("answered none of its requests" if last is None
+                    else f"stopped answering {last:g} s into the replay")
+            where = out if len(summaries) == 1 else out / s["name"]
+            raise CwError(f"the controller at {s.get('controller')} {what}: {n:,} of {total:,} "
+                          f"requests got no answer (status NO_ANSWER in {where}/requests.csv)",
+                          "check that `cw serve` is still running there; a restart loses the "
+                          "requests in flight. The output is kept")
 
 
 def _seconds(ns: int) -> str:

@@ -1,9 +1,9 @@
 """Live replay: arrivals sent in real time over ZeroMQ to a controller by one open-loop sender.
 
 Against a local controller (the default: one started in a process of its own, with simulated
-or CPU worker processes) the telemetry is the controller's own, read back from its CSV files. Against a remote `--controller` only the
-client's side is seen: request rows are built from send and answer times on this machine, and
-there are no action rows.
+or CPU worker processes) the telemetry is the controller's own, read back from its CSV files.
+Against a remote `--controller` only the client's side is seen: request rows are built from
+send and answer times on this machine (NO_ANSWER where none came), and there are no action rows.
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 TIME_FIELDS_REQUEST = ("arrival_ns", "deadline_ns", "completion_ns")
 TIME_FIELDS_ACTION = ("sent_ns", "earliest_ns", "latest_ns", "expected_end_ns", "start_ns",
                       "end_ns", "result_sent_ns", "result_ns")
+
+
+# How long past the last deadline a replay waits for answers before it calls the rest NO_ANSWER
+ANSWER_WAIT_NS = 10 * 1_000_000_000
+# the status of a request the controller never answered (the client's, not a RequestStatus)
+NO_ANSWER = "NO_ANSWER"
 
 
 def shift(rows, fields, origin_ns: int):
@@ -114,8 +120,9 @@ def wait_until(target_ns: int) -> int:
 
 
 def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo_ms: float,
-                   progress=None):
-    """Send request i at start + times_ns[i]; returns (futures, send times, lateness)."""
+                   progress=None, stop=None):
+    """Send request i at start + times_ns[i]; returns (futures, send times, lateness), of the
+    requests sent before `stop()` said to stop (it is asked now and then)."""
     n = len(times_ns)
     sent = np.zeros(n, dtype=np.int64)
     futures = []
@@ -130,12 +137,17 @@ def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo
         future = client.infer_response_async(names[i], inputs[names[i]], slo_ms=slo_ms)
         future.add_done_callback(lambda f: setattr(f, "done_ns", time.monotonic_ns()))
         futures.append(future)
-        if progress is not None and i % 500 == 0:
-            progress(i, int(times_ns[i]))
-    return futures, sent, sent - (start + np.asarray(times_ns, dtype=np.int64)), start
+        if i % 500 == 0:
+            if progress is not None:
+                progress(i, int(times_ns[i]))
+            if stop is not None and stop():
+                sent = sent[:i + 1]
+                break
+    return futures, sent, sent - (start + np.asarray(times_ns[:len(sent)], dtype=np.int64)), start
 
 
-def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress=None):
+def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress=None,
+                     stop=None):
     """`loop.concurrency` clients per model, each sending its next request when the previous
     one is answered, until `loop.duration_ns` has passed. Returns (futures, send times, model
     of each request, start)."""
@@ -167,18 +179,23 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
                 issue(model)
         if progress is not None:
             progress(len(futures), min(now - start, loop.duration_ns))
-        if now > end + 60 * 1_000_000_000:
-            break  # unanswered for a minute past the end: counted as timed out
+        if now > end + ANSWER_WAIT_NS + int(slo_ms * 1e6) or (stop is not None and stop()):
+            break  # what is still unanswered then counts as NO_ANSWER
     return futures, np.asarray(sent, dtype=np.int64), names, start
 
 
-def wait_for(futures, timeout_s: float) -> None:
+def wait_for(futures, timeout_s: float, stop=None) -> None:
+    """Until every future is done, `timeout_s` has passed, or `stop()` says to stop."""
     deadline = time.monotonic() + timeout_s
     for f in futures:
-        try:
-            f.exception(timeout=max(0.0, deadline - time.monotonic()))
-        except Exception:  # TimeoutError: counted as unanswered below
-            pass
+        while not f.done():
+            left = deadline - time.monotonic()
+            if left <= 0 or (stop is not None and stop()):
+                return
+            try:
+                f.exception(timeout=min(left, 0.5))
+            except Exception:  # TimeoutError: counted as unanswered below
+                pass
 
 
 def client_rows(futures, sent_ns, names, slo_ns: int) -> list[RequestRow]:
@@ -189,8 +206,8 @@ def client_rows(futures, sent_ns, names, slo_ns: int) -> list[RequestRow]:
     for i, (f, t0, model) in enumerate(zip(futures, sent_ns, names)):
         t0 = int(t0)
         batch, simulated = 0, False
-        if not f.done():
-            status, done = "TIMED_OUT", t0 + slo_ns
+        if not f.done() or f.cancelled():  # (the client cancels what is pending at its close)
+            status, done = NO_ANSWER, t0 + slo_ns
         elif f.exception() is not None:  # the client failed, not the controller
             status, done = "ERROR", getattr(f, "done_ns", t0)
         else:
@@ -203,6 +220,15 @@ def client_rows(futures, sent_ns, names, slo_ns: int) -> list[RequestRow]:
                                status == "OK" and latency <= slo_ns, batch, -1, -1, -1, False,
                                simulated))
     return rows
+
+
+def no_answer(requests: list[RequestRow], answered_ns: list[int], start_ns: int) -> dict:
+    """How many requests a running controller never answered, and when it last answered
+    (seconds into the replay): a controller that stopped or restarted mid-run."""
+    unanswered = sum(r.status == NO_ANSWER for r in requests)
+    last = (max(answered_ns) - start_ns) / 1e9 if answered_ns else None
+    return {"no_answer": unanswered,
+            "last_answer_s": round(last, 3) if unanswered and last is not None else None}
 
 
 def lateness_ms(lateness_ns) -> dict:
@@ -281,19 +307,35 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                      "inputs_via": "shared memory" if client.uses_shared_memory else "socket"}
             if config.controller and client.gpus:  # what serves it, not what --workers says
                 extra.update(workers=client.workers, gpus=client.gpus)
+            # a controller of the replay's own that has died answers nothing more: stop there
+            # (a running one's end is not seen from here: its requests wait ANSWER_WAIT_NS)
+            gone = None if ctl is None else (lambda: not ctl.process.is_alive())
             if isinstance(arr, ClosedLoop):
                 futures, sent, chosen, start = send_closed_loop(
-                    client, arr, inputs, config.slo_ns / 1e6, advance)
+                    client, arr, inputs, config.slo_ns / 1e6, advance, gone)
             else:
                 chosen = [arr.models[i] for i in arr.model_index]
                 futures, sent, lateness, start = send_open_loop(
-                    client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6, advance)
+                    client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6, advance, gone)
                 extra["send_lateness_ms"] = lateness_ms(lateness)
-            wait_for(futures, config.slo_ns / 1e9 + 10)
+            wait_for(futures, (config.slo_ns + ANSWER_WAIT_NS) / 1e9, gone)
+            # (a future's done_ns is set by a callback that may not have run yet)
+            answered = [t for f in futures if f.done() and not f.cancelled()
+                        for t in [getattr(f, "done_ns", None)] if t is not None]
         if ctl is not None:
             procs.stop()  # workers first: the controller then has nothing left in flight
             procs = None
             ctl.close()  # writes the last telemetry rows
+            if ctl.failure is not None:  # its telemetry ends where it did: no report from it
+                missed = no_answer(client_rows(futures, sent, chosen, config.slo_ns),
+                                   answered, start)
+                lost = (f"{missed['no_answer']:,} of the {len(futures):,} requests sent got no "
+                        "answer" if missed["no_answer"] else "its telemetry is incomplete")
+                if missed["last_answer_s"] is not None:
+                    lost += f" (the last answer came {missed['last_answer_s']:g} s in)"
+                raise CwError(f"the replay's controller process {ctl.failure}; {lost}",
+                              "nothing was written; run the replay again, with fewer "
+                              "--copies or a shorter --duration if memory ran out")
             # how long the controller's loop iterations kept it busy: stalls answer late
             extra["controller_loop"] = ctl.loop
             lost = ctl.telemetry_lost
@@ -319,6 +361,7 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             simulated = any(r.status == "OK" for r in requests) and all(
                 r.simulated for r in requests if r.status == "OK")
             runtime_name = "simulated" if simulated else "remote"
+            extra.update(no_answer(requests, answered, start))
         return requests, actions, simulated, runtime_name, extra, arr
     finally:
         if procs is not None:

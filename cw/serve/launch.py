@@ -130,6 +130,9 @@ class ControllerProcess:
 
     loop: dict | None = None
     telemetry_lost: tuple[int, str] | None = None
+    # set by `close` when the process had ended before it was asked to stop, or would not
+    # stop: how it ended (its telemetry then lacks what it had not written)
+    failure: str | None = None
 
     def __init__(self, config: ControllerConfig, start_timeout_s: float = 60.0):
         import multiprocessing as mp
@@ -160,7 +163,8 @@ class ControllerProcess:
         try:
             kind, *value = self._conn.recv()
         except EOFError:
-            raise CwError(f"the controller process exited (code {self.process.exitcode})",
+            self.process.join(timeout=5)
+            raise CwError(f"the controller process {ended_how(self.process.exitcode)}",
                           "run `cw serve controller` by hand to see why") from None
         if kind == "error":
             import cw.errors
@@ -175,16 +179,37 @@ class ControllerProcess:
         self._call(("wait", count, timeout_s), timeout_s + 10)
 
     def close(self) -> None:
-        if self.process.is_alive():
+        if self._conn.closed:
+            return
+        if not self.process.is_alive():
+            self.process.join()
+            self.failure = ended_how(self.process.exitcode)
+        else:
             try:
                 self.loop, self.telemetry_lost = self._call(("stop",), 30)
-            except Exception:  # noqa: BLE001 (already gone or stuck: terminate below)
-                pass
+            except Exception as e:  # noqa: BLE001 (already gone or stuck: terminate below)
+                self.failure = f"did not stop when asked ({e})"
             self.process.join(timeout=5)
             if self.process.is_alive():
                 self.process.terminate()
                 self.process.join()
+                self.failure = self.failure or "did not stop when asked"
         self._conn.close()
+
+
+def ended_how(exit_code: int | None) -> str:
+    """A process's exit code in words: a negative code is the signal that ended it."""
+    if exit_code is None:
+        return "is still running"
+    if exit_code >= 0:
+        return f"exited with code {exit_code}"
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = f"signal {-exit_code}"
+    # the kernel's out-of-memory killer sends SIGKILL: the likeliest sender when nobody did
+    return f"was killed by {name}" + (" (the out-of-memory killer sends it; see `dmesg`)"
+                                      if exit_code == -signal.SIGKILL else "")
 
 
 # the exit codes that say why a worker stopped (cw/cli/app.py), passed on by `cw serve`

@@ -313,3 +313,36 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     stall_lines = (out / "stalls.log").read_text().splitlines()
     assert len(stall_lines) == sum(summary["stalls"].values())
     assert stall_lines == sorted(stall_lines) and all(" stall: " in x for x in stall_lines)
+
+
+def test_a_live_replay_whose_controller_dies_says_so_and_writes_nothing(cpu_bundle, tmp_path):
+    """The replay's own controller killed mid-run (as the out-of-memory killer would): the
+    replay stops there and fails; a report from the telemetry it left would mislead."""
+    import multiprocessing
+    import shutil
+    import time
+
+    from cw.errors import CwError
+    from cw.replay.runner import ReplayConfig, replay
+
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copytree(cpu_bundle("mlp", (1, 2, 4)), models / "mlp")
+    out = tmp_path / "killed"
+
+    def kill_controller_after_300(event, info):
+        if event == "advance" and info["requests"] >= 300:
+            for child in multiprocessing.active_children():
+                if child.name == "cw-controller" and child.is_alive():
+                    child.kill()
+
+    config = ReplayConfig(models=str(models), copies=2, workers=1, workload="poisson",
+                          rate=200, duration_s=30, out=out, simulate=False,
+                          runtime="simulated")
+    began = time.monotonic()
+    with pytest.raises(CwError) as e:
+        replay(config, kill_controller_after_300)
+    assert time.monotonic() - began < 25  # it stopped there, not at the end of the 30 s
+    assert "controller process was killed by SIGKILL" in e.value.message
+    assert "requests sent got no answer" in e.value.message
+    assert "nothing was written" in e.value.hint and not out.exists()

@@ -1030,3 +1030,39 @@ def test_copies_are_described_as_each_would_be_alone(models_dir):
     assert infos == [model_info(m) for m in models]
     assert [i.model_id for i in infos] == ["mlp", "mlp#1", "mlp#2",
                                            "small_cnn", "small_cnn#1", "small_cnn#2"]
+
+
+def test_replay_against_a_controller_that_stops_mid_run(cli, models_dir, tmp_path,
+                                                        monkeypatch):
+    """What the controller never answered is NO_ANSWER in the output, which is kept; the
+    command fails, saying when the controller stopped answering."""
+    import json
+
+    from cw.replay import live
+
+    monkeypatch.setattr(live, "ANSWER_WAIT_NS", 1_000_000_000)  # not 10 s of waiting here
+    ctl = start(tmp_path)
+    worker = WorkerThread(ctl.workers_address, models_dir, "simulated", "sim-stops")
+    try:
+        ctl.wait_for_workers(1)
+        stopper = threading.Timer(1.5, ctl.close)
+        stopper.start()
+        out = tmp_path / "cut-short"
+        r = cli("replay", "--controller", ctl.clients_address, "--workload", "poisson",
+                "--rate", "200", "--duration", "3s", "--out", out)
+        stopper.join()
+    finally:
+        worker.close()
+        ctl.close()
+    assert r.code == 1, (r.out, r.err)
+    s = json.loads((out / "summary.json").read_text())
+    with open(out / "requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    unanswered = [row for row in rows if row["status"] == "NO_ANSWER"]
+    assert len(rows) == s["requests"] > 400 and 100 < len(unanswered) == s["no_answer"]
+    assert s["completed_in_slo"] > 100 and s["errors"] >= s["no_answer"]
+    assert 1.0 < s["last_answer_s"] < 2.5  # stopped 1.5 s in, give or take the start
+    assert not any(row["deadline_met"] == "True" for row in unanswered)
+    line = r.err.strip()
+    assert "\n" not in line and f"{s['no_answer']:,} of {s['requests']:,}" in line
+    assert "stopped answering" in line and str(out) in line

@@ -67,3 +67,12 @@ def test_a_folder_that_cannot_be_made_is_named_with_the_option_that_chose_it(tmp
     assert e.value.one_line().startswith(f"cannot write to {tmp_path / 'file' / 'logs'}: "
                                          f"{tmp_path / 'file'} is a file, not a folder")
     assert e.value.one_line().endswith("(choose a writable output directory with --log-dir)")
+
+
+def test_how_a_process_ended_in_words():
+    from cw.serve.launch import ended_how
+
+    assert ended_how(0) == "exited with code 0" and ended_how(3) == "exited with code 3"
+    assert ended_how(-15) == "was killed by SIGTERM"
+    assert ended_how(-9).startswith("was killed by SIGKILL (the out-of-memory killer")
+    assert ended_how(-99) == "was killed by signal 99" and ended_how(None) == "is still running"
