@@ -170,6 +170,7 @@ def replay_cmd(
         from cw.replay.report import COMPARE_FILE, COMPARE_RUNS
 
         render_summaries(summaries)
+        _warn_lost_workers(summaries, out)
         names = ",".join(s["name"] for s in summaries)
         if len(names) <= 40:
             console().print(f"wrote {out}/{{{names}}}/ and {out}/{COMPARE_FILE}")
@@ -182,12 +183,21 @@ def replay_cmd(
         print_json(summary)
         return _check_answered(summaries, out)
     render_summaries([summary])
+    _warn_lost_workers(summaries, out)
     lag = summary.get("send_lateness_ms")
     timing = (f" (arrivals sent late by p99 {lag['p99']} ms)" if lag
               else "" if summary.get("live") else f" (virtual/wall time ×{summary['speedup']})")
     console().print(f"wrote {out}/summary.json, requests.csv, actions.csv and report.html"
                     f"{timing}")
     _check_answered(summaries, out)
+
+
+def _warn_lost_workers(summaries: list[dict], out: Path) -> None:
+    for s in summaries:
+        where = out if len(summaries) == 1 else out / s["name"]
+        for how in s.get("workers_lost") or ():
+            console().print(f"[yellow]warning:[/] {how} during the replay; the controller "
+                            f"served on without it (its log is in {where}/)")
 
 
 def _check_answered(summaries: list[dict], out: Path) -> None:

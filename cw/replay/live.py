@@ -323,6 +323,13 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             answered = [t for f in futures if f.done() and not f.cancelled()
                         for t in [getattr(f, "done_ns", None)] if t is not None]
         if ctl is not None:
+            # a worker that died mid-run: the controller served on without it; say so, and
+            # keep its log with the output
+            ended = procs.ended()
+            extra["workers_lost"] = [how for _, how in sorted(ended.items())]
+            if logs_to is not None:
+                for i in ended:
+                    shutil.copyfile(procs.log_of(i), logs_to / f"worker-{i}.log")
             procs.stop()  # workers first: the controller then has nothing left in flight
             procs = None
             ctl.close()  # writes the last telemetry rows

@@ -335,14 +335,26 @@ class WorkerProcesses:
         for i, proc in enumerate(self.procs):
             if proc.poll() is not None:
                 from cw.errors import CwError
-                why = self._last_line(i)
-                error = CwError(f"worker {i} exited with code {proc.returncode}"
-                                + (f": {why}" if why else ""),
+                error = CwError(self._ended(i),
                                 f"see {self.log_dir / f'worker-{i}.log'}" if self.log_dir
                                 else "run `cw serve worker` by hand to see its whole output")
                 if proc.returncode in WORKER_EXIT_CODES:  # its reason's code: a device error, say
                     error.exit_code = proc.returncode
                 raise error
+
+    def ended(self) -> dict[int, str]:
+        """The workers that have exited on their own so far: how each ended, in words."""
+        return {i: self._ended(i) for i, proc in enumerate(self.procs)
+                if proc.poll() is not None}
+
+    def log_of(self, i: int) -> Path:
+        return self._logs / f"worker-{i}.log"
+
+    def _ended(self, i: int) -> str:
+        code = self.procs[i].returncode
+        # a worker that fails says why as its last words; one killed by a signal has none
+        why = self._last_line(i) if code >= 0 else None
+        return f"worker {i} {ended_how(code)}" + (f": {why}" if why else "")
 
     def _last_line(self, i: int) -> str | None:
         try:

@@ -346,3 +346,37 @@ def test_a_live_replay_whose_controller_dies_says_so_and_writes_nothing(cpu_bund
     assert "controller process was killed by SIGKILL" in e.value.message
     assert "requests sent got no answer" in e.value.message
     assert "nothing was written" in e.value.hint and not out.exists()
+
+
+def test_a_live_replay_that_loses_a_worker_serves_on_and_says_so(cpu_bundle, tmp_path):
+    import os
+    import shutil
+    import signal
+    from pathlib import Path
+
+    from cw.replay.runner import ReplayConfig, replay
+
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copytree(cpu_bundle("mlp", (1, 2, 4)), models / "mlp")
+    out = tmp_path / "one-down"
+
+    def kill_worker_1_after_300(event, info):
+        if event == "advance" and info["requests"] >= 300:
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    args = cmdline.read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"worker" in args and b"local-1" in args and str(models).encode() in args:
+                    os.kill(int(cmdline.parent.name), signal.SIGKILL)
+
+    config = ReplayConfig(models=str(models), copies=2, workers=2, workload="poisson",
+                          rate=200, duration_s=4, out=out, simulate=False,
+                          runtime="simulated")
+    summary = replay(config, kill_worker_1_after_300)
+    assert summary["workers_lost"] == [
+        "worker 1 was killed by SIGKILL (the out-of-memory killer sends it; see `dmesg`)"]
+    assert (out / "worker-1.log").exists() and not (out / "worker-0.log").exists()
+    # the controller carried on with worker 0 (the paper's worker loss, §4.5)
+    assert summary["completed_in_slo"] > 0.5 * summary["requests"] > 300
