@@ -205,13 +205,12 @@ def _check_answered(summaries: list[dict], out: Path) -> None:
     output is written: a script must not take the run for a measurement of a working system."""
     for s in summaries:
         if s.get("no_answer"):
-            n, total = s["no_answer"], s["requests"]
-            last = s.get("last_answer_s")
-            what = ("answered none of its requests" if last is None
-                    else f"stopped answering {last:g} s into the replay")
+            first, last = s["no_answer_sent_s"]
             where = out if len(summaries) == 1 else out / s["name"]
-            raise CwError(f"the controller at {s.get('controller')} {what}: {n:,} of {total:,} "
-                          f"requests got no answer (status NO_ANSWER in {where}/requests.csv)",
+            raise CwError(f"the controller at {s.get('controller')} did not answer "
+                          f"{s['no_answer']:,} of {s['requests']:,} requests, sent from {first:g} "
+                          f"to {last:g} s into the replay (status NO_ANSWER in "
+                          f"{where}/requests.csv)",
                           "check that `cw serve` is still running there; a restart loses the "
                           "requests in flight. The output is kept")
 

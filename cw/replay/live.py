@@ -222,13 +222,14 @@ def client_rows(futures, sent_ns, names, slo_ns: int) -> list[RequestRow]:
     return rows
 
 
-def no_answer(requests: list[RequestRow], answered_ns: list[int], start_ns: int) -> dict:
-    """How many requests a running controller never answered, and when it last answered
-    (seconds into the replay): a controller that stopped or restarted mid-run."""
-    unanswered = sum(r.status == NO_ANSWER for r in requests)
-    last = (max(answered_ns) - start_ns) / 1e9 if answered_ns else None
-    return {"no_answer": unanswered,
-            "last_answer_s": round(last, 3) if unanswered and last is not None else None}
+def no_answer(requests: list[RequestRow]) -> dict:
+    """How many requests a controller never answered, and when the first and the last of them
+    were sent (seconds into the replay: rows relative to its start): a controller that stopped,
+    or restarted, mid-run."""
+    sent = [r.arrival_ns for r in requests if r.status == NO_ANSWER]
+    return {"no_answer": len(sent),
+            "no_answer_sent_s": [round(min(sent) / 1e9, 3), round(max(sent) / 1e9, 3)]
+            if sent else None}
 
 
 def lateness_ms(lateness_ns) -> dict:
@@ -319,9 +320,6 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                     client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6, advance, gone)
                 extra["send_lateness_ms"] = lateness_ms(lateness)
             wait_for(futures, (config.slo_ns + ANSWER_WAIT_NS) / 1e9, gone)
-            # (a future's done_ns is set by a callback that may not have run yet)
-            answered = [t for f in futures if f.done() and not f.cancelled()
-                        for t in [getattr(f, "done_ns", None)] if t is not None]
         if ctl is not None:
             # a worker that died mid-run: the controller served on without it; say so, and
             # keep its log with the output
@@ -334,12 +332,11 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             procs = None
             ctl.close()  # writes the last telemetry rows
             if ctl.failure is not None:  # its telemetry ends where it did: no report from it
-                missed = no_answer(client_rows(futures, sent, chosen, config.slo_ns),
-                                   answered, start)
+                missed = no_answer(shift(client_rows(futures, sent, chosen, config.slo_ns),
+                                         TIME_FIELDS_REQUEST, start))
                 lost = (f"{missed['no_answer']:,} of the {len(futures):,} requests sent got no "
-                        "answer" if missed["no_answer"] else "its telemetry is incomplete")
-                if missed["last_answer_s"] is not None:
-                    lost += f" (the last answer came {missed['last_answer_s']:g} s in)"
+                        f"answer (the first sent {missed['no_answer_sent_s'][0]:g} s in)"
+                        if missed["no_answer"] else "its telemetry is incomplete")
                 raise CwError(f"the replay's controller process {ctl.failure}; {lost}",
                               "nothing was written; run the replay again, with fewer "
                               "--copies or a shorter --duration if memory ran out")
@@ -368,7 +365,7 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             simulated = any(r.status == "OK" for r in requests) and all(
                 r.simulated for r in requests if r.status == "OK")
             runtime_name = "simulated" if simulated else "remote"
-            extra.update(no_answer(requests, answered, start))
+            extra.update(no_answer(requests))
         return requests, actions, simulated, runtime_name, extra, arr
     finally:
         if procs is not None:

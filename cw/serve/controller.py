@@ -389,8 +389,12 @@ class Controller:
         info = self.scheduler.model_info(msg.model)
         if info is None:
             # thousands of copies: a summary, not a message of a million characters
-            known = describe_models(self.scheduler.models())
-            return RequestStatus.UNKNOWN_MODEL, f"no model '{msg.model}' (servable: {known})"
+            served = self.scheduler.models()
+            if not served:  # (a controller just started or restarted: its workers join soon)
+                return RequestStatus.UNKNOWN_MODEL, (f"no model '{msg.model}': no worker serves "
+                                                     "this controller yet")
+            return (RequestStatus.UNKNOWN_MODEL,
+                    f"no model '{msg.model}' (servable: {describe_models(served)})")
         if msg.slo_ns < 0 or msg.slo_ns > self.config.max_slo_ns:
             return RequestStatus.BAD_SLO, (f"SLO {format_duration_ns(msg.slo_ns)} is not "
                                            "within (0, "

@@ -1061,8 +1061,21 @@ def test_replay_against_a_controller_that_stops_mid_run(cli, models_dir, tmp_pat
     unanswered = [row for row in rows if row["status"] == "NO_ANSWER"]
     assert len(rows) == s["requests"] > 400 and 100 < len(unanswered) == s["no_answer"]
     assert s["completed_in_slo"] > 100 and s["errors"] >= s["no_answer"]
-    assert 1.0 < s["last_answer_s"] < 2.5  # stopped 1.5 s in, give or take the start
+    first, last = s["no_answer_sent_s"]  # stopped 1.5 s in, give or take the start
+    assert 1.0 < first < 2.5 and 2.5 < last <= 3.0
+    assert first == round(min(int(row["arrival_ns"]) for row in unanswered) / 1e9, 3)
     assert not any(row["deadline_met"] == "True" for row in unanswered)
     line = r.err.strip()
-    assert "\n" not in line and f"{s['no_answer']:,} of {s['requests']:,}" in line
-    assert "stopped answering" in line and str(out) in line
+    assert "\n" not in line and f"did not answer {s['no_answer']:,} of {s['requests']:,}" in line
+    assert f"sent from {first:g} to {last:g} s" in line and str(out) in line
+
+
+def test_a_controller_no_worker_has_joined_says_so(tmp_path):
+    ctl = start(tmp_path)
+    try:
+        with Client(ctl.clients_address) as client:
+            r = client.infer_response("mlp", random_input((1, 64)), 100)
+    finally:
+        ctl.close()
+    assert r.status == RequestStatus.UNKNOWN_MODEL
+    assert r.message == "no model 'mlp': no worker serves this controller yet"
