@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 
@@ -64,6 +66,9 @@ class Client:
 
     def __init__(self, address: str = "tcp://127.0.0.1:7001", timeout_s: float = 30.0,
                  shared_memory: bool | None = None):
+        """`timeout_s`: how long to wait for an answer, past a request's SLO (the controller
+        answers every request by its deadline); a controller that cannot be reached at all is
+        told within about a second."""
         self.address = address
         self.timeout_s = timeout_s
         self.shared_memory = shared_memory
@@ -81,6 +86,7 @@ class Client:
         # workers joined and their GPUs when models() last asked (None: an older controller)
         self.workers: int | None = None
         self.gpus: int | None = None
+        self._default_slo_ns = 0  # the controller's, for requests that name none
         self._thread = threading.Thread(target=self._loop, name="cw-client", daemon=True)
         self._thread.start()
 
@@ -152,6 +158,7 @@ class Client:
         self.scheduler = response.scheduler or None
         self.workers = response.workers or None
         self.gpus = response.gpus or None
+        self._default_slo_ns = response.default_slo_ns
         if not self._hello_done:
             self._hello_done = True
             self._choose_transfer(response.shm_domain)
@@ -206,14 +213,14 @@ class Client:
                           lambda msg: self._decode(model, msg, n), slots)
 
     def infer(self, model: str, x, slo_ms: float | None = None):
-        return self._wait(self.infer_async(model, x, slo_ms))
+        return self._wait(self.infer_async(model, x, slo_ms), _slo_ns(slo_ms))
 
     async def ainfer(self, model: str, x, slo_ms: float | None = None):
         return await asyncio.wrap_future(self.infer_async(model, x, slo_ms))
 
     def infer_response(self, model: str, x, slo_ms: float | None = None) -> p.InferResponse:
         """The raw response (status, latency, batch size) without raising on failure."""
-        return self._wait(self.infer_response_async(model, x, slo_ms))
+        return self._wait(self.infer_response_async(model, x, slo_ms), _slo_ns(slo_ms))
 
     def infer_response_async(self, model: str, x, slo_ms: float | None = None) -> Future:
         """A future of the raw response, never of an exception: for load generators, which
@@ -225,12 +232,28 @@ class Client:
                                                      slo_ns), None, slots)
 
     # --- helpers -------------------------------------------------------------------------
-    def _wait(self, future: Future):
-        try:
-            return future.result(timeout=self.timeout_s)
-        except TimeoutError:
-            raise CwError(f"no answer from the controller at {self.address} within "
-                          f"{self.timeout_s:g} s", "is `cw serve` running there?") from None
+    def _wait(self, future: Future, slo_ns: int | None = None):
+        """The future's result, waited for `timeout_s` past the request's SLO: `slo_ns` (0:
+        the controller's default; a minute from an older controller, which does not say it;
+        None: not a request to serve)."""
+        slo_s = 0.0 if slo_ns is None else (slo_ns or self._default_slo_ns or 60 * 10**9) / 1e9
+        deadline = time.monotonic() + slo_s + self.timeout_s
+        probed = False
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return future.result(timeout=max(0.0, left if probed else min(left, 1.0)))
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise CwError(f"no answer from the controller at {self.address} within "
+                                  f"{slo_s + self.timeout_s:g} s",
+                                  "is `cw serve` running there?") from None
+                probed = True  # a second without an answer: is anything there at all?
+                why = _unreachable(self.address)
+                if why is not None:
+                    raise CwError(f"cannot reach the controller at {self.address}: {why}",
+                                  "start it with `cw serve`, or give the address it listens "
+                                  "on for clients") from None
 
     def _decode(self, model: str, msg, n: int):
         if isinstance(msg, p.ErrorResponse) or msg.status != RequestStatus.OK:
@@ -242,6 +265,25 @@ class Client:
         outs = [np.frombuffer(data, dtype=s.dtype).reshape(n, *s.sample_shape)
                 for data, s in zip(msg.outputs, info.outputs)]
         return outs[0] if len(outs) == 1 else outs
+
+
+def _unreachable(address: str) -> str | None:
+    """Why nothing can answer at a tcp:// address (nothing listens, no such host), or None
+    when that cannot be told (it listens, a timeout, another transport). ZeroMQ retries a
+    refused connection without saying so: without this, a client waits its whole timeout."""
+    if not address.startswith("tcp://"):
+        return None
+    host, _, port = address[len("tcp://"):].rpartition(":")
+    host = host.strip("[]")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return None
+    except ConnectionRefusedError:
+        return "nothing listens there (connection refused)"
+    except socket.gaierror:
+        return f"no such host '{host}'"
+    except (OSError, ValueError):
+        return None
 
 
 def _slo_ns(slo_ms: float | None) -> int:

@@ -426,7 +426,7 @@ class Controller:
                      if (info := self.scheduler.model_info(name)) is not None]
         self.clients_ep.send(peer, p.ModelsResponse(
             msg.request_id, infos, self.shm_domain, self.config.scheduler, len(self.workers),
-            sum(w.gpus for w in self.workers.values())))
+            sum(w.gpus for w in self.workers.values()), self.config.default_slo_ns))
 
     def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
         self._respond_error(peer, -1, RequestStatus.MALFORMED, f"malformed request: {msg.error}")

@@ -272,6 +272,7 @@ class ModelsResponse(msgspec.Struct, frozen=True, tag="models_response"):
     scheduler: str = ""   # its policy spec (clockwork, batch-timeout:delay=5ms); "" from older
     workers: int = 0      # workers joined, and their GPUs, now (0 from older controllers)
     gpus: int = 0
+    default_slo_ns: int = 0  # the SLO of a request that names none (0 from older controllers)
 
 
 class ErrorResponse(msgspec.Struct, frozen=True, tag="error"):

@@ -1079,3 +1079,63 @@ def test_a_controller_no_worker_has_joined_says_so(tmp_path):
         ctl.close()
     assert r.status == RequestStatus.UNKNOWN_MODEL
     assert r.message == "no model 'mlp': no worker serves this controller yet"
+
+
+def test_a_client_with_nothing_at_its_address_says_so_at_once():
+    import socket
+
+    from cw.client import _unreachable
+    from cw.errors import CwError
+
+    with socket.socket() as s:  # a port nothing listens on once this is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    began = time.monotonic()
+    with Client(f"tcp://127.0.0.1:{port}", timeout_s=30) as client:
+        with pytest.raises(CwError, match="nothing listens there"):
+            client.models()
+    assert time.monotonic() - began < 10  # not the 30 s timeout
+    with socket.socket() as s:  # something listening (if not answering) is not unreachable
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert _unreachable(f"tcp://127.0.0.1:{s.getsockname()[1]}") is None
+    assert _unreachable("tcp://no-such-host.invalid:7001") == "no such host 'no-such-host.invalid'"
+    assert _unreachable("ipc:///tmp/cw-none") is None
+
+
+def test_a_request_waits_for_its_slo_beyond_the_client_timeout():
+    """The controller answers by the deadline: a client waits the SLO plus its timeout, not
+    the timeout alone (a long SLO outlived it); a request naming no SLO waits the
+    controller's default, which the controller tells. Here a controller that lists models
+    and answers nothing else."""
+    import zmq
+
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    decode, encode = p.Codec(p.FromClient), p.Codec(p.ToClient)
+    stop = threading.Event()
+
+    def list_models_only():
+        while not stop.is_set():
+            if router.poll(50):
+                peer, data = router.recv_multipart()
+                msg = decode.decode(data)
+                if isinstance(msg, p.ListModels):
+                    router.send_multipart([peer, encode.encode(p.ModelsResponse(
+                        msg.request_id, [], default_slo_ns=3 * 10**9))])
+
+    thread = threading.Thread(target=list_models_only, daemon=True)
+    thread.start()
+    try:
+        with Client(f"tcp://127.0.0.1:{port}", timeout_s=0.5, shared_memory=False) as client:
+            client.models()
+            for slo_ms, waited_s in ((2000, 2.5), (None, 3.5)):
+                began = time.monotonic()
+                with pytest.raises(Exception, match=f"no answer .* within {waited_s:g} s"):
+                    client.infer("mlp", random_input((1, 64)), slo_ms=slo_ms)
+                assert waited_s <= time.monotonic() - began < waited_s + 2
+    finally:
+        stop.set()
+        thread.join()
+        router.close()
