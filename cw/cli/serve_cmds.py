@@ -314,6 +314,9 @@ def infer_cmd(
                 print_json([{"model": m.model_id, "batch_sizes": m.batch_sizes,
                              "inputs": tensors(m.inputs), "outputs": tensors(m.outputs)}
                             for m in models.values()])
+            elif not models:
+                console().print(f"no models: no worker serves the controller at {controller} "
+                                "yet")
             else:
                 for m in models.values():
                     console().print(f"{m.model_id}  batch sizes {m.batch_sizes}  "
@@ -322,6 +325,10 @@ def infer_cmd(
             return
         if model not in models:
             models = {m.model_id: m for m in client.models()}  # to say what there is instead
+            if not models:
+                raise UsageError(f"no model '{model}' at {controller}: no worker serves it yet",
+                                 "start workers (`cw serve worker --controller ...`), or wait "
+                                 "for them to join")
             raise UsageError(f"no model '{model}' at {controller}",
                              f"servable: {describe_models(models)}" + (
                                  "; `cw infer --list` names every one" if len(models) > 12

@@ -1070,15 +1070,19 @@ def test_replay_against_a_controller_that_stops_mid_run(cli, models_dir, tmp_pat
     assert f"sent from {first:g} to {last:g} s" in line and str(out) in line
 
 
-def test_a_controller_no_worker_has_joined_says_so(tmp_path):
+def test_a_controller_no_worker_has_joined_says_so(cli, tmp_path):
     ctl = start(tmp_path)
     try:
         with Client(ctl.clients_address) as client:
             r = client.infer_response("mlp", random_input((1, 64)), 100)
+        listed = cli("infer", "--list", "--controller", ctl.clients_address)
+        asked = cli("infer", "mlp", "--random", "--controller", ctl.clients_address)
     finally:
         ctl.close()
     assert r.status == RequestStatus.UNKNOWN_MODEL
     assert r.message == "no model 'mlp': no worker serves this controller yet"
+    assert listed.code == 0 and "no models: no worker serves the controller" in listed.out
+    assert asked.code == 2 and "no worker serves it yet" in asked.err
 
 
 def test_a_client_with_nothing_at_its_address_says_so_at_once():
