@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -29,7 +28,7 @@ from cw.errors import CwError, UsageError
 from cw.serve import protocol as p
 from cw.serve.protocol import RequestStatus
 from cw.serve.shm import ShmArena, remove_stale, shm_domain
-from cw.serve.transport import Malformed, ZmqDealer
+from cw.serve.transport import Malformed, ZmqDealer, tcp_unreachable
 
 log = logging.getLogger("cw.client")
 
@@ -249,7 +248,7 @@ class Client:
                                   f"{slo_s + self.timeout_s:g} s",
                                   "is `cw serve` running there?") from None
                 probed = True  # a second without an answer: is anything there at all?
-                why = _unreachable(self.address)
+                why = tcp_unreachable(self.address)
                 if why is not None:
                     raise CwError(f"cannot reach the controller at {self.address}: {why}",
                                   "start it with `cw serve`, or give the address it listens "
@@ -265,25 +264,6 @@ class Client:
         outs = [np.frombuffer(data, dtype=s.dtype).reshape(n, *s.sample_shape)
                 for data, s in zip(msg.outputs, info.outputs)]
         return outs[0] if len(outs) == 1 else outs
-
-
-def _unreachable(address: str) -> str | None:
-    """Why nothing can answer at a tcp:// address (nothing listens, no such host), or None
-    when that cannot be told (it listens, a timeout, another transport). ZeroMQ retries a
-    refused connection without saying so: without this, a client waits its whole timeout."""
-    if not address.startswith("tcp://"):
-        return None
-    host, _, port = address[len("tcp://"):].rpartition(":")
-    host = host.strip("[]")
-    try:
-        with socket.create_connection((host, int(port)), timeout=1.0):
-            return None
-    except ConnectionRefusedError:
-        return "nothing listens there (connection refused)"
-    except socket.gaierror:
-        return f"no such host '{host}'"
-    except (OSError, ValueError):
-        return None
 
 
 def _slo_ns(slo_ms: float | None) -> int:

@@ -17,10 +17,14 @@ serve_app = typer.Typer(help="Serve models: a controller that schedules, workers
                         invoke_without_command=True)
 app.add_typer(serve_app, name="serve")
 _C = ControllerConfig()
+_VERBOSE_HELP = "More log lines: workers joining and leaving (standalone: debug messages too)."
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+def _logging(verbose: bool, standalone: bool = False) -> None:
+    """A controller or worker run on its own says when workers join and leave (INFO); `cw
+    serve`, which starts them itself, says what it serves once they have (-v: each join)."""
+    quiet, loud = (logging.INFO, logging.DEBUG) if standalone else (logging.WARNING, logging.INFO)
+    logging.basicConfig(level=loud if verbose else quiet,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
@@ -128,7 +132,7 @@ def serve_all(
     metrics_port: int = typer.Option(None, "--metrics-port"),
     log_dir: Path = typer.Option(None, "--log-dir", help="Telemetry CSVs and worker logs."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help=_VERBOSE_HELP),
 ):
     """Run a controller and local workers in one command; Ctrl-C stops everything.
 
@@ -206,7 +210,7 @@ def serve_controller(
     metrics_port: int = typer.Option(None, "--metrics-port"),
     log_dir: Path = typer.Option(None, "--log-dir"),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help=_VERBOSE_HELP),
 ):
     """Run the controller alone; workers connect with `cw serve worker --controller ...`.
 
@@ -214,7 +218,7 @@ def serve_controller(
     """
     from cw.serve.launch import ControllerThread, install_signal_stop
 
-    _logging(verbose)
+    _logging(verbose, standalone=True)
     config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
                                 default_slo, metrics_port, log_dir, log_stalls)
     ctl = ControllerThread(config).start()
@@ -243,7 +247,7 @@ def serve_worker(
     cpus: str = typer.Option(None, "--cpus", help="CPU runtime: run on these CPUs only, one "
                              "kernel thread per core, e.g. 0-3 or 0,2 (default: all)."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help=_VERBOSE_HELP),
 ):
     """Run a worker: load bundles, connect to the controller, execute its actions.
 
@@ -252,7 +256,7 @@ def serve_worker(
     from cw.serve.launch import install_signal_stop, run_worker
     from cw.serve.worker import WorkerConfig
 
-    _logging(verbose)
+    _logging(verbose, standalone=True)
     if cpus:
         from cw.tvm_env import pin_to_cpus
         pin_to_cpus(parse_cpu_list(cpus))

@@ -98,6 +98,25 @@ class _Outbox:
                     pass
 
 
+def tcp_unreachable(address: str) -> str | None:
+    """Why nothing can answer at a tcp:// address (nothing listens, no such host), or None
+    when that cannot be told (it listens, a timeout, another transport). ZeroMQ retries a
+    refused connection without saying so: a client or worker would only hear silence."""
+    if not address.startswith("tcp://"):
+        return None
+    host, _, port = address[len("tcp://"):].rpartition(":")
+    host = host.strip("[]")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return None
+    except ConnectionRefusedError:
+        return "nothing listens there (connection refused)"
+    except socket.gaierror:
+        return f"no such host '{host}'"
+    except (OSError, ValueError):
+        return None
+
+
 # --- ZeroMQ -----------------------------------------------------------------------------------
 
 class _ZmqEndpoint:

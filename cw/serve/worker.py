@@ -39,7 +39,7 @@ from cw.serve.runtime.base import SPIN_NS, IOSlot, PhaseTiming, Runtime, now_ns
 from cw.serve.runtime.host import HostModel
 from cw.serve.shm import ShmError, ShmReader, ShmRef, shm_domain
 from cw.serve.simdevice import SimulatedDevice
-from cw.serve.transport import Malformed
+from cw.serve.transport import Malformed, tcp_unreachable
 
 log = logging.getLogger("cw.worker")
 NEVER = 2**62
@@ -197,6 +197,7 @@ class Worker:
         self._last_shm_sweep_ns = 0
         self._last_register_ns = 0
         self._unanswered_registrations = 0
+        self._registering_since_ns = 0
         self._registered_models: list[ModelInfo] | None = None
         self.stopped = False
         self.fatal: CwError | None = None  # why serving cannot go on (raised by serve_forever)
@@ -220,6 +221,8 @@ class Worker:
     def register(self) -> None:
         rt = self.devices[0].runtime
         self._last_register_ns = now_ns()
+        if self._unanswered_registrations == 0:
+            self._registering_since_ns = self._last_register_ns
         self._unanswered_registrations += 1
         self.transport.send(Register(
             PROTOCOL_VERSION, self.config.name, rt.name, rt.simulated,
@@ -270,6 +273,9 @@ class Worker:
             sim.advance(now_ns())
         now = now_ns()
         if self.worker_id is None and now - self._last_register_ns > self._register_again_ns():
+            tries = self._unanswered_registrations  # tries at 0, 1, 3 s, then every 4 s
+            if tries >= 2 and (tries - 2) % 15 == 0:
+                self._say_unwelcome(now)  # after 3 s, then every minute
             self.register()  # the controller is not there yet, or restarted
         if now - self._last_ping_ns > self.config.ping_interval_ns:
             self._last_ping_ns = now
@@ -327,6 +333,12 @@ class Worker:
     # --- control messages ----------------------------------------------------------------
     def _on_pong(self, msg: Pong) -> None:
         self.clock.observe(msg.worker_sent_ns, msg.controller_ns, now_ns())
+
+    def _say_unwelcome(self, now: int) -> None:
+        why = tcp_unreachable(self.config.controller)
+        log.warning("no answer from the controller at %s for %.0f s%s; still trying",
+                    self.config.controller, (now - self._registering_since_ns) / 1e9,
+                    f": {why}" if why else "")
 
     def _on_welcome(self, msg: Welcome) -> None:
         self.worker_id = msg.worker_id

@@ -3,6 +3,7 @@
 import contextlib
 import csv
 import os
+import re
 import threading
 import time
 
@@ -1088,7 +1089,7 @@ def test_a_controller_no_worker_has_joined_says_so(cli, tmp_path):
 def test_a_client_with_nothing_at_its_address_says_so_at_once():
     import socket
 
-    from cw.client import _unreachable
+    from cw.serve.transport import tcp_unreachable
     from cw.errors import CwError
 
     with socket.socket() as s:  # a port nothing listens on once this is closed
@@ -1102,9 +1103,10 @@ def test_a_client_with_nothing_at_its_address_says_so_at_once():
     with socket.socket() as s:  # something listening (if not answering) is not unreachable
         s.bind(("127.0.0.1", 0))
         s.listen()
-        assert _unreachable(f"tcp://127.0.0.1:{s.getsockname()[1]}") is None
-    assert _unreachable("tcp://no-such-host.invalid:7001") == "no such host 'no-such-host.invalid'"
-    assert _unreachable("ipc:///tmp/cw-none") is None
+        assert tcp_unreachable(f"tcp://127.0.0.1:{s.getsockname()[1]}") is None
+    assert (tcp_unreachable("tcp://no-such-host.invalid:7001")
+            == "no such host 'no-such-host.invalid'")
+    assert tcp_unreachable("ipc:///tmp/cw-none") is None
 
 
 def test_a_request_waits_for_its_slo_beyond_the_client_timeout():
@@ -1143,3 +1145,23 @@ def test_a_request_waits_for_its_slo_beyond_the_client_timeout():
         stop.set()
         thread.join()
         router.close()
+
+
+def test_a_worker_whose_controller_is_not_there_says_so(models_dir, caplog):
+    import logging
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once this is closed
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    with caplog.at_level(logging.WARNING, logger="cw.worker"):
+        w = WorkerThread(address, models_dir, "simulated", "sim-alone")
+        try:
+            deadline = time.monotonic() + 10
+            while not caplog.records and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            w.close()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert re.fullmatch(f"no answer from the controller at {address} for [345] s: nothing "
+                        r"listens there \(connection refused\); still trying", line), line
