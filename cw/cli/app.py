@@ -57,8 +57,13 @@ def run_cli(args: list[str] | None = None) -> int:
     _register_commands()
     debug = os.environ.get("CW_DEBUG") == "1"
     try:
-        app(args=args, prog_name="cw", standalone_mode=False)
-        return 0
+        code = app(args=args, prog_name="cw", standalone_mode=False)
+        # Commands return None. An exit code comes back instead of an exception from typer
+        # itself: recent versions turn Ctrl-C into Exit(130) and return its code (older ones
+        # raise Abort, below); ignoring it made an interrupted run exit 0.
+        if code == EXIT_INTERRUPTED:
+            Consoles.err.print("[red]interrupted[/]")
+        return code if isinstance(code, int) and not isinstance(code, bool) else 0
     except CwError as e:
         if debug:
             Consoles.err.print_exception()

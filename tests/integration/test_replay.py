@@ -380,3 +380,40 @@ def test_a_live_replay_that_loses_a_worker_serves_on_and_says_so(cpu_bundle, tmp
     assert (out / "worker-1.log").exists() and not (out / "worker-0.log").exists()
     # the controller carried on with worker 0 (the paper's worker loss, §4.5)
     assert summary["completed_in_slo"] > 0.5 * summary["requests"] > 300
+
+
+def test_ctrl_c_stops_a_live_replay_with_exit_130_and_nothing_left(cpu_bundle, tmp_path):
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copytree(cpu_bundle("mlp", (1, 2, 4)), models / "mlp")
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cw", "replay", "--models", str(models), "--workers", "2",
+         "--workload", "poisson", "--rate", "100", "--duration", "60s", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": "200"})
+    try:
+        deadline = time.monotonic() + 120
+        while "replaying" not in proc.stdout.readline() and time.monotonic() < deadline:
+            pass
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len(children) >= 3  # the controller process and two workers
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        # (typer turns Ctrl-C into an exit code that cw once dropped: the run exited 0)
+        assert proc.returncode == 130 and err.strip() == "interrupted", err
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, alive
+        assert not out.exists() and not list(tmp_path.glob(".interrupted*"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
