@@ -58,6 +58,8 @@ class WorkerConfig:
     input_lead_ns: int = 5_000_000        # input copies may start this long before earliest
     horizon_ns: int = 10_000_000_000      # windows starting further ahead are TOO_EARLY
     ping_interval_ns: int = 500_000_000
+    # nothing from the controller this long (it answers every ping): say so, once
+    controller_silence_ns: int = 3_000_000_000
     shm_sweep_ns: int = 2_000_000_000     # how often to let go of clients' segments that are gone
     noise: float = 0.0                    # simulated runtime: relative std of durations
     log_stalls_ns: int | None = None      # log every stall longer than this (cw/serve/stalls.py)
@@ -198,6 +200,8 @@ class Worker:
         self._last_register_ns = 0
         self._unanswered_registrations = 0
         self._registering_since_ns = 0
+        self._last_heard_ns = 0  # from the controller, any message
+        self._silence_told = False
         self._registered_models: list[ModelInfo] | None = None
         self.stopped = False
         self.fatal: CwError | None = None  # why serving cannot go on (raised by serve_forever)
@@ -258,6 +262,8 @@ class Worker:
             timeout_ms = min(timeout_ms, max(0, -(-(min(due) - now_ns()) // 1_000_000)))
         received = self.transport.poll(timeout_ms)
         began = now_ns()
+        if received:
+            self._heard(began)
         for msg in received:
             handler = self._handlers.get(type(msg))
             if handler is None:
@@ -277,6 +283,13 @@ class Worker:
             if tries >= 2 and (tries - 2) % 15 == 0:
                 self._say_unwelcome(now)  # after 3 s, then every minute
             self.register()  # the controller is not there yet, or restarted
+        if (self.worker_id is not None and not self._silence_told
+                and now - self._last_heard_ns > self.config.controller_silence_ns):
+            self._silence_told = True
+            why = tcp_unreachable(self.config.controller)
+            log.warning("no word from the controller at %s for %.0f s%s; serving on until it "
+                        "answers", self.config.controller, (now - self._last_heard_ns) / 1e9,
+                        f": {why}" if why else "")
         if now - self._last_ping_ns > self.config.ping_interval_ns:
             self._last_ping_ns = now
             c = self.clock
@@ -334,6 +347,12 @@ class Worker:
     def _on_pong(self, msg: Pong) -> None:
         self.clock.observe(msg.worker_sent_ns, msg.controller_ns, now_ns())
 
+    def _heard(self, now: int) -> None:
+        self._last_heard_ns = now
+        if self._silence_told:
+            self._silence_told = False
+            log.info("the controller at %s answers again", self.config.controller)
+
     def _say_unwelcome(self, now: int) -> None:
         why = tcp_unreachable(self.config.controller)
         log.warning("no answer from the controller at %s for %.0f s%s; still trying",
@@ -351,7 +370,7 @@ class Worker:
         log.info("registered as worker %d", msg.worker_id)
 
     def _on_goodbye(self, msg: Goodbye) -> None:
-        self.worker_id = None
+        was_registered, self.worker_id = self.worker_id is not None, None
         if msg.protocol_version and msg.protocol_version != PROTOCOL_VERSION:
             # it will never take this worker: stop, and say why, instead of asking forever
             self.fatal = UsageError(
@@ -365,7 +384,8 @@ class Worker:
                 "serve one model under each id: compile the bundles alike, or give one another "
                 "name (cw compile --name)")
             return
-        log.warning("controller says: %s; registering again", msg.reason)
+        if was_registered:  # (pings queued while it was away each get this answer: say it once)
+            log.warning("controller says: %s; registering again", msg.reason)
         if now_ns() - self._last_register_ns > 1_000_000_000:
             self.register()  # else step() does, a second after the last try: no ping-pong
 

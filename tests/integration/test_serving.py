@@ -644,6 +644,39 @@ def test_worker_registers_again_with_a_restarted_controller(models_dir, tmp_path
             second.close()
 
 
+def test_a_worker_says_when_its_controller_goes_silent_and_comes_back(models_dir, tmp_path,
+                                                                      caplog):
+    """One line when the controller falls silent, one when it answers again, and one for its
+    "register again", however many pings were queued meanwhile (each gets that answer)."""
+    import logging
+
+    first = start(tmp_path / "first")
+    w = WorkerThread(first.workers_address, models_dir, "simulated", "w-silence",
+                     controller_silence_ns=1_000_000_000)
+    second = None
+    try:
+        first.wait_for_workers(1)
+        address = first.workers_address
+        with caplog.at_level(logging.INFO, logger="cw.worker"):
+            first.close()
+            time.sleep(2.5)  # silent past 1 s: told; five pings queued meanwhile
+            second = ControllerThread(ControllerConfig(
+                workers_listen=address, clients_listen="tcp://127.0.0.1:*",
+                log_dir=tmp_path / "second"), keep_telemetry=True).start()
+            second.wait_for_workers(1, timeout_s=20)
+            time.sleep(0.5)
+    finally:
+        w.close()
+        if second is not None:
+            second.close()
+    lines = [r.getMessage() for r in caplog.records]
+    told = [x for x in lines if x.startswith(f"no word from the controller at {address}")]
+    assert len(told) == 1 and "nothing listens there" in told[0], lines
+    assert lines.count(f"the controller at {address} answers again") == 1, lines
+    assert sum(x.startswith("controller says: unknown worker") for x in lines) == 1, lines
+    assert lines.index(told[0]) < lines.index(f"the controller at {address} answers again")
+
+
 def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
     import urllib.error
     import urllib.request
