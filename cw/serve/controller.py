@@ -31,6 +31,7 @@ from cw.units import format_duration_ns
 log = logging.getLogger("cw.controller")
 
 MS = 1_000_000
+STRAY_TELL_NS = 10_000_000_000
 STOPPED = "stopped"  # why a worker that said it was Leaving left
 
 
@@ -127,6 +128,9 @@ class Controller:
         self.by_peer: dict[bytes, int] = {}
         self.pending: dict[int, _Pending] = {}
         self.actions: dict[int, _Action] = {}
+        # results of actions this controller never sent (a worker's from before a restart):
+        # counted, and told at most every STRAY_TELL_NS
+        self._stray_results, self._stray_told_ns = 0, -STRAY_TELL_NS
         self._started_ns: int | None = None  # for busy fractions
         self.shm_domain = shm_domain()
         # the loop's clock is time.monotonic_ns (serve_forever): workers reading the same one
@@ -328,7 +332,12 @@ class Controller:
             self.workers[wid].last_seen_ns = now_ns
         record = self.actions.get(msg.id)
         if record is None or wid is None:
-            log.warning("result for unknown action %d", msg.id)
+            self._stray_results += 1
+            if now_ns - self._stray_told_ns >= STRAY_TELL_NS:
+                log.warning("%d result(s) for actions this controller did not send (the last: "
+                            "%d), dropped: a worker's from before a restart?",
+                            self._stray_results, msg.id)
+                self._stray_results, self._stray_told_ns = 0, now_ns
             return
         record.result = msg
         main = msg.timings[1] if msg.kind == "infer" and len(msg.timings) > 1 else (

@@ -968,10 +968,12 @@ def test_asyncio_clients_keep_many_requests_in_flight(models_dir, tmp_path):
 
 
 def test_a_repeated_registration_is_welcomed_again_and_a_restart_starts_over(models_dir,
-                                                                               tmp_path):
+                                                                               tmp_path, caplog):
     """A worker whose Welcome is slow to come (thousands of models) registers again: the
     controller must not take the repeat for a restart, which would drop the worker's state
-    and log it as gone (it did, at 40,000 models)."""
+    and log it as gone (it did, at 40,000 models). Results of actions the controller never
+    sent (a worker's from before a restart) are dropped, and told once, not once each."""
+    import logging
     from cw.serve.transport import ZmqDealer
     from cw.serve.runtime.host import find_bundles, load_models
     from cw.serve.worker import model_info
@@ -1001,6 +1003,17 @@ def test_a_repeated_registration_is_welcomed_again_and_a_restart_starts_over(mod
         assert restarted != first and list(ctl.controller.workers) == [restarted]
         assert register(0) not in (first, restarted)  # a worker that sends none: as before
         assert len(ctl.controller.workers) == 1
+        with caplog.at_level(logging.WARNING, logger="cw.controller"):
+            for i in range(5):
+                dealer.send(p.Result(10**6 + i, "infer", p.Status.OK, 0))
+            dealer.send(p.Ping(time.monotonic_ns(), 0, 0, 0))
+            deadline = time.monotonic() + 10  # the Pong comes after the results are handled
+            while not any(isinstance(m, p.Pong) for m in dealer.poll(100)):
+                assert time.monotonic() < deadline
+        stray = [r.getMessage() for r in caplog.records if "did not send" in r.getMessage()]
+        assert stray == ["1 result(s) for actions this controller did not send (the last: "
+                         "1000000), dropped: a worker's from before a restart?"]
+        assert len(ctl.controller.workers) == 1  # and it serves on
     finally:
         dealer.close()
         ctl.close()
