@@ -86,8 +86,10 @@ class ReplayConfig:
         for name, default in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default)
-        if (self.copies or 1) < 1 or (self.workers or 1) < 1 or self.gpus_per_worker < 1:
-            raise UsageError("--copies, --workers and GPUs per worker must be ≥ 1")
+        for flag, value in (("--copies", self.copies), ("--workers", self.workers),
+                            ("GPUs per worker", self.gpus_per_worker)):
+            if value is not None and value < 1:  # (None: a running controller's, unset)
+                raise UsageError(f"{flag} {value} must be ≥ 1")
         if self.slo_ns <= 0:
             raise UsageError("--slo must be positive", "e.g. --slo 100ms")
         arrivals_mod.parse_arrivals(self.arrivals)

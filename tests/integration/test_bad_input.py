@@ -282,7 +282,7 @@ def test_infer_input_checked_before_reaching_a_controller(cli, tmp_path):
     assert time.monotonic() - t0 < 8
 
 
-def test_serve_flags_checked_before_anything_starts(cli, tmp_path):
+def test_serve_flags_checked_before_anything_starts(cli, cpu_bundle, tmp_path):
     for args, text in [(("--workers", "0"), "--workers 0 and --copies 1 must each be ≥ 1"),
                        (("--copies", "0"), "--workers 1 and --copies 0 must each be ≥ 1"),
                        (("--metrics-port", "99999"), "--metrics-port 99999 is not a port"),
@@ -308,6 +308,13 @@ def test_serve_flags_checked_before_anything_starts(cli, tmp_path):
                           ("cuda,cuda:0", "names cuda:0 twice")):
         line = _one_error_line(cli("serve", "worker", "--models", tmp_path, "--device", devices))
         assert f"--device {devices} {text}" in line, line
+    # a page cache too small for the largest model would refuse its every LOAD
+    import shutil
+    shutil.copytree(cpu_bundle("mlp", (1,)), tmp_path / "one" / "mlp")
+    line = _one_error_line(cli("serve", "worker", "--models", tmp_path / "one",
+                               "--runtime", "simulated", "--page-cache", "1KiB"))
+    assert "a page cache of 1.0 KiB on cpu holds 0 page(s) of 16.0 MiB; model 'mlp' needs 1" \
+        in line and "--page-cache 16MiB or more" in line, line
     # copies that cannot fit in memory: refused before any bundle is read or process started
     models = tmp_path / "two"
     for name in ("a", "b"):

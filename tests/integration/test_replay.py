@@ -245,6 +245,9 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--slo", "0ms"), "--slo must be positive"),
     (("--target-rate", "0"), "--target-rate 0 must be a positive number"),
     (("--seed", "-1"), "--seed -1 must be ≥ 0"),
+    (("--workers", "0"), "--workers 0 must be ≥ 1"),  # (0 was an internal error)
+    (("--workers", "-1"), "--workers -1 must be ≥ 1"),
+    (("--models", "resnet50", "--copies", "0"), "--copies 0 must be ≥ 1"),
     (("--start-minute", "-3"), "--start-minute -3 must be ≥ 0"),
     (("--rate-scale", "-2"), "--rate-scale -2 must be a positive number"),
     (("--noise", "-1"), "--noise -1 must be ≥ 0 and < 1"),

@@ -37,7 +37,29 @@ def make_runtimes(config: WorkerConfig, models: list[HostModel]) -> list[Runtime
             from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
             cache = config.page_cache_bytes or default_gpu_cache_bytes(index, models)
             runtimes.append(TvmCudaRuntime(index, page_size, cache // page_size))
+        _check_fits(cache, page_size, models, text, given=config.page_cache_bytes is not None)
     return runtimes
+
+
+def _check_fits(cache_bytes: int, page_size: int, models: list[HostModel], device: str,
+                given: bool) -> None:
+    """A cache that cannot hold the largest model would refuse its every LOAD while serving:
+    refused at start instead."""
+    from cw.errors import DeviceError, UsageError
+    from cw.units import format_bytes
+
+    if not models:
+        return
+    biggest = max(models, key=lambda m: m.weights.num_pages)
+    need = biggest.weights.num_pages
+    pages = cache_bytes // page_size
+    if pages >= need:
+        return
+    what = (f"a page cache of {format_bytes(cache_bytes)} on {device} holds {pages} page(s) of "
+            f"{format_bytes(page_size)}; model '{biggest.model_id}' needs {need}")
+    if given:
+        raise UsageError(what, f"give --page-cache {-(-need * page_size // 2**20)}MiB or more")
+    raise DeviceError(what, "free memory on the device, or serve smaller models")
 
 
 def default_gpu_cache_bytes(index: int, models: list[HostModel]) -> int:
