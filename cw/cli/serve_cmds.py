@@ -28,6 +28,18 @@ def _logging(verbose: bool, standalone: bool = False) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
+def _prepare_log_dir(log_dir: Path) -> None:
+    """Made if missing; an earlier run's files there are kept aside, not overwritten."""
+    from cw.errors import creating
+    from cw.serve.launch import set_aside_earlier_run
+
+    with creating(log_dir, "--log-dir"):
+        log_dir.mkdir(parents=True, exist_ok=True)
+        earlier = set_aside_earlier_run(log_dir)
+    if earlier is not None:
+        console().print(f"the earlier run's telemetry in {log_dir} is now in {earlier}/")
+
+
 def _check_targets(bundles: list[Path], runtime: str) -> None:
     """Bundles a `--runtime cpu|cuda` worker could not run, refused before anything starts."""
     from cw.bundle import read_manifest
@@ -142,7 +154,7 @@ def serve_all(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from cw.errors import UsageError, creating
+    from cw.errors import UsageError
     from cw.serve.launch import (ControllerThread, WorkerProcesses, install_signal_stop,
                                  local_address, local_devices)
     from cw.memory import check_instances
@@ -157,8 +169,7 @@ def serve_all(
     config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
                                 default_slo, metrics_port, log_dir, log_stalls)
     if log_dir:  # before the demo set's first-use compile: a bad path fails at once
-        with creating(log_dir, "--log-dir"):
-            log_dir.mkdir(parents=True, exist_ok=True)
+        _prepare_log_dir(log_dir)
     if models is None and runtime == "cuda":
         raise UsageError("the demo set is compiled for the CPU: --runtime cuda needs --models",
                          "give --models DIR of bundles compiled with `cw compile --target cuda`")
@@ -221,6 +232,8 @@ def serve_controller(
     _logging(verbose, standalone=True)
     config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
                                 default_slo, metrics_port, log_dir, log_stalls)
+    if log_dir:
+        _prepare_log_dir(log_dir)
     ctl = ControllerThread(config).start()
     console().print(f"controller ({config.scheduler}): workers at {ctl.workers_address}, "
                     f"clients at {ctl.clients_address}"

@@ -219,6 +219,26 @@ WORKER_EXIT_CODES = frozenset(e.exit_code for e in (UsageError, ModelError, Bund
 STALLS_LOG = "stalls.log"  # a controller process's stall lines, in its log directory
 
 
+def set_aside_earlier_run(log_dir: Path) -> Path | None:
+    """A serving run writes requests.csv, actions.csv, stalls.log and worker-N.log afresh in
+    its --log-dir: those of an earlier run there move to earlier-<their time>/ first, rather
+    than being overwritten. Returns where they went (None: there were none)."""
+    found = [log_dir / name for name in ("requests.csv", "actions.csv", STALLS_LOG)]
+    found = [f for f in found if f.exists()] + sorted(log_dir.glob("worker-*.log"))
+    if not found:
+        return None
+    when = time.strftime("%Y%m%d-%H%M%S", time.localtime(max(f.stat().st_mtime
+                                                              for f in found)))
+    dest, n = log_dir / f"earlier-{when}", 1
+    while dest.exists():
+        n += 1
+        dest = log_dir / f"earlier-{when}-{n}"
+    dest.mkdir()
+    for f in found:
+        os.replace(f, dest / f.name)
+    return dest
+
+
 def _controller_process_main(config: ControllerConfig, conn) -> None:
     from cw.errors import CwError
 

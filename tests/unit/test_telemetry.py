@@ -140,3 +140,29 @@ def test_loop_busy_histogram_renders_for_prometheus():
     assert 'cw_controller_loop_busy_seconds_bucket{le="+Inf"} 5' in text
     assert "cw_controller_loop_busy_seconds_count 5" in text
     assert "cw_controller_loop_busy_max_seconds 0.200000" in text
+
+
+def test_an_earlier_serving_runs_files_are_set_aside_not_overwritten(tmp_path):
+    import os
+
+    from cw.serve.launch import set_aside_earlier_run
+
+    assert set_aside_earlier_run(tmp_path) is None  # nothing there yet
+    names = ("requests.csv", "actions.csv", "stalls.log", "worker-0.log", "worker-1.log")
+    for name in names:
+        (tmp_path / name).write_text(f"earlier {name}\n")
+    (tmp_path / "notes.txt").write_text("the user's own\n")
+    os.utime(tmp_path / "requests.csv", (1_700_000_000, 1_700_000_000))
+    os.utime(tmp_path / "actions.csv", (1_700_000_000, 1_700_000_000))
+    for name in names[2:]:
+        os.utime(tmp_path / name, (1_600_000_000, 1_600_000_000))
+    first = set_aside_earlier_run(tmp_path)
+    assert first.parent == tmp_path and first.name.startswith("earlier-2023")  # newest file's
+    assert sorted(p.name for p in first.iterdir()) == sorted(names)
+    assert all((first / n).read_text() == f"earlier {n}\n" for n in names)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, "notes.txt"])
+    for name in names[:2]:  # a run at the same second again: a folder of its own
+        (tmp_path / name).write_text("again\n")
+        os.utime(tmp_path / name, (1_700_000_000, 1_700_000_000))
+    second = set_aside_earlier_run(tmp_path)
+    assert second.name == first.name + "-2" and (second / "requests.csv").read_text() == "again\n"
