@@ -281,11 +281,18 @@ def test_report_of_a_non_replay_directory(cli, tmp_path):
     assert r.code == 2 and "no such directory" in r.err
 
 
-def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle, tmp_path):
+def mlp_models(cpu_bundle, tmp_path, batch_sizes):
+    """A models directory holding the mlp bundle alone, for a live replay's workers."""
     import shutil
+
     models = tmp_path / "models"
     models.mkdir()
-    shutil.copytree(cpu_bundle("mlp", (1, 2, 4, 8, 16)), models / "mlp")
+    shutil.copytree(cpu_bundle("mlp", batch_sizes), models / "mlp")
+    return models
+
+
+def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle, tmp_path):
+    models = mlp_models(cpu_bundle, tmp_path, (1, 2, 4, 8, 16))
     out = tmp_path / "live"
     r = cli("replay", "--models", models, "--copies", "4", "--duration", "5s",
             "--target-rate", "150", "--workers", "2", "--out", out, "--log-stalls", "20ms",
@@ -322,15 +329,12 @@ def test_a_live_replay_whose_controller_dies_says_so_and_writes_nothing(cpu_bund
     """The replay's own controller killed mid-run (as the out-of-memory killer would): the
     replay stops there and fails; a report from the telemetry it left would mislead."""
     import multiprocessing
-    import shutil
     import time
 
     from cw.errors import CwError
     from cw.replay.runner import ReplayConfig, replay
 
-    models = tmp_path / "models"
-    models.mkdir()
-    shutil.copytree(cpu_bundle("mlp", (1, 2, 4)), models / "mlp")
+    models = mlp_models(cpu_bundle, tmp_path, (1, 2, 4))
     out = tmp_path / "killed"
 
     def kill_controller_after_300(event, info):
@@ -353,15 +357,12 @@ def test_a_live_replay_whose_controller_dies_says_so_and_writes_nothing(cpu_bund
 
 def test_a_live_replay_that_loses_a_worker_serves_on_and_says_so(cpu_bundle, tmp_path):
     import os
-    import shutil
     import signal
     from pathlib import Path
 
     from cw.replay.runner import ReplayConfig, replay
 
-    models = tmp_path / "models"
-    models.mkdir()
-    shutil.copytree(cpu_bundle("mlp", (1, 2, 4)), models / "mlp")
+    models = mlp_models(cpu_bundle, tmp_path, (1, 2, 4))
     out = tmp_path / "one-down"
 
     def kill_worker_1_after_300(event, info):
@@ -387,7 +388,6 @@ def test_a_live_replay_that_loses_a_worker_serves_on_and_says_so(cpu_bundle, tmp
 
 def test_ctrl_c_stops_a_live_replay_with_exit_130_and_nothing_left(cpu_bundle, tmp_path):
     import os
-    import shutil
     import signal
     import subprocess
     import sys
@@ -395,9 +395,7 @@ def test_ctrl_c_stops_a_live_replay_with_exit_130_and_nothing_left(cpu_bundle, t
 
     import psutil
 
-    models = tmp_path / "models"
-    models.mkdir()
-    shutil.copytree(cpu_bundle("mlp", (1, 2, 4)), models / "mlp")
+    models = mlp_models(cpu_bundle, tmp_path, (1, 2, 4))
     out = tmp_path / "interrupted"
     proc = subprocess.Popen(
         [sys.executable, "-m", "cw", "replay", "--models", str(models), "--workers", "2",
