@@ -28,6 +28,24 @@ def _logging(verbose: bool, standalone: bool = False) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
+def _start_controller(config):
+    """A ControllerThread, started; an address it cannot listen on names its flag."""
+    from cw.errors import UsageError
+    from cw.serve.launch import ControllerThread
+
+    try:
+        return ControllerThread(config).start()
+    except UsageError as e:
+        for flag, address in (("--workers-listen", config.workers_listen),
+                              ("--clients-listen", config.clients_listen)):
+            if e.message.startswith(f"cannot listen on {address}:"):
+                hint = (f"give {flag} another port, or stop what holds it: another cw serve, "
+                        "perhaps" if "in use" in e.message
+                        else f"give {flag} an address like tcp://*:7000 or tcp://127.0.0.1:7000")
+                raise UsageError(e.message, hint) from None
+        raise
+
+
 def _prepare_log_dir(log_dir: Path) -> None:
     """Made if missing; an earlier run's files there are kept aside, not overwritten."""
     from cw.errors import creating
@@ -155,7 +173,7 @@ def serve_all(
     if ctx.invoked_subcommand is not None:
         return
     from cw.errors import UsageError
-    from cw.serve.launch import (ControllerThread, WorkerProcesses, install_signal_stop,
+    from cw.serve.launch import (WorkerProcesses, install_signal_stop,
                                  local_address, local_devices)
     from cw.memory import check_instances
     from cw.serve.runtime.host import find_bundles
@@ -183,7 +201,7 @@ def serve_all(
     stop = threading.Event()
     install_signal_stop(stop)  # before anything starts: Ctrl-C from here on stops cleanly
     out = console()
-    ctl = ControllerThread(config).start()
+    ctl = _start_controller(config)
     procs = None
     try:
         procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, workers,
@@ -227,14 +245,14 @@ def serve_controller(
 
     Example: [bold]cw serve controller --workers-listen tcp://*:7000 --clients-listen tcp://*:7001[/]
     """
-    from cw.serve.launch import ControllerThread, install_signal_stop
+    from cw.serve.launch import install_signal_stop
 
     _logging(verbose, standalone=True)
     config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
                                 default_slo, metrics_port, log_dir, log_stalls)
     if log_dir:
         _prepare_log_dir(log_dir)
-    ctl = ControllerThread(config).start()
+    ctl = _start_controller(config)
     console().print(f"controller ({config.scheduler}): workers at {ctl.workers_address}, "
                     f"clients at {ctl.clients_address}"
                     + (f", metrics at http://127.0.0.1:{ctl.metrics_port}/metrics"

@@ -136,7 +136,9 @@ class _ZmqEndpoint:
         except zmq.ZMQError as e:
             self.socket.close()
             from cw.errors import UsageError
-            raise UsageError(f"cannot {self._verb} {address}: {e}", self._hint) from None
+            # (zmq.strerror: str(e) repeats the address in newer pyzmq)
+            raise UsageError(f"cannot {self._verb} {address}: {zmq.strerror(e.errno)}",
+                             self._hint) from None
         self._in, self._out = decode, encode
         # pyzmq's Python-level send and send_multipart cost ~4x the send itself (flag enums,
         # argument checks): at thousands of messages a second that is the controller's largest

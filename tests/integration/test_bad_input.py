@@ -296,6 +296,18 @@ def test_serve_flags_checked_before_anything_starts(cli, cpu_bundle, tmp_path):
                                    "--workers-listen", "tcp://127.0.0.1:*",
                                    "--clients-listen", "tcp://127.0.0.1:*", *args))
         assert text in line, line
+    import socket
+    with socket.socket() as taken:  # a port another process holds
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        held = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+        line = _one_error_line(cli("serve", "controller", "--workers-listen", "tcp://127.0.0.1:*",
+                                   "--clients-listen", held))
+    assert line == (f"error: cannot listen on {held}: Address already in use (give "
+                    "--clients-listen another port, or stop what holds it: another cw serve, "
+                    "perhaps)"), line
+    line = _one_error_line(cli("serve", "controller", "--workers-listen", "bogus"))
+    assert "cannot listen on bogus" in line and "give --workers-listen an address like" in line
     line = _one_error_line(cli("serve", "--models", tmp_path / "typo", "--runtime", "simulated"))
     assert "no such directory" in line and "typo" in line
     line = _one_error_line(cli("serve", "controller", "--scheduler", "fifo:x=1",
