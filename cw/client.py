@@ -29,6 +29,7 @@ from cw.serve import protocol as p
 from cw.serve.protocol import RequestStatus
 from cw.serve.shm import ShmArena, remove_stale, shm_domain
 from cw.serve.transport import Malformed, ZmqDealer, tcp_unreachable
+from cw.units import format_bytes
 
 log = logging.getLogger("cw.client")
 
@@ -86,6 +87,7 @@ class Client:
         self.workers: int | None = None
         self.gpus: int | None = None
         self._default_slo_ns = 0  # the controller's, for requests that name none
+        self._max_request_bytes = 0  # the largest request it takes (0: not said)
         self._last_heard_s = 0.0  # when anything last came from the controller
         self._thread = threading.Thread(target=self._loop, name="cw-client", daemon=True)
         self._thread.start()
@@ -162,6 +164,7 @@ class Client:
         self.workers = response.workers or None
         self.gpus = response.gpus or None
         self._default_slo_ns = response.default_slo_ns
+        self._max_request_bytes = response.max_request_bytes
         if not self._hello_done:
             self._hello_done = True
             self._choose_transfer(response.shm_domain)
@@ -196,7 +199,14 @@ class Client:
                                   "free space in /dev/shm, or pass shared_memory=False") from None
                 log.warning("shared memory unusable (%s): sending inputs through the socket", e)
                 self._arena_full = True  # its segments stay: requests in flight use them
-        return [_buffer(a) for a in inputs], None
+        buffers = [_buffer(a) for a in inputs]
+        size = sum(b.nbytes for b in buffers)
+        # (the controller would drop the connection, and the request would go unanswered)
+        if self._max_request_bytes and size + REQUEST_OVERHEAD_BYTES > self._max_request_bytes:
+            raise UsageError(f"a request of {format_bytes(size)} is more than the "
+                             f"{format_bytes(self._max_request_bytes)} the controller at "
+                             f"{self.address} takes", "send fewer samples per request")
+        return buffers, None
 
     def infer_async(self, model: str, x, slo_ms: float | None = None) -> Future:
         """A future of the output array(s). `x` is an array with a batch axis (or a list of
@@ -270,6 +280,9 @@ class Client:
         outs = [np.frombuffer(data, dtype=s.dtype).reshape(n, *s.sample_shape)
                 for data, s in zip(msg.outputs, info.outputs)]
         return outs[0] if len(outs) == 1 else outs
+
+
+REQUEST_OVERHEAD_BYTES = 4096  # a request's fields besides its inputs, generously
 
 
 def _slo_ns(slo_ms: float | None) -> int:

@@ -59,6 +59,10 @@ class ControllerConfig:
     # the answer guard and the completion margin, so answers due meanwhile left late.
     telemetry_rows_per_step: int = 64
     log_stalls_ns: int | None = None  # log every stall longer than this (cw/serve/stalls.py)
+    # The largest message a client may send (ZeroMQ drops the connection of one that sends
+    # more): without a bound one bad client's 10 GB message would take the controller's memory.
+    # Clients are told it and check their requests against it.
+    max_request_bytes: int = 1 << 30
 
     def __post_init__(self):
         from cw.errors import UsageError
@@ -69,6 +73,8 @@ class ControllerConfig:
             raise UsageError("--default-slo must be positive and at most an hour")
         if self.schedule_ahead_ns < 0:
             raise UsageError("--schedule-ahead must not be negative")
+        if self.max_request_bytes < 1 << 20:
+            raise UsageError(f"max request size {self.max_request_bytes} bytes is under 1 MiB")
         from cw.serve.scheduler import parse_scheduler
 
         parse_scheduler(self.scheduler)  # an unknown policy or setting: before anything starts
@@ -435,7 +441,8 @@ class Controller:
                      if (info := self.scheduler.model_info(name)) is not None]
         self.clients_ep.send(peer, p.ModelsResponse(
             msg.request_id, infos, self.shm_domain, self.config.scheduler, len(self.workers),
-            sum(w.gpus for w in self.workers.values()), self.config.default_slo_ns))
+            sum(w.gpus for w in self.workers.values()), self.config.default_slo_ns,
+            self.config.max_request_bytes))
 
     def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
         self._respond_error(peer, -1, RequestStatus.MALFORMED, f"malformed request: {msg.error}")

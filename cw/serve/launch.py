@@ -41,7 +41,8 @@ class ControllerThread:
                                     p.Codec(p.ToWorker), lane=True)
         try:
             self.clients_ep = ZmqRouter(config.clients_listen, p.Codec(p.FromClient),
-                                        p.Codec(p.ToClient))
+                                        p.Codec(p.ToClient),
+                                        max_message_bytes=config.max_request_bytes)
         except Exception:
             self.workers_ep.close()
             raise

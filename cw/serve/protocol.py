@@ -273,6 +273,7 @@ class ModelsResponse(msgspec.Struct, frozen=True, tag="models_response"):
     workers: int = 0      # workers joined, and their GPUs, now (0 from older controllers)
     gpus: int = 0
     default_slo_ns: int = 0  # the SLO of a request that names none (0 from older controllers)
+    max_request_bytes: int = 0  # the largest request it takes (0: older, unsaid)
 
 
 class ErrorResponse(msgspec.Struct, frozen=True, tag="error"):

@@ -226,8 +226,11 @@ class ZmqRouter(_ZmqEndpoint):
     _verb, _hint = "listen on", "choose another address or port"
 
     def __init__(self, address: str, decode: Codec, encode: Codec, context=None,
-                 lane: bool = False):
+                 lane: bool = False, max_message_bytes: int | None = None):
+        """`max_message_bytes`: a peer that sends a larger message is disconnected (ZeroMQ
+        never takes it into memory)."""
         self.unreachable: list[bytes] = []  # peers a send failed for, since the last poll
+        self._max_message_bytes = max_message_bytes
         super().__init__("ROUTER", address, decode, encode, context)
         self.lane = None
         if lane:
@@ -245,6 +248,8 @@ class ZmqRouter(_ZmqEndpoint):
 
     def _configure(self, zmq) -> None:
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # report sends to vanished peers
+        if self._max_message_bytes is not None:
+            self.socket.setsockopt(zmq.MAXMSGSIZE, self._max_message_bytes)
 
     def _attach(self, address: str) -> None:
         self.socket.bind(address)

@@ -1211,3 +1211,28 @@ def test_a_worker_whose_controller_is_not_there_says_so(models_dir, caplog):
     (line,) = [r.getMessage() for r in caplog.records]
     assert re.fullmatch(f"no answer from the controller at {address} for [345] s: nothing "
                         r"listens there \(connection refused\); still trying", line), line
+
+
+def test_a_request_over_the_size_limit_is_refused_and_the_controller_serves_on(models_dir,
+                                                                            tmp_path):
+    """A client's message over `max_request_bytes` never enters the controller's memory
+    (ZeroMQ drops that connection); cw's client refuses to send one, saying why."""
+    from cw.serve.transport import ZmqDealer
+
+    big = np.zeros((1, 600_000), dtype=np.float32)  # 2.4 MB, a wrong shape too
+    with serving(tmp_path, models_dir, max_request_bytes=1 << 20) as (ctl, _):
+        with Client(ctl.clients_address, shared_memory=False) as client:
+            with pytest.raises(UsageError, match=r"a request of 2\.3 MiB is more than the "
+                                                 r"1\.0 MiB the controller at .* takes"):
+                client.infer_response("mlp", big, slo_ms=100)
+        rogue = ZmqDealer(ctl.clients_address, p.Codec(p.ToClient), p.Codec(p.FromClient))
+        try:
+            rogue.send(p.InferRequest(1, "mlp", [memoryview(big).cast("B")], 1, 0))
+            assert rogue.poll(500) == []  # dropped unread: no answer, not even an error
+        finally:
+            rogue.close()
+        with Client(ctl.clients_address, shared_memory=False) as client:  # and it serves on
+            assert client.infer_response("mlp", random_input((1, 64)), 100).status == \
+                RequestStatus.OK
+    with pytest.raises(UsageError, match="under 1 MiB"):
+        ControllerConfig(max_request_bytes=1000)
