@@ -217,8 +217,19 @@ def serve_all(
                      if ctl.metrics_port is not None else ""))
         out.print(f"try: cw infer {min(served)} --random "
                   f"--controller {local_address(ctl.clients_address)}   (Ctrl-C to stop)")
+        told: set[int] = set()
         while not stop.is_set():
-            procs.check()
+            # a worker that dies is Clockwork's worker loss: the controller serves on with the
+            # rest (each said once, with its last words); with none left, there is nothing to
+            # serve with
+            ended = procs.ended()
+            for i in sorted(ended.keys() - told):
+                told.add(i)
+                where = f" (its log: {procs.log_of(i)})" if log_dir else ""
+                out.print(f"[yellow]warning:[/] {ended[i]}{where}; serving on with "
+                          f"{workers - len(ended)} of {workers} worker(s)")
+            if len(ended) == workers:
+                procs.check()  # the first one's reason, as the error
             stop.wait(0.5)
     finally:
         if procs is not None:

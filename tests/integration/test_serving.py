@@ -1236,3 +1236,44 @@ def test_a_request_over_the_size_limit_is_refused_and_the_controller_serves_on(m
                 RequestStatus.OK
     with pytest.raises(UsageError, match="under 1 MiB"):
         ControllerConfig(max_request_bytes=1000)
+
+
+def test_cw_serve_serves_on_when_one_of_its_workers_dies(models_dir, tmp_path):
+    """A worker process killed (as the OOM killer would): `cw serve` says so and serves on with
+    the other; when none is left it stops with the reason."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cw", "serve", "--models", str(models_dir), "--workers", "2",
+         "--runtime", "simulated", "--workers-listen", "tcp://127.0.0.1:*",
+         "--clients-listen", "tcp://127.0.0.1:*", "--log-dir", str(tmp_path / "log")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": "300"})
+    try:
+        address = None
+        deadline = time.monotonic() + 120
+        while address is None and time.monotonic() < deadline:
+            match = re.search(r"clients: (tcp://127\.0\.0\.1:\d+)", proc.stdout.readline())
+            address = match and match.group(1)
+        assert address
+        workers = sorted(psutil.Process(proc.pid).children(), key=lambda c: c.cmdline())
+        assert [c.cmdline()[-1] for c in workers] == ["local-0", "local-1"]
+        workers[1].send_signal(signal.SIGKILL)
+        line = proc.stdout.readline()
+        while line.startswith("try:"):  # the rest of the endpoints' lines
+            line = proc.stdout.readline()
+        assert line.startswith("warning: worker 1 was killed by SIGKILL") and \
+            "serving on with 1 of 2 worker(s)" in line and "worker-1.log" in line, line
+        with Client(address) as client:  # the controller re-plans onto worker 0
+            for _ in range(10):
+                client.infer("mlp", random_input((1, 64)), slo_ms=100)
+        workers[0].send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 1 and err.startswith("error: worker 0 was killed by SIGKILL"), err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
