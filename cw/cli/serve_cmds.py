@@ -290,12 +290,14 @@ def serve_worker(
                              "kernel thread per core, e.g. 0-3 or 0,2 (default: all)."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=_VERBOSE_HELP),
+    parent_pid: int = typer.Option(None, "--parent-pid", hidden=True,
+                                   help="Stop when this process (cw serve, cw replay) is gone."),
 ):
     """Run a worker: load bundles, connect to the controller, execute its actions.
 
     Example: [bold]cw serve worker --controller tcp://10.0.0.1:7000 --models bundles --device cuda:0[/]
     """
-    from cw.serve.launch import install_signal_stop, run_worker
+    from cw.serve.launch import install_signal_stop, run_worker, stop_with_parent
     from cw.serve.worker import WorkerConfig
 
     _logging(verbose, standalone=True)
@@ -309,6 +311,8 @@ def serve_worker(
                           else None, copies=copies, log_stalls_ns=_stall_ns(log_stalls), **kw)
     stop = threading.Event()
     install_signal_stop(stop)
+    if parent_pid is not None:
+        stop_with_parent(parent_pid, stop)
     run_worker(config, stop)
 
 

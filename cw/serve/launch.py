@@ -341,7 +341,8 @@ class WorkerProcesses:
             device = devices[i % len(devices)]
             cmd = [sys.executable, "-m", "cw", "serve", "worker", "--controller", controller,
                    "--models", str(models_dir), "--device", device, "--runtime", runtime,
-                   "--copies", str(copies), "--name", f"local-{i}"]
+                   "--copies", str(copies), "--name", f"local-{i}",
+                   "--parent-pid", str(os.getpid())]
             if cores:
                 cmd += ["--cpus", ",".join(map(str, cores[i]))]
             if page_cache:
@@ -418,6 +419,22 @@ class WorkerProcesses:
                 proc.wait()
         if self._scratch is not None:
             self._scratch.cleanup()
+
+
+def stop_with_parent(parent_pid: int, stop: threading.Event, every_s: float = 0.5) -> None:
+    """Set `stop` once the process that started this one is gone: a local worker of a `cw
+    serve` or `cw replay` killed outright (SIGKILL, the OOM killer) would otherwise serve
+    nobody forever. (Its parent's pid changes when it is re-parented.)"""
+    def watch():
+        while not stop.wait(every_s):
+            if os.getppid() != parent_pid:
+                log.warning("the process that started this worker (pid %d) is gone: stopping",
+                            parent_pid)
+                stop.set()
+
+    if os.getppid() != parent_pid:
+        stop.set()  # gone already
+    threading.Thread(target=watch, name="cw-parent-watch", daemon=True).start()
 
 
 def install_signal_stop(stop: threading.Event) -> None:

@@ -1260,8 +1260,12 @@ def test_cw_serve_serves_on_when_one_of_its_workers_dies(models_dir, tmp_path):
             match = re.search(r"clients: (tcp://127\.0\.0\.1:\d+)", proc.stdout.readline())
             address = match and match.group(1)
         assert address
-        workers = sorted(psutil.Process(proc.pid).children(), key=lambda c: c.cmdline())
-        assert [c.cmdline()[-1] for c in workers] == ["local-0", "local-1"]
+        def name(worker):
+            args = worker.cmdline()
+            return args[args.index("--name") + 1]
+
+        workers = sorted(psutil.Process(proc.pid).children(), key=name)
+        assert [name(c) for c in workers] == ["local-0", "local-1"]
         workers[1].send_signal(signal.SIGKILL)
         line = proc.stdout.readline()
         while line.startswith("try:"):  # the rest of the endpoints' lines
@@ -1273,7 +1277,37 @@ def test_cw_serve_serves_on_when_one_of_its_workers_dies(models_dir, tmp_path):
                 client.infer("mlp", random_input((1, 64)), slo_ms=100)
         workers[0].send_signal(signal.SIGKILL)
         _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 1 and err.startswith("error: worker 0 was killed by SIGKILL"), err
+        last = err.strip().splitlines()[-1]  # (after the controller's "worker 1 left" lines)
+        assert proc.returncode == 1 and last.startswith("error: worker 0 was killed by SIGKILL"), err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_the_workers_of_a_killed_cw_serve_stop_too(models_dir):
+    """`cw serve` killed outright (SIGKILL: no cleanup of its own) leaves no worker serving
+    nobody: each watches the process that started it."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cw", "serve", "--models", str(models_dir), "--workers", "2",
+         "--runtime", "simulated", "--workers-listen", "tcp://127.0.0.1:*",
+         "--clients-listen", "tcp://127.0.0.1:*"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "clients:" not in proc.stdout.readline() and time.monotonic() < deadline:
+            pass
+        workers = psutil.Process(proc.pid).children()
+        assert len(workers) == 2
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        assert not alive, alive
     finally:
         if proc.poll() is None:
             proc.kill()
