@@ -1278,7 +1278,8 @@ def test_cw_serve_serves_on_when_one_of_its_workers_dies(models_dir, tmp_path):
         workers[0].send_signal(signal.SIGKILL)
         _, err = proc.communicate(timeout=30)
         last = err.strip().splitlines()[-1]  # (after the controller's "worker 1 left" lines)
-        assert proc.returncode == 1 and last.startswith("error: worker 0 was killed by SIGKILL"), err
+        assert proc.returncode == 1, err
+        assert last.startswith("error: worker 0 was killed by SIGKILL"), err
     finally:
         if proc.poll() is None:
             proc.kill()
