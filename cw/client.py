@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 
+import msgspec
 import numpy as np
 
 from cw.bundle import check_model_inputs
@@ -32,6 +33,7 @@ from cw.serve.transport import Malformed, ZmqDealer, tcp_unreachable
 from cw.units import format_bytes
 
 log = logging.getLogger("cw.client")
+_WORKER_MESSAGES = p.Codec(p.ToWorker)  # what a controller's workers' address sends
 
 
 class RequestFailed(CwError):
@@ -89,6 +91,7 @@ class Client:
         self._default_slo_ns = 0  # the controller's, for requests that name none
         self._max_request_bytes = 0  # the largest request it takes (0: not said)
         self._last_heard_s = 0.0  # when anything last came from the controller
+        self._wrong_address: str | None = None  # what a controller's workers' address said
         self._thread = threading.Thread(target=self._loop, name="cw-client", daemon=True)
         self._thread.start()
 
@@ -99,6 +102,7 @@ class Client:
                 self._last_heard_s = time.monotonic()
             for msg in received:
                 if isinstance(msg, Malformed):
+                    self._read_foreign(msg)
                     continue
                 entry = self._futures.pop(msg.request_id, None)
                 if entry is None:
@@ -118,6 +122,16 @@ class Client:
                 else:
                     future.set_result(result)
         self._dealer.close()
+
+    def _read_foreign(self, msg: Malformed) -> None:
+        """A message that is no answer to a client: a controller's workers' address says
+        where clients connect instead (its Goodbye)."""
+        try:
+            goodbye = _WORKER_MESSAGES.decode(msg.raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+        if isinstance(goodbye, p.Goodbye):
+            self._wrong_address = goodbye.reason
 
     def _send(self, make, decode=None, slots=None) -> Future:
         """Send `make(request id)`; the future gets the response, or `decode(response)`, set by
@@ -257,6 +271,11 @@ class Client:
             try:
                 return future.result(timeout=max(0.0, left if probed else min(left, 1.0)))
             except TimeoutError:
+                if self._wrong_address is not None:
+                    raise CwError(f"{self.address} is not a cw controller's clients' address: "
+                                  f"{self._wrong_address}",
+                                  "give the clients' address: cw serve prints both, and 7001 "
+                                  "is the default port") from None
                 if time.monotonic() >= deadline:
                     raise CwError(f"no answer from the controller at {self.address} within "
                                   f"{slo_s + self.timeout_s:g} s",

@@ -360,7 +360,20 @@ class Controller:
             self._worker_left(now_ns, self.by_peer[peer], STOPPED)
 
     def _on_worker_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
-        log.warning("malformed message from a worker (%d bytes): %s", len(msg.raw), msg.error)
+        if peer in self.by_peer:
+            log.warning("malformed message from a worker (%d bytes): %s", len(msg.raw),
+                        msg.error)
+            return
+        # not a worker of this controller's: most likely a client given the workers' address,
+        # which would otherwise wait out its timeout; cw's client reads this and says so
+        clients = self.clients_ep.address
+        if clients.startswith(("tcp://0.0.0.0:", "tcp://[::]:")):  # bound to every interface
+            clients = f"port {clients.rsplit(':', 1)[1]} of this host"
+        log.warning("malformed message on the workers' address (%d bytes): %s (a client "
+                    "that should connect to %s?)", len(msg.raw), msg.error, clients)
+        self.workers_ep.send(peer, p.Goodbye(
+            f"this is a cw controller's workers' address; clients connect to {clients}",
+            p.PROTOCOL_VERSION))
 
     def _check_liveness(self, now_ns: int) -> None:
         for peer in self.workers_ep.unreachable:

@@ -32,9 +32,9 @@ from cw.errors import CwError, UsageError
 from cw.serve.clock import ClockSync, clock_domain
 from cw.serve.executor import Executor
 from cw.serve.loop_errors import LoopErrors
-from cw.serve.protocol import (PROTOCOL_VERSION, DeviceDesc, Goodbye, Infer, Leaving, Load,
-                               ModelInfo, Ping, Pong, Register, Result, Status, TensorInfo,
-                               Timing, Unload, Welcome)
+from cw.serve.protocol import (PROTOCOL_VERSION, Codec, DeviceDesc, Goodbye, Infer, Leaving,
+                               Load, ModelInfo, Ping, Pong, Register, Result, Status, TensorInfo,
+                               Timing, ToClient, Unload, Welcome)
 from cw.serve.runtime.base import SPIN_NS, IOSlot, PhaseTiming, Runtime, now_ns
 from cw.serve.runtime.host import HostModel
 from cw.serve.shm import ShmError, ShmReader, ShmRef, shm_domain
@@ -42,6 +42,7 @@ from cw.serve.simdevice import SimulatedDevice
 from cw.serve.transport import Malformed, tcp_unreachable
 
 log = logging.getLogger("cw.worker")
+_CLIENT_ANSWERS = Codec(ToClient)  # what a controller's clients' address sends
 NEVER = 2**62
 _KIND = {Load: "load", Unload: "unload", Infer: "infer"}
 
@@ -390,6 +391,16 @@ class Worker:
             self.register()  # else step() does, a second after the last try: no ping-pong
 
     def _on_malformed(self, msg: Malformed) -> None:
+        try:  # a controller's answer to a client: this worker was given the clients' address
+            answer = _CLIENT_ANSWERS.decode(msg.raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            answer = None
+        if answer is not None:
+            self.fatal = UsageError(
+                f"{self.config.controller} is a cw controller's clients' address, not its "
+                "workers'", "give --controller the workers' address: cw serve prints both, and "
+                "7000 is the default port")
+            return
         log.warning("malformed message from the controller (%d bytes): %s", len(msg.raw),
                     msg.error)
 

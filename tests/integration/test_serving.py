@@ -1312,3 +1312,27 @@ def test_the_workers_of_a_killed_cw_serve_stop_too(models_dir):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_two_addresses_mixed_up_are_said_at_once(models_dir, tmp_path, cli):
+    """A client given the workers' address, and a worker given the clients' address, each say
+    which address it was given, within a second or two, and the controller serves on."""
+    from cw.errors import CwError
+
+    with serving(tmp_path, models_dir) as (ctl, _):
+        began = time.monotonic()
+        with Client(ctl.workers_address) as wrong:
+            with pytest.raises(CwError) as e:
+                wrong.models()
+        assert time.monotonic() - began < 5
+        assert e.value.message == (f"{ctl.workers_address} is not a cw controller's clients' "
+                                   "address: this is a cw controller's workers' address; "
+                                   f"clients connect to {ctl.clients_address}")
+        r = cli("serve", "worker", "--controller", ctl.clients_address, "--models", models_dir,
+                "--runtime", "simulated")
+        assert r.code == 2 and f"{ctl.clients_address} is a cw controller's clients' address, " \
+            "not its workers'" in r.err, r.err
+        with Client(ctl.clients_address) as client:
+            assert client.infer_response("mlp", random_input((1, 64)), 100).status == \
+                RequestStatus.OK
+        assert len(ctl.controller.workers) == 1
