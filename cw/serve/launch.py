@@ -425,16 +425,20 @@ def stop_with_parent(parent_pid: int, stop: threading.Event, every_s: float = 0.
     """Set `stop` once the process that started this one is gone: a local worker of a `cw
     serve` or `cw replay` killed outright (SIGKILL, the OOM killer) would otherwise serve
     nobody forever. (Its parent's pid changes when it is re-parented.)"""
-    def watch():
-        while not stop.wait(every_s):
-            if os.getppid() != parent_pid:
-                log.warning("the process that started this worker (pid %d) is gone: stopping",
-                            parent_pid)
-                stop.set()
+    def parent_gone() -> bool:
+        if os.getppid() == parent_pid:
+            return False
+        log.warning("the process that started this worker (pid %d) is gone: stopping",
+                    parent_pid)
+        stop.set()
+        return True
 
-    if os.getppid() != parent_pid:
-        stop.set()  # gone already
-    threading.Thread(target=watch, name="cw-parent-watch", daemon=True).start()
+    def watch():
+        while not stop.wait(every_s) and not parent_gone():
+            pass
+
+    if not parent_gone():
+        threading.Thread(target=watch, name="cw-parent-watch", daemon=True).start()
 
 
 def install_signal_stop(stop: threading.Event) -> None:
