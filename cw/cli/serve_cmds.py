@@ -236,7 +236,8 @@ def serve_all(
             procs.stop()
         ctl.close()
         if stop.is_set():  # asked to (Ctrl-C, SIGTERM); an error says its own line instead
-            out.print("stopped")
+            served = ctl.metrics.served_text()
+            out.print(f"stopped after {served}" if served else "stopped")
 
 
 @serve_app.command("controller")
@@ -275,6 +276,8 @@ def serve_controller(
             stop.wait(0.5)
     finally:
         ctl.close()
+    served = ctl.metrics.served_text()
+    console().print(f"stopped after {served}" if served else "stopped")
 
 
 @serve_app.command("worker")

@@ -78,6 +78,20 @@ class Metrics:
             if status == "OK":
                 self.latency.observe(latency_ns)
 
+    def served_text(self) -> str:
+        """What was answered, for a server's last line: "1,234 requests: 1,229 in SLO, 5
+        rejected" ("" before any)."""
+        with self._lock:
+            total = sum(self.requests.values())
+            if not total:
+                return ""
+            parts = [f"{self.in_slo:,} in SLO"]
+            if self.requests["OK"] > self.in_slo:
+                parts.append(f"{self.requests['OK'] - self.in_slo:,} OK but late")
+            parts += [f"{n:,} {status.lower().replace('_', ' ')}"
+                      for status, n in sorted(self.requests.items()) if status != "OK" and n]
+        return f"{total:,} request{'s' if total != 1 else ''}: " + ", ".join(parts)
+
     def action(self, kind: str, status: str) -> None:
         with self._lock:
             self.actions[(kind, status)] += 1

@@ -868,7 +868,7 @@ def test_cw_serve_prints_endpoints_serves_and_stops_cleanly_on_a_signal(models_d
         proc.send_signal(getattr(signal, signum))
         rest, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0, "".join(lines) + rest
-        assert "stopped" in rest
+        assert "stopped after 30 requests: " in rest, rest  # what it served, in one line
         assert "left" not in rest  # the workers said they were leaving: no warning about them
         _, alive = psutil.wait_procs(children, timeout=10)
         assert not alive, alive  # no worker left behind

@@ -166,3 +166,15 @@ def test_an_earlier_serving_runs_files_are_set_aside_not_overwritten(tmp_path):
         os.utime(tmp_path / name, (1_700_000_000, 1_700_000_000))
     second = set_aside_earlier_run(tmp_path)
     assert second.name == first.name + "-2" and (second / "requests.csv").read_text() == "again\n"
+
+
+def test_what_a_server_served_in_one_line():
+    m = Metrics()
+    assert m.served_text() == ""
+    m.request("OK", 5_000_000, True)
+    assert m.served_text() == "1 request: 1 in SLO"
+    for status, in_slo in (("OK", True), ("OK", False), ("REJECTED", False),
+                           ("REJECTED", False), ("UNKNOWN_MODEL", False)):
+        m.request(status, 5_000_000, in_slo)
+    assert m.served_text() == ("6 requests: 2 in SLO, 1 OK but late, 2 rejected, "
+                               "1 unknown model")
