@@ -269,7 +269,8 @@ class Client:
         while True:
             left = deadline - time.monotonic()
             try:
-                return future.result(timeout=max(0.0, left if probed else min(left, 1.0)))
+                wait = min(left, threading.TIMEOUT_MAX) if probed else min(left, 1.0)
+                return future.result(timeout=max(0.0, wait))  # (an absurd SLO: a finite wait)
             except TimeoutError:
                 if self._wrong_address is not None:
                     raise CwError(f"{self.address} is not a cw controller's clients' address: "
@@ -308,5 +309,7 @@ def _slo_ns(slo_ms: float | None) -> int:
     if slo_ms is None:
         return 0  # the controller's default SLO
     if slo_ms > 0:  # (NaN is not)
+        if slo_ms * 1_000_000 >= 2**63:  # inf too: no message could carry it
+            raise UsageError(f"SLO {slo_ms:g} ms is absurd", "give one in milliseconds, e.g. 100")
         return max(1, int(slo_ms * 1_000_000))  # a 0 on the wire would mean the default
     raise UsageError(f"SLO {slo_ms} ms must be positive", "omit it for the controller's default")

@@ -294,6 +294,9 @@ def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
             for slo_ms in (0, -5, float("nan")):  # refused before anything is sent
                 with pytest.raises(UsageError, match="must be positive"):
                     client.infer_response("mlp", random_input((1, 64)), slo_ms)
+            for slo_ms in (1e15, float("inf")):  # no message could carry it (was OverflowError)
+                with pytest.raises(UsageError, match="is absurd"):
+                    client.infer_response("mlp", random_input((1, 64)), slo_ms)
             # a negative SLO that reaches the controller anyway (another client) is refused there
             r = client._send(lambda rid: p.InferRequest(
                 rid, "mlp", [random_input((1, 64)).tobytes()], 1, -5)).result(timeout=10)
