@@ -176,7 +176,7 @@ def serve_all(
     from cw.serve.launch import (WorkerProcesses, install_signal_stop,
                                  local_address, local_devices)
     from cw.memory import check_instances
-    from cw.serve.runtime.host import find_bundles
+    from cw.serve.runtime.host import check_names, find_bundles
     from cw.serve.protocol import describe_models
 
     _logging(verbose)
@@ -195,6 +195,7 @@ def serve_all(
     # here, as one error line, not a worker's dying words after the controller started
     bundles = find_bundles(models_dir)
     check_instances(len(bundles), copies, workers)
+    check_names(bundles)
     if runtime != "simulated":
         _check_targets(bundles, runtime)
     devices = local_devices(runtime, workers)

@@ -272,9 +272,11 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                 raise UsageError("a local live replay needs compiled bundles for its workers",
                                  "give --models DIR of bundles, or add --simulate for zoo names")
             from cw.memory import check_instances
-            from cw.serve.runtime.host import find_bundles
+            from cw.serve.runtime.host import check_names, find_bundles
 
-            check_instances(len(find_bundles(models_dir)), config.copies, config.workers)
+            bundles = find_bundles(models_dir)
+            check_instances(len(bundles), config.copies, config.workers)
+            check_names(bundles)
             devices = local_devices(config.runtime, config.workers)
             # The controller gets a process of its own (not a thread of this one, where it
             # would share the GIL with the sender); its telemetry comes back as CSV files.

@@ -369,3 +369,19 @@ def test_a_metrics_port_in_use_is_one_error_and_frees_the_sockets():
                                           clients_listen=addresses[1])).close()
     finally:
         taken.close()
+
+
+def test_two_bundles_of_one_name_are_refused_not_merged(cli, cpu_bundle, tmp_path):
+    """A bundle folder copied beside the original: one model id, two bundles. It was served
+    as one model without a word; now it is one error line, before anything starts."""
+    import shutil
+
+    models = tmp_path / "models"
+    shutil.copytree(cpu_bundle("mlp", (1,)), models / "mlp")
+    shutil.copytree(models / "mlp", models / "mlp-copy")
+    for args in (("serve", "--workers-listen", "tcp://127.0.0.1:*",
+                  "--clients-listen", "tcp://127.0.0.1:*"), ("serve", "worker")):
+        line = _one_error_line(cli(*args, "--models", models, "--runtime", "simulated"))
+        assert line.startswith(f"error: bundles {models / 'mlp'} and {models / 'mlp-copy'} are "
+                               "both named 'mlp'"), line
+        assert "cw compile --name OTHER" in line

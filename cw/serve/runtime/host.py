@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from cw.bundle import Bundle, Manifest, open_bundle
+from cw.bundle import Bundle, Manifest, open_bundle, read_manifest
 from cw.engine import read_aligned
 
 
@@ -48,6 +48,7 @@ def load_models(bundle_dirs: list[Path], copies: int = 1, read_weights: bool = T
     from cw.memory import check_instances
 
     check_instances(len(bundle_dirs), copies)  # before the bundles are read
+    check_names(bundle_dirs)
     models = []
     for path in bundle_dirs:
         bundle = open_bundle(path)
@@ -73,3 +74,18 @@ def find_bundles(models_dir: Path) -> list[Path]:
         raise UsageError(f"no bundles in {models_dir}",
                          "compile models into it with `cw compile MODEL.onnx -o DIR/NAME`")
     return found
+
+
+def check_names(bundle_dirs: list[Path]) -> None:
+    """A model id is its bundle's name: a second bundle of one name (a copied folder) would be
+    served as the first, or not at all, without a word. (Reads the manifests only.)"""
+    from cw.errors import UsageError
+
+    named: dict[str, Path] = {}
+    for path in bundle_dirs:
+        name = read_manifest(path).name
+        if name in named:
+            raise UsageError(f"bundles {named[name]} and {path} are both named '{name}'",
+                             "serve one of them, or recompile one with `cw compile --name "
+                             "OTHER`; for instances of one model use --copies")
+        named[name] = path
