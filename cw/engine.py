@@ -162,10 +162,16 @@ def arrange_inputs(data: np.ndarray | dict[str, np.ndarray], model: str, specs,
             raise UsageError(f"{model} has {len(specs)} inputs; {source} holds one array",
                              "give an .npz with arrays named " + ", ".join(s.name for s in specs))
         return [data]
+    if len(specs) == 1 and len(data) == 1:  # one array for one input: its name is no matter
+        return list(data.values())
     missing = [s.name for s in specs if s.name not in data]
     if missing:
-        raise UsageError(f"{source} lacks input(s) {', '.join(missing)}",
-                         f"it holds {', '.join(data) or 'no arrays'}")
+        quoted = ", ".join(f"'{name}'" for name in missing)
+        held = ", ".join(f"'{name}'" for name in data) or "no arrays"
+        example = ", ".join(f"{s.name}=..." for s in specs)
+        raise UsageError(f"{source} lacks input{'s' if len(missing) > 1 else ''} {quoted} of "
+                         f"{model} (it holds {held})",
+                         f"name its arrays after the inputs: numpy.savez(FILE, {example})")
     return [data[s.name] for s in specs]
 
 

@@ -182,6 +182,13 @@ def test_wrong_input_shape_or_dtype(cli, cpu_bundle, tmp_path):
     (tmp_path / "text.npy").write_text("hello")  # np.load would call it a pickle
     line = _one_error_line(cli("run", bundle, "--input", tmp_path / "text.npy"))
     assert "is not an .npy or .npz file" in line
+    # an .npz: one array for the one input, whatever its name; several must be named
+    np.savez(tmp_path / "one.npz", x=random_input((2, 64)))
+    assert cli("run", bundle, "--input", tmp_path / "one.npz").code == 0
+    np.savez(tmp_path / "two.npz", x=random_input((2, 64)), y=random_input((2, 64)))
+    line = _one_error_line(cli("run", bundle, "--input", tmp_path / "two.npz"))
+    assert line == ("error: two.npz lacks input 'input' of model 'mlp' (it holds 'x', 'y') "
+                    "(name its arrays after the inputs: numpy.savez(FILE, input=...))"), line
 
 
 def test_cuda_device_refused_for_cpu_bundle_or_without_gpu(cli, cpu_bundle, tmp_path):
