@@ -24,20 +24,26 @@ def make_runtimes(config: WorkerConfig, models: list[HostModel]) -> list[Runtime
     runtimes = []
     for text in config.devices:
         kind, index = parse_device(text)
+        # the cache's size is checked before it is allocated (on a GPU, before cudaMalloc)
+        if config.page_cache_bytes is not None:
+            cache = config.page_cache_bytes
+        elif config.runtime == "simulated":
+            cache = int(21.5 * 2**30)  # Clockwork's V100 figure
+        elif kind == "cpu":
+            cache = 2 * 2**30
+        else:
+            cache = default_gpu_cache_bytes(index, models)
+        _check_fits(cache, page_size, models, text, given=config.page_cache_bytes is not None)
         if config.runtime == "simulated":
             from cw.serve.runtime.simulated import SimulatedRuntime
-            cache = config.page_cache_bytes or int(21.5 * 2**30)  # Clockwork's V100 figure
             runtimes.append(SimulatedRuntime(page_size, cache // page_size, config.noise,
                                              seed=index))
         elif kind == "cpu":
             from cw.serve.runtime.tvm_cpu import TvmCpuRuntime
-            cache = config.page_cache_bytes or 2 * 2**30
             runtimes.append(TvmCpuRuntime(page_size, cache // page_size))
         else:
             from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
-            cache = config.page_cache_bytes or default_gpu_cache_bytes(index, models)
             runtimes.append(TvmCudaRuntime(index, page_size, cache // page_size))
-        _check_fits(cache, page_size, models, text, given=config.page_cache_bytes is not None)
     return runtimes
 
 
