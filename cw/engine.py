@@ -181,9 +181,26 @@ def load_inputs(path: str | Path, manifest: Manifest) -> list[np.ndarray]:
                           Path(path).name)
 
 
+def check_output_path(path: str | Path, specs) -> None:
+    """Before running: -o names a format numpy writes for these outputs (.npy holds one array;
+    y.txt got .npy bytes, and a two-output model's y.npy got an .npz)."""
+    path = Path(path)
+    if path.suffix not in (".npy", ".npz"):
+        raise UsageError(f"-o {path}: cw writes outputs as .npy or .npz, not "
+                         f"'{path.suffix or 'no suffix'}'",
+                         f"name it {path.with_suffix('.npy' if len(specs) == 1 else '.npz')}")
+    if path.suffix == ".npy" and len(specs) > 1:
+        raise UsageError(f"-o {path}: the model has {len(specs)} outputs "
+                         f"({', '.join(s.name for s in specs)}); an .npy file holds one",
+                         f"name it {path.with_suffix('.npz')} (one array per output name)")
+    if path.is_dir():
+        raise UsageError(f"-o {path} is a directory", "give a file name ending in .npy or .npz")
+
+
 def save_outputs(path: str | Path, specs, outputs: list[np.ndarray]) -> None:
     """Atomically: .npy for one output, else .npz keyed by the output names of `specs`."""
     path = Path(path)
+    check_output_path(path, specs)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with open(tmp, "wb") as f:

@@ -33,6 +33,15 @@ def console() -> Console:
     return Consoles.out
 
 
+def progress_bar(*columns, hidden: bool = False):
+    """A transient bar on a terminal. Nowhere else: off a terminal rich cannot redraw it, and
+    stopping it (as an error does) left a stray empty line on stdout."""
+    from rich.progress import Progress
+
+    return Progress(*columns, console=Consoles.out, transient=True,
+                    disable=hidden or not Consoles.out.is_terminal)
+
+
 def print_json(data) -> None:
     import msgspec
 

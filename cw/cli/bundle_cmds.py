@@ -88,10 +88,12 @@ def run_cmd(
     Example: [bold]cw run r50 --input x.npy -o y.npy --verify r50.onnx[/]
     """
     from cw.bundle import read_manifest
-    from cw.engine import load_inputs, run_bundle, save_outputs
+    from cw.engine import check_output_path, load_inputs, run_bundle, save_outputs
     from cw.verify import VERIFY_TOLERANCE
 
     manifest = read_manifest(bundle)
+    if output is not None:
+        check_output_path(output, manifest.outputs)
     inputs = load_inputs(input, manifest)
     result = run_bundle(bundle, inputs, device, verify)
     if output is not None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cw.cli.app import app, console, print_json
+from cw.cli.app import app, console, print_json, progress_bar
 from cw.compile.compiler import DEFAULT_BATCH_SIZES, CompileConfig, compile_model
 from cw.units import format_bytes, parse_batch_sizes, parse_size
 
@@ -69,9 +69,9 @@ def compile_cmd(
                            use_committed_records=not untuned, conv_layout=conv_layout,
                            precision=precision, conv_split=conv_split, conv_algo=conv_algo)
     out = console()
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                        console=out, transient=True, disable=as_json)
+    progress = progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                            TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                            hidden=as_json)
     with progress:
         stage = progress.add_task("starting", total=None)
         batches = None

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cw.cli.app import app, console, print_json
+from cw.cli.app import app, console, print_json, progress_bar
 from cw.profile.profiler import ProfileConfig, profile_bundle
 from cw.units import parse_batch_sizes
 
@@ -53,8 +53,8 @@ def profile_cmd(
                            load_iterations=load_iterations,
                            batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None,
                            concurrency=concurrency, gate_exec=not ungated)
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=console(), transient=True, disable=as_json)
+    progress = progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), hidden=as_json)
     task = None
     # a bar only shows on a terminal: in a log, a line per phase says how far a long run got
     phase_lines = not as_json and not console().is_terminal

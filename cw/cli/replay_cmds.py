@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich import box
 from rich.table import Table
 
-from cw.cli.app import app, console, print_json
+from cw.cli.app import app, console, print_json, progress_bar
 from cw.errors import CwError, UsageError
 from cw.replay.runner import ReplayConfig, replay, with_preset
 from cw.units import parse_duration_ns
@@ -116,9 +116,9 @@ def replay_cmd(
         config = with_preset(preset, **chosen)
     else:
         config = ReplayConfig(**{k: v for k, v in chosen.items() if v is not None})
-    progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("{task.percentage:>3.0f}%"),
-                        TimeElapsedColumn(), console=console(), transient=True, disable=as_json)
+    progress = progress_bar(TextColumn("{task.description}"), BarColumn(),
+                            TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+                            hidden=as_json)
     task = None
     # a bar only shows on a terminal: in a log, a line per tenth of the run says how far it got
     tenth_lines = not as_json and not console().is_terminal

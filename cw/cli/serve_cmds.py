@@ -343,7 +343,7 @@ def infer_cmd(
 
     from cw.bundle import check_model_inputs
     from cw.client import Client, RequestFailed
-    from cw.engine import arrange_inputs, read_arrays, save_outputs
+    from cw.engine import arrange_inputs, check_output_path, read_arrays, save_outputs
     from cw.errors import UsageError
     from cw.serve import protocol as p
     from cw.serve.protocol import RequestStatus, describe_models
@@ -389,6 +389,8 @@ def infer_cmd(
                                  else ""))
         info = models[model]
         label = f"model '{model}'"
+        if output is not None:
+            check_output_path(output, info.outputs)
         if random:
             rng = np.random.default_rng(0)
             xs = [rng.standard_normal((1, *spec.sample_shape)).astype(spec.dtype)

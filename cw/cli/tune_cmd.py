@@ -8,7 +8,7 @@ import typer
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cw.cli.app import app, console, print_json
+from cw.cli.app import app, console, print_json, progress_bar
 from cw.compile.compiler import DEFAULT_BATCH_SIZES
 from cw.compile.tuner import TuneConfig, compact, tune_model
 from cw.compile.tunekit import SOURCES
@@ -17,10 +17,10 @@ from cw.units import parse_batch_sizes, parse_duration_ns
 _DEFAULTS = TuneConfig(db="-")
 
 
-def _progress(out, disable: bool = False) -> Progress:
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                    TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                    console=out, transient=True, disable=disable)
+def _progress(disable: bool = False) -> Progress:
+    return progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                        hidden=disable)
 
 
 @app.command("tune")
@@ -68,7 +68,7 @@ def tune_cmd(
                         input_shapes=parse_input_shapes(input_shape or []),
                         precision=precision, conv_split=conv_split, conv_algo=conv_algo)
     out = console()
-    progress = _progress(out, disable=as_json)
+    progress = _progress(disable=as_json)
     with progress:
         bar = progress.add_task("starting", total=None)
 
@@ -189,7 +189,7 @@ def tune_stage_cmd(
                         precision=precision, conv_split=conv_split, conv_algo=conv_algo,
                         seed=seed)
     out = console()
-    progress = _progress(out)
+    progress = _progress()
     with progress:
         bar = progress.add_task("starting", total=None)
 
@@ -248,7 +248,7 @@ def tune_measure_cmd(
     config = MeasureConfig(device=device, repeat=repeat, min_repeat_ms=min_repeat_ms,
                            time_budget_s=budget_s)
     out = console()
-    progress = _progress(out)
+    progress = _progress()
     with progress:
         bar = progress.add_task("measuring candidates", total=None)
 

@@ -7,7 +7,12 @@ out and evaluated once here, so one weights blob serves every batch size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import os
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +36,9 @@ class OnnxModel:
     inputs: list[tuple[str, str, list]]  # name, numpy dtype, dims (int, or str for symbolic)
     fixed_batch: int | None  # the batch size baked into the graph, None when symbolic
     notes: list[str] = field(default_factory=list)
+    # "x dim 2: 64 → 65" for each fixed dimension --input-shape changed: the first suspect when
+    # TVM's importer then fails
+    changed_dims: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -107,6 +115,7 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
         raise UsageError(f"--input-shape names no input of {path.name}: {', '.join(sorted(unknown))}",
                          f"its inputs are: {', '.join(i.name for i in graph_inputs)}")
     inputs, fixed_batches, notes = [], set(), list(normalization_notes)
+    changed_dims = []
     for value_info in graph_inputs:
         dims = _dims(value_info)
         if value_info.name in input_shapes:
@@ -114,6 +123,9 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
             if len(given) != len(dims):
                 raise UsageError(f"--input-shape {value_info.name} has {len(given)} dimensions, "
                                  f"the model's input has {len(dims)}", f"model: {dims}")
+            changed_dims += [f"{value_info.name} dim {i}: {old} → {new}"
+                             for i, (old, new) in enumerate(zip(dims, given))
+                             if i > 0 and isinstance(old, int) and old != new]
             dims = given
             notes.append(f"input {value_info.name} shape fixed to {given} by --input-shape")
         if not dims:
@@ -138,7 +150,7 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
     fixed_batch = next(iter(fixed_batches)) if fixed_batches else None
     _set_input_dims(model, graph_inputs, inputs)
     return OnnxModel(path, model, hashlib.sha256(data).hexdigest(), opset, inputs, fixed_batch,
-                     notes)
+                     notes, changed_dims)
 
 
 def _set_input_dims(model: onnx.ModelProto, graph_inputs, inputs) -> None:
@@ -183,15 +195,29 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
     from tvm import relax
     from tvm.relax.frontend import onnx as relax_onnx
 
-    try:
-        # Unsanitized names, so that messages and the manifest use the ONNX initializer names.
-        mod = relax_onnx.from_onnx(onnx_model.model, keep_params_in_input=True,
-                                   opset=onnx_model.opset or None, sanitize_input_names=False)
-    except Exception as e:  # the importer raises many types; one line is what users need
-        first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
-        raise ModelError(f"TVM could not import {onnx_model.path.name}: {first}",
-                         "check that the model runs in onnxruntime; cw compile --verbose shows "
-                         "the steps") from None
+    failure = None
+    printed = io.StringIO()
+    # The importer prints the operator it failed on: that goes into our one line. The stderr
+    # filter stays on until the exception (whose frames hold TVM's half-built module) is gone.
+    with contextlib.redirect_stdout(printed), _native_stderr_filtered():
+        try:
+            # Unsanitized names, so that messages and the manifest use the ONNX initializer names.
+            mod = relax_onnx.from_onnx(onnx_model.model, keep_params_in_input=True,
+                                       opset=onnx_model.opset or None, sanitize_input_names=False)
+        except Exception as e:  # the importer raises many types; one line is what users need
+            failure = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+    if failure is not None:
+        where = next((line.split(", with inputs")[0].removeprefix("Error converting ")
+                      for line in printed.getvalue().splitlines()
+                      if line.startswith("Error converting operator")), None)
+        if onnx_model.changed_dims:
+            hint = (f"--input-shape changed the model's own sizes "
+                    f"({'; '.join(onnx_model.changed_dims)}): keep those the model was made for")
+        else:
+            hint = ("check that the model runs in onnxruntime; cw compile --verbose shows the "
+                    "steps")
+        raise ModelError(f"TVM could not import {onnx_model.path.name}"
+                         f"{f' ({where})' if where else ''}: {failure}", hint)
     mod, params = relax.frontend.detach_params(mod)
     raw_weights = params.get("main", [])
     func = mod["main"]
@@ -250,6 +276,30 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
     names = _unique([str(v) for v in main.params[num_inputs:]])
     mod = tvm.IRModule({**helpers, mod.get_global_var("main"): main})
     return ImportedModel(mod, num_inputs, names, sources, weights)
+
+
+@contextlib.contextmanager
+def _native_stderr_filtered():
+    """Pass on TVM's native stderr except its destructor's warning about what a failed import
+    left half-built ("BlockBuilder destroyed with remaining blocks"): the error line says it.
+    CW_DEBUG=1 leaves stderr alone (a crash inside the importer would lose the held text)."""
+    if os.environ.get("CW_DEBUG"):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().decode(errors="replace").splitlines(True)
+                    if "BlockBuilder destroyed" not in line]
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:

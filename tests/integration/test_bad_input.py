@@ -2,6 +2,8 @@
 
 import json
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -189,6 +191,36 @@ def test_wrong_input_shape_or_dtype(cli, cpu_bundle, tmp_path):
     line = _one_error_line(cli("run", bundle, "--input", tmp_path / "two.npz"))
     assert line == ("error: two.npz lacks input 'input' of model 'mlp' (it holds 'x', 'y') "
                     "(name its arrays after the inputs: numpy.savez(FILE, input=...))"), line
+
+
+def test_output_file_names_a_format_cw_writes(cli, cpu_bundle, tmp_path):
+    bundle = cpu_bundle("mlp")
+    np.save(tmp_path / "x.npy", random_input((1, 64)))
+    for name, text in [("y.txt", "not '.txt'"), ("y", "not 'no suffix'")]:
+        line = _one_error_line(cli("run", bundle, "--input", tmp_path / "x.npy",
+                                   "-o", tmp_path / name))
+        assert text in line and line.endswith(f"(name it {tmp_path / 'y.npy'})"), line
+        assert not (tmp_path / name).exists()
+    (tmp_path / "d.npy").mkdir()
+    assert "is a directory" in _one_error_line(
+        cli("run", bundle, "--input", tmp_path / "x.npy", "-o", tmp_path / "d.npy"))
+    assert cli("run", bundle, "--input", tmp_path / "x.npy", "-o", tmp_path / "y.npz").code == 0
+    assert np.load(tmp_path / "y.npz")["output"].shape == (1, 10)
+
+
+def test_import_failure_after_input_shape_is_one_line_naming_the_change(zoo_onnx, tmp_path):
+    # A subprocess: TVM's destructor warned on the native stderr after the error line, and the
+    # importer printed the failing operator on stdout.
+    r = subprocess.run([sys.executable, "-m", "cw", "compile", str(zoo_onnx("mlp")), "-o",
+                        str(tmp_path / "out"), "--input-shape", "input=N,65"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 3
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: TVM could not import mlp.onnx (operator Gemm):")
+    assert "(--input-shape changed the model's own sizes (input dim 1: 64 → 65)" in lines[0]
+    _nothing_written(tmp_path)
 
 
 def test_cuda_device_refused_for_cpu_bundle_or_without_gpu(cli, cpu_bundle, tmp_path):
