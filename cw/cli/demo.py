@@ -12,7 +12,8 @@ import typer
 
 from cw.cli.app import app, console
 from cw.cli.compile_cmd import compile_cmd
-from cw.errors import CwError
+from cw.errors import CwError, UsageError
+from cw.units import parse_batch_sizes
 
 
 @app.command("demo")
@@ -32,6 +33,11 @@ def demo_cmd(
     from cw.errors import creating
 
     entry = model_zoo.get(model)
+    # before minutes of export and compilation, not after
+    largest = max(parse_batch_sizes(batch_sizes))
+    if not 1 <= batch <= largest:
+        raise UsageError(f"--batch {batch} must be within 1..{largest} (the largest of "
+                         f"--batch-sizes {batch_sizes})", "e.g. --batch 3 --batch-sizes 1,4")
     out = console()
     with creating(workdir, "--dir"):
         workdir.mkdir(parents=True, exist_ok=True)

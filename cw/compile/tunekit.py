@@ -33,7 +33,7 @@ from cw.compile import targets, tuning
 from cw.compile.libcheck import check_device_binary
 from cw.compile.tuner import (Progress, TuneConfig, _default_schedule, _flops, extract_work,
                               open_database, tuning_target)
-from cw.errors import UsageError
+from cw.errors import UsageError, creating
 from cw.profile.candidates import KIT_FILE, KIT_FORMAT, read_kit, read_results
 from cw.tvm_env import load_tvm
 
@@ -255,13 +255,14 @@ def stage_kit(onnx_path, config: TuneConfig, kit_dir: str | os.PathLike,
         if kit["target_key"] != wanted or kit["precision"] != config.precision:
             raise UsageError(f"kit {kit_dir} is for {kit['target_key']} {kit['precision']}, "
                              f"not {wanted} {config.precision}", "stage into a new directory")
-    elif kit_dir.exists() and any(kit_dir.iterdir()):
+    elif kit_dir.exists() and (not kit_dir.is_dir() or any(kit_dir.iterdir())):
         raise UsageError(f"{kit_dir} exists and is not a tuning kit",
                          "give a new directory, or a kit from `cw tune-stage`")
     else:
         kit = _new_kit(config, tolerance)
-    (kit_dir / "lib").mkdir(parents=True, exist_ok=True)
-    (kit_dir / "records").mkdir(exist_ok=True)
+    with creating(kit_dir, "--kit"):
+        (kit_dir / "lib").mkdir(parents=True, exist_ok=True)
+        (kit_dir / "records").mkdir(exist_ok=True)
     database = open_database(Path(config.db))
     work, rules = extract_work(onnx_path, config, database, progress)
     target = tuning_target(config)

@@ -47,6 +47,9 @@ class TuneConfig:
             raise UsageError("trials per round must be at least 1", "e.g. 16")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
             raise UsageError("--time-budget must be positive", "e.g. --time-budget 25m")
+        if self.num_cores is not None and self.num_cores < 1:
+            raise UsageError(f"--num-cores {self.num_cores} must be at least 1",
+                             "omit it to use every CPU")
         self.compile_config()  # the same checks as cw compile's
 
     def compile_config(self) -> CompileConfig:
@@ -197,6 +200,9 @@ def open_database(db_dir: Path):
     refused rather than written into."""
     from tvm.s_tir import meta_schedule as ms
 
+    if db_dir.exists() and not db_dir.is_dir():
+        raise UsageError(f"--db {db_dir} is a file, not a directory",
+                         "give a new directory, or one written by `cw tune`")
     if db_dir.exists() and not tuning.is_database(db_dir) and any(db_dir.iterdir()):
         raise UsageError(f"--db {db_dir}: exists and is not a tuning database",
                          "give a new directory, or one written by `cw tune`")

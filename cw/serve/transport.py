@@ -117,6 +117,16 @@ def tcp_unreachable(address: str) -> str | None:
         return None
 
 
+def _port_problem(address: str) -> str | None:
+    """ZeroMQ takes a tcp port modulo 65536: tcp://*:70000 listened on 4464 without a word."""
+    if not address.startswith("tcp://"):
+        return None
+    port = address.rpartition(":")[2]
+    if port.isdigit() and int(port) > 65535:
+        return f"port {port} is out of range (ports are 1..65535)"
+    return None
+
+
 # --- ZeroMQ -----------------------------------------------------------------------------------
 
 class _ZmqEndpoint:
@@ -131,14 +141,16 @@ class _ZmqEndpoint:
         for option, value in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
             self.socket.setsockopt(option, value)
         self._configure(zmq)
-        try:
-            self._attach(address)
-        except zmq.ZMQError as e:
+        problem = _port_problem(address)
+        if problem is None:
+            try:
+                self._attach(address)
+            except zmq.ZMQError as e:
+                problem = zmq.strerror(e.errno)  # (str(e) repeats the address in newer pyzmq)
+        if problem is not None:
             self.socket.close()
             from cw.errors import UsageError
-            # (zmq.strerror: str(e) repeats the address in newer pyzmq)
-            raise UsageError(f"cannot {self._verb} {address}: {zmq.strerror(e.errno)}",
-                             self._hint) from None
+            raise UsageError(f"cannot {self._verb} {address}: {problem}", self._hint)
         self._in, self._out = decode, encode
         # pyzmq's Python-level send and send_multipart cost ~4x the send itself (flag enums,
         # argument checks): at thousands of messages a second that is the controller's largest

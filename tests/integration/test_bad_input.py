@@ -347,6 +347,12 @@ def test_serve_flags_checked_before_anything_starts(cli, cpu_bundle, tmp_path):
                     "perhaps)"), line
     line = _one_error_line(cli("serve", "controller", "--workers-listen", "bogus"))
     assert "cannot listen on bogus" in line and "give --workers-listen an address like" in line
+    # ZeroMQ takes a port modulo 65536: 70000 listened on 4464 without a word
+    line = _one_error_line(cli("serve", "controller", "--workers-listen", "tcp://127.0.0.1:*",
+                               "--clients-listen", "tcp://127.0.0.1:70000"))
+    assert "cannot listen on tcp://127.0.0.1:70000: port 70000 is out of range" in line, line
+    line = _one_error_line(cli("infer", "--list", "--controller", "tcp://127.0.0.1:65536"))
+    assert "cannot connect to tcp://127.0.0.1:65536: port 65536 is out of range" in line, line
     line = _one_error_line(cli("serve", "--models", tmp_path / "typo", "--runtime", "simulated"))
     assert "no such directory" in line and "typo" in line
     line = _one_error_line(cli("serve", "controller", "--scheduler", "fifo:x=1",
@@ -424,3 +430,21 @@ def test_two_bundles_of_one_name_are_refused_not_merged(cli, cpu_bundle, tmp_pat
         assert line.startswith(f"error: bundles {models / 'mlp'} and {models / 'mlp-copy'} are "
                                "both named 'mlp'"), line
         assert "cw compile --name OTHER" in line
+
+
+def test_tuning_and_demo_flags_checked_before_work_starts(cli, zoo_onnx, tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("not a folder")
+    line = _one_error_line(cli("tune", zoo_onnx("mlp"), "--db", a_file))
+    assert line.startswith(f"error: --db {a_file} is a file, not a directory"), line
+    line = _one_error_line(cli("tune", zoo_onnx("mlp"), "--db", tmp_path / "db",
+                               "--num-cores", "0"))
+    assert "--num-cores 0 must be at least 1" in line
+    line = _one_error_line(cli("tune-stage", zoo_onnx("mlp"), "--kit", a_file,
+                               "--db", tmp_path / "db", "--target", "cpu"))
+    assert f"{a_file} exists and is not a tuning kit" in line
+    assert not (tmp_path / "db").exists()
+    line = _one_error_line(cli("demo", "--model", "mlp", "--batch", "5", "--dir",
+                               tmp_path / "demo"))
+    assert "--batch 5 must be within 1..4 (the largest of --batch-sizes 1,4)" in line
+    assert not (tmp_path / "demo").exists()
