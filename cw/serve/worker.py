@@ -32,17 +32,15 @@ from cw.errors import CwError, UsageError
 from cw.serve.clock import ClockSync, clock_domain
 from cw.serve.executor import Executor
 from cw.serve.loop_errors import LoopErrors
-from cw.serve.protocol import (PROTOCOL_VERSION, Codec, DeviceDesc, Goodbye, Infer, Leaving,
-                               Load, ModelInfo, Ping, Pong, Register, Result, Status, TensorInfo,
-                               Timing, ToClient, Unload, Welcome)
+from cw.serve.protocol import (PROTOCOL_VERSION, DeviceDesc, Infer, Load, ModelInfo, Register,
+                               Result, Status, TensorInfo, Timing, Unload)
 from cw.serve.runtime.base import SPIN_NS, IOSlot, PhaseTiming, Runtime, now_ns
 from cw.serve.runtime.host import HostModel
 from cw.serve.shm import ShmError, ShmReader, ShmRef, shm_domain
 from cw.serve.simdevice import SimulatedDevice
-from cw.serve.transport import Malformed, tcp_unreachable
+from cw.serve.worker_link import ControllerLink
 
 log = logging.getLogger("cw.worker")
-_CLIENT_ANSWERS = Codec(ToClient)  # what a controller's clients' address sends
 NEVER = 2**62
 _KIND = {Load: "load", Unload: "unload", Infer: "infer"}
 
@@ -190,22 +188,16 @@ class Worker:
         # shared by the loop and the executor threads: one traceback per kind of failure
         self.errors = LoopErrors(log, "worker step")
         self.shm = ShmReader()  # clients' input segments, for INFERs that carry ShmRef
-        self.worker_id: int | None = None
         self.incarnation = secrets.randbits(62) + 1  # Register.incarnation
         self.devices = [_Device(i, rt, self) for i, rt in enumerate(runtimes)]
+        self.link = ControllerLink(config, transport, self.clock, self._registration,
+                                   [d.result_sender for d in self.devices
+                                    if d.result_sender is not None])
         self._handlers = {Load: self._on_weights, Unload: self._on_weights, Infer: self._on_infer,
-                          Pong: self._on_pong, Welcome: self._on_welcome,
-                          Goodbye: self._on_goodbye, Malformed: self._on_malformed}
-        self._last_ping_ns = 0
+                          **self.link.handlers}
         self._last_shm_sweep_ns = 0
-        self._last_register_ns = 0
-        self._unanswered_registrations = 0
-        self._registering_since_ns = 0
-        self._last_heard_ns = 0  # from the controller, any message
-        self._silence_told = False
         self._registered_models: list[ModelInfo] | None = None
         self.stopped = False
-        self.fatal: CwError | None = None  # why serving cannot go on (raised by serve_forever)
         self.stall_watch = None  # a StallWatch while serving with config.log_stalls_ns
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -223,26 +215,25 @@ class Worker:
         # full collections while serving do not rescan thousands of model descriptions
         self._model_infos()
 
-    def register(self) -> None:
+    @property
+    def worker_id(self) -> int | None:
+        """The id the controller welcomed this worker with; None while unregistered."""
+        return self.link.worker_id
+
+    @property
+    def fatal(self) -> CwError | None:
+        """Why serving cannot go on (raised by serve_forever)."""
+        return self.link.fatal
+
+    def _registration(self, sent_ns: int) -> Register:
         rt = self.devices[0].runtime
-        self._last_register_ns = now_ns()
-        if self._unanswered_registrations == 0:
-            self._registering_since_ns = self._last_register_ns
-        self._unanswered_registrations += 1
-        self.transport.send(Register(
+        return Register(
             PROTOCOL_VERSION, self.config.name, rt.name, rt.simulated,
             [DeviceDesc(d.index, d.runtime.name, d.runtime.cache.page_size,
                         d.runtime.cache.num_pages) for d in self.devices],
-            self._model_infos(), self._last_register_ns,
-            shm_domain(), clock_domain(),
+            self._model_infos(), sent_ns, shm_domain(), clock_domain(),
             [d.result_sender.routing_id for d in self.devices if d.result_sender is not None],
-            self.incarnation))
-
-    def _register_again_ns(self) -> int:
-        """How long to wait for a Welcome before registering again: 1 s, then 2 s, then 4 s.
-        A controller busy with thousands of models (another worker's, or these) decodes every
-        repeat, 0.3 s each at 40,000 models: repeats every second kept it busier still."""
-        return 1_000_000_000 << min(2, max(0, self._unanswered_registrations - 1))
+            self.incarnation)
 
     def _model_infos(self) -> list[ModelInfo]:
         """What registration tells of the models, made once: with thousands of copies it
@@ -252,8 +243,8 @@ class Worker:
         return self._registered_models
 
     def step(self, timeout_ms: int = 50) -> None:
-        """One tick: receive and handle messages, advance simulated devices, ping /
-        re-register when due."""
+        """One tick: receive and handle messages, advance simulated devices, keep registered
+        (cw/serve/worker_link.py)."""
         sims = [d.sim for d in self.devices if d.sim is not None]
         due = [t for t in (sim.next_ns() for sim in sims) if t is not None]
         if due:
@@ -264,7 +255,7 @@ class Worker:
         received = self.transport.poll(timeout_ms)
         began = now_ns()
         if received:
-            self._heard(began)
+            self.link.heard(began)
         for msg in received:
             handler = self._handlers.get(type(msg))
             if handler is None:
@@ -279,23 +270,8 @@ class Worker:
         for sim in sims:
             sim.advance(now_ns())
         now = now_ns()
-        if self.worker_id is None and now - self._last_register_ns > self._register_again_ns():
-            tries = self._unanswered_registrations  # tries at 0, 1, 3 s, then every 4 s
-            if tries >= 2 and (tries - 2) % 15 == 0:
-                self._say_unwelcome(now)  # after 3 s, then every minute
-            self.register()  # the controller is not there yet, or restarted
-        if (self.worker_id is not None and not self._silence_told
-                and now - self._last_heard_ns > self.config.controller_silence_ns):
-            self._silence_told = True
-            why = tcp_unreachable(self.config.controller)
-            log.warning("no word from the controller at %s for %.0f s%s; serving on until it "
-                        "answers", self.config.controller, (now - self._last_heard_ns) / 1e9,
-                        f": {why}" if why else "")
-        if now - self._last_ping_ns > self.config.ping_interval_ns:
-            self._last_ping_ns = now
-            c = self.clock
-            self.transport.send(Ping(now, c.offset_ns, c.estimate_ns, c.rtt_ns or 0))
-            self.errors.flush(now)  # repeats of a failure, at most every 10 s
+        if self.link.tick(now):
+            self.errors.flush(now)  # repeats of a failure, at most every 10 s (as pings go)
         if now - self._last_shm_sweep_ns > self.config.shm_sweep_ns:
             self._last_shm_sweep_ns = now
             self.shm.sweep()
@@ -308,9 +284,9 @@ class Worker:
 
             self.stall_watch = StallWatch(f"worker {self.config.name}",
                                           self.config.log_stalls_ns).start()
-        self.register()
+        self.link.register()
         try:
-            while not stop.is_set() and self.fatal is None:
+            while not stop.is_set() and self.link.fatal is None:
                 try:
                     self.step()
                 except Exception as e:  # the loop logs the unexpected and keeps serving
@@ -320,8 +296,8 @@ class Worker:
             if self.stall_watch is not None:
                 self.stall_watch.stop()
         self.shutdown()
-        if self.fatal is not None:
-            raise self.fatal
+        if self.link.fatal is not None:
+            raise self.link.fatal
 
     def shutdown(self) -> None:
         """Stop the executors; every action not started gets a SHUTTING_DOWN result."""
@@ -335,74 +311,13 @@ class Worker:
                     device.drain_completions()  # launched EXECs still feed the output copy
                 for item in executor.stop():
                     self._reply_status(item, Status.SHUTTING_DOWN, "worker is shutting down")
-        if self.worker_id is not None:
-            self.transport.send(Leaving("shutting down"))
+        self.link.leave("shutting down")
         self.transport.poll(0)  # flush the outbox
         if all(not e.alive for d in self.devices for e in d.executors()):
             for device in self.devices:
                 device.runtime.close()
                 if device.result_sender is not None:  # no thread sends on it any more
                     device.result_sender.close()
-
-    # --- control messages ----------------------------------------------------------------
-    def _on_pong(self, msg: Pong) -> None:
-        self.clock.observe(msg.worker_sent_ns, msg.controller_ns, now_ns())
-
-    def _heard(self, now: int) -> None:
-        self._last_heard_ns = now
-        if self._silence_told:
-            self._silence_told = False
-            log.info("the controller at %s answers again", self.config.controller)
-
-    def _say_unwelcome(self, now: int) -> None:
-        why = tcp_unreachable(self.config.controller)
-        log.warning("no answer from the controller at %s for %.0f s%s; still trying",
-                    self.config.controller, (now - self._registering_since_ns) / 1e9,
-                    f": {why}" if why else "")
-
-    def _on_welcome(self, msg: Welcome) -> None:
-        self.worker_id = msg.worker_id
-        self._unanswered_registrations = 0
-        self.clock.set_same_clock(msg.same_clock)
-        for device in self.devices:
-            if device.result_sender is not None:
-                device.result_sender.use_lane(msg.lane_address)
-        self.clock.observe(msg.worker_sent_ns, msg.controller_ns, now_ns())
-        log.info("registered as worker %d", msg.worker_id)
-
-    def _on_goodbye(self, msg: Goodbye) -> None:
-        was_registered, self.worker_id = self.worker_id is not None, None
-        if msg.protocol_version and msg.protocol_version != PROTOCOL_VERSION:
-            # it will never take this worker: stop, and say why, instead of asking forever
-            self.fatal = UsageError(
-                f"the controller at {self.config.controller} speaks protocol "
-                f"{msg.protocol_version}, this worker {PROTOCOL_VERSION}",
-                "run the same cw version for the controller and its workers")
-            return
-        if msg.refused:  # it would refuse again: stop, and say why
-            self.fatal = UsageError(
-                f"the controller at {self.config.controller} refused this worker: {msg.reason}",
-                "serve one model under each id: compile the bundles alike, or give one another "
-                "name (cw compile --name)")
-            return
-        if was_registered:  # (pings queued while it was away each get this answer: say it once)
-            log.warning("controller says: %s; registering again", msg.reason)
-        if now_ns() - self._last_register_ns > 1_000_000_000:
-            self.register()  # else step() does, a second after the last try: no ping-pong
-
-    def _on_malformed(self, msg: Malformed) -> None:
-        try:  # a controller's answer to a client: this worker was given the clients' address
-            answer = _CLIENT_ANSWERS.decode(msg.raw)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            answer = None
-        if answer is not None:
-            self.fatal = UsageError(
-                f"{self.config.controller} is a cw controller's clients' address, not its "
-                "workers'", "give --controller the workers' address: cw serve prints both, and "
-                "7000 is the default port")
-            return
-        log.warning("malformed message from the controller (%d bytes): %s", len(msg.raw),
-                    msg.error)
 
     # --- actions -------------------------------------------------------------------------
     def _check(self, action) -> tuple[Status, str] | None:

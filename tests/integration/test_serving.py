@@ -798,9 +798,11 @@ def test_a_worker_on_a_clock_of_its_own(models_dir, tmp_path, monkeypatch, skew_
     the offset from its handshake and pings, opens each window at the right moment, and its
     timings reach the controller on the controller's clock."""
     import cw.serve.worker as worker_module
+    import cw.serve.worker_link as link_module
 
     host_clock = worker_module.now_ns
-    monkeypatch.setattr(worker_module, "now_ns", lambda: host_clock() + skew_s * 10**9)
+    for module in (worker_module, link_module):  # the worker's clock, not the controller's
+        monkeypatch.setattr(module, "now_ns", lambda: host_clock() + skew_s * 10**9)
     monkeypatch.setattr(worker_module, "clock_domain", lambda: "another host")
     with serving(tmp_path, models_dir, "elsewhere") as (ctl, w):
         # the controller counts the worker in on its Register; the worker takes its first clock
