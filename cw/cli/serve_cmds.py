@@ -28,6 +28,20 @@ def _logging(verbose: bool, standalone: bool = False) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
+def _naming_flags(e, config):
+    """A UsageError about an address the controller cannot listen on, naming its flag."""
+    from cw.errors import UsageError
+
+    for flag, address in (("--workers-listen", config.workers_listen),
+                          ("--clients-listen", config.clients_listen)):
+        if e.message.startswith(f"cannot listen on {address}:"):
+            hint = (f"give {flag} another port, or stop what holds it: another cw serve, "
+                    "perhaps" if "in use" in e.message
+                    else f"give {flag} an address like tcp://*:7000 or tcp://127.0.0.1:7000")
+            return UsageError(e.message, hint)
+    return e
+
+
 def _start_controller(config):
     """A ControllerThread, started; an address it cannot listen on names its flag."""
     from cw.errors import UsageError
@@ -36,14 +50,7 @@ def _start_controller(config):
     try:
         return ControllerThread(config).start()
     except UsageError as e:
-        for flag, address in (("--workers-listen", config.workers_listen),
-                              ("--clients-listen", config.clients_listen)):
-            if e.message.startswith(f"cannot listen on {address}:"):
-                hint = (f"give {flag} another port, or stop what holds it: another cw serve, "
-                        "perhaps" if "in use" in e.message
-                        else f"give {flag} an address like tcp://*:7000 or tcp://127.0.0.1:7000")
-                raise UsageError(e.message, hint) from None
-        raise
+        raise _naming_flags(e, config) from None
 
 
 def _prepare_log_dir(log_dir: Path) -> None:
@@ -54,21 +61,12 @@ def _prepare_log_dir(log_dir: Path) -> None:
     with creating(log_dir, "--log-dir"):
         log_dir.mkdir(parents=True, exist_ok=True)
         earlier = set_aside_earlier_run(log_dir)
+    _say_set_aside(log_dir, earlier)
+
+
+def _say_set_aside(log_dir, earlier) -> None:
     if earlier is not None:
         console().print(f"the earlier run's telemetry in {log_dir} is now in {earlier}/")
-
-
-def _check_targets(bundles: list[Path], runtime: str) -> None:
-    """Bundles a `--runtime cpu|cuda` worker could not run, refused before anything starts."""
-    from cw.bundle import read_manifest
-    from cw.errors import DeviceError
-
-    for path in bundles:
-        kind = read_manifest(path).target.kind
-        if kind != runtime:
-            raise DeviceError(f"bundle {path} was compiled for {kind}, not {runtime}",
-                              f"use --runtime {kind} (or simulated), or recompile it with "
-                              f"--target {runtime}")
 
 
 def _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead, default_slo,
@@ -126,24 +124,6 @@ def parse_cpu_list(text: str) -> list[int]:
     return sorted(cpus)
 
 
-def demo_models_dir() -> Path:
-    """The default model set: tiny zoo models compiled for the CPU on first use."""
-    import model_zoo
-    from cw.bundle import MANIFEST
-    from cw.compile.compiler import CompileConfig, compile_model
-    from cw.tvm_env import cache_dir
-
-    root = cache_dir() / "demo-models"
-    for name in ("mlp", "small_cnn"):
-        if not (root / name / MANIFEST).is_file():
-            console().print(f"compiling demo model {name} into {root} (first use only)")
-            root.mkdir(parents=True, exist_ok=True)
-            onnx_path = root / f"{name}.onnx.src"  # not a bundle: ignored by workers
-            model_zoo.export(name, onnx_path)
-            compile_model(onnx_path, root / name, CompileConfig(name=name, force=True))
-    return root
-
-
 @serve_app.callback()
 def serve_all(
     ctx: typer.Context,
@@ -173,71 +153,52 @@ def serve_all(
     if ctx.invoked_subcommand is not None:
         return
     from cw.errors import UsageError
-    from cw.serve.launch import (WorkerProcesses, install_signal_stop,
-                                 local_address, local_devices)
-    from cw.memory import check_instances
-    from cw.serve.runtime.host import check_names, find_bundles
+    from cw.serve.launch import install_signal_stop
+    from cw.serve.local import LocalServeConfig, LocalServing
     from cw.serve.protocol import describe_models
 
     _logging(verbose)
-    if runtime not in ("cpu", "simulated", "cuda"):
-        raise UsageError(f"unknown runtime '{runtime}'", "use cpu, simulated or cuda")
-    if workers < 1 or copies < 1:
-        raise UsageError(f"--workers {workers} and --copies {copies} must each be ≥ 1")
-    config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
-                                default_slo, metrics_port, log_dir, log_stalls)
-    if log_dir:  # before the demo set's first-use compile: a bad path fails at once
-        _prepare_log_dir(log_dir)
-    if models is None and runtime == "cuda":
-        raise UsageError("the demo set is compiled for the CPU: --runtime cuda needs --models",
-                         "give --models DIR of bundles compiled with `cw compile --target cuda`")
-    models_dir = models or demo_models_dir()
-    # here, as one error line, not a worker's dying words after the controller started
-    bundles = find_bundles(models_dir)
-    check_instances(len(bundles), copies, workers)
-    check_names(bundles)
-    if runtime != "simulated":
-        _check_targets(bundles, runtime)
-    devices = local_devices(runtime, workers)
+    controller = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
+                                    default_slo, metrics_port, log_dir, log_stalls)
+    config = LocalServeConfig(models_dir=models, workers=workers, runtime=runtime, copies=copies,
+                              controller=controller, log_stalls_ns=_stall_ns(log_stalls))
+    out = console()
+    serving = LocalServing(config, say=out.print).prepare()
+    _say_set_aside(log_dir, serving.earlier_run)
     stop = threading.Event()
     install_signal_stop(stop)  # before anything starts: Ctrl-C from here on stops cleanly
-    out = console()
-    ctl = _start_controller(config)
-    procs = None
     try:
-        procs = WorkerProcesses(local_address(ctl.workers_address), models_dir, workers,
-                                "simulated" if runtime == "simulated" else "tvm", devices,
-                                copies, log_dir=log_dir, log_stalls=log_stalls)
-        if not procs.wait_until_joined(ctl, timeout_s=120, stop=stop):
-            return  # stopped while the workers were joining: nothing served, nothing to say
-        served = ctl.controller.scheduler.models()
-        out.print(f"[green]serving[/] {describe_models(served)} with {config.scheduler}")
-        out.print(f"clients: {local_address(ctl.clients_address)}   workers: "
-                  f"{local_address(ctl.workers_address)}"
-                  + (f"   metrics: http://127.0.0.1:{ctl.metrics_port}/metrics"
-                     if ctl.metrics_port is not None else ""))
+        try:
+            if not serving.start(stop):
+                return  # stopped while the workers were joining: nothing served, nothing to say
+        except UsageError as e:
+            raise _naming_flags(e, controller) from None
+        served = serving.served()
+        out.print(f"[green]serving[/] {describe_models(served)} with {controller.scheduler}")
+        out.print(f"clients: {serving.clients_address}   workers: {serving.workers_address}"
+                  + (f"   metrics: http://127.0.0.1:{serving.metrics_port}/metrics"
+                     if serving.metrics_port is not None else ""))
         out.print(f"try: cw infer {min(served)} --random "
-                  f"--controller {local_address(ctl.clients_address)}   (Ctrl-C to stop)")
+                  f"--controller {serving.clients_address}   (Ctrl-C to stop)")
         told: set[int] = set()
         while not stop.is_set():
             # a worker that dies is Clockwork's worker loss: the controller serves on with the
             # rest (each said once, with its last words); with none left, there is nothing to
             # serve with
-            ended = procs.ended()
+            ended = serving.ended()
             for i in sorted(ended.keys() - told):
                 told.add(i)
-                where = f" (its log: {procs.log_of(i)})" if log_dir else ""
+                where = f" (its log: {serving.workers.log_of(i)})" if log_dir else ""
                 out.print(f"[yellow]warning:[/] {ended[i]}{where}; serving on with "
                           f"{workers - len(ended)} of {workers} worker(s)")
             if len(ended) == workers:
-                procs.check()  # the first one's reason, as the error
+                serving.workers.check()  # the first one's reason, as the error
             stop.wait(0.5)
     finally:
-        if procs is not None:
-            procs.stop()
-        ctl.close()
-        if stop.is_set():  # asked to (Ctrl-C, SIGTERM); an error says its own line instead
-            served = ctl.metrics.served_text()
+        serving.close()
+        if stop.is_set() and serving.controller is not None:
+            # asked to (Ctrl-C, SIGTERM); an error says its own line instead
+            served = serving.controller.metrics.served_text()
             out.print(f"stopped after {served}" if served else "stopped")
 
 

@@ -260,8 +260,7 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
     rate scale) with times relative to the start of the replay. With `config.log_stalls_ns`, the
     stall lines of the controller and the workers it starts go to `logs_to`/stalls.log."""
     from cw.serve.controller import ControllerConfig
-    from cw.serve.launch import (ControllerProcess, WorkerProcesses, local_address,
-                                 local_devices)
+    from cw.serve.launch import ControllerProcess, WorkerProcesses, local_address
 
     ctl = procs = telemetry_dir = None
     address = config.controller
@@ -271,13 +270,10 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             if not models_dir.is_dir():
                 raise UsageError("a local live replay needs compiled bundles for its workers",
                                  "give --models DIR of bundles, or add --simulate for zoo names")
-            from cw.memory import check_instances
-            from cw.serve.runtime.host import check_names, find_bundles
+            from cw.serve.local import check_local_serving
 
-            bundles = find_bundles(models_dir)
-            check_instances(len(bundles), config.copies, config.workers)
-            check_names(bundles)
-            devices = local_devices(config.runtime, config.workers)
+            devices = check_local_serving(models_dir, config.runtime, config.workers,
+                                          config.copies)
             # The controller gets a process of its own (not a thread of this one, where it
             # would share the GIL with the sender); its telemetry comes back as CSV files.
             telemetry_dir = Path(tempfile.mkdtemp(prefix="cw-replay-telemetry-"))

@@ -280,9 +280,9 @@ def test_live_replay_on_a_gpu_this_machine_lacks_fails_fast(cli, cpu_bundle, tmp
     t0 = time.monotonic()
     result = cli("replay", "--trace", "azure", "--runtime", "cuda", "--models", models,
                  "--duration", "5s", "--out", tmp_path / "out")
-    line = _one_error_line(result)
-    # before any process starts: no cuda-bindings, or no GPU (a device error, exit 5)
-    assert "cuda-bindings" in line or "no CUDA GPU 0" in line
+    # before any process starts, as cw serve says it (a device error, exit 5)
+    assert _one_error_line(result) == f"error: bundle {models / 'mlp'} was compiled for cpu, " \
+        "not cuda (use --runtime cpu (or simulated), or recompile it with --target cuda)"
     assert result.code == 5
     assert time.monotonic() - t0 < 10
     _nothing_written(tmp_path)
@@ -293,6 +293,13 @@ def test_live_replay_on_a_gpu_this_machine_lacks_fails_fast(cli, cpu_bundle, tmp
     assert result.code == 5
     result = cli("serve", "--runtime", "cuda", *listen)  # the demo set is the CPU's
     assert "--runtime cuda needs --models" in _one_error_line(result) and result.code == 2
+    # CUDA bundles on this GPU-less machine: the devices are checked before a process starts
+    from cw.errors import CwError
+    from cw.serve.launch import local_devices
+    with pytest.raises(CwError) as e:
+        local_devices("cuda", 1)
+    assert "cuda-bindings" in e.value.message or "no CUDA GPU 0" in e.value.message
+    assert e.value.exit_code == 5
 
 
 def test_infer_input_checked_before_reaching_a_controller(cli, tmp_path):

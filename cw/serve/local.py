@@ -1,0 +1,169 @@
+"""`cw serve` as a library: a controller in this process and local worker processes serving one
+folder of bundles.
+
+    from cw.serve.local import LocalServeConfig, LocalServing
+    with LocalServing(LocalServeConfig(models_dir="bundles", runtime="simulated")) as serving:
+        Client(serving.clients_address).infer("mlp", x)
+
+Everything that can be checked before a process starts is (`prepare`): the folder, bundle
+names, the memory copies need, the bundles' targets against the runtime, the GPUs; a worker's
+dying words would otherwise be the first a user hears of it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from cw.errors import DeviceError, UsageError
+from cw.serve.controller import ControllerConfig
+
+RUNTIMES = ("cpu", "simulated", "cuda")
+DEMO_MODELS = ("mlp", "small_cnn")
+
+
+@dataclass(frozen=True)
+class LocalServeConfig:
+    models_dir: Path | None = None  # None: the demo set, compiled for the CPU on first use
+    workers: int = 1                # cuda: one per GPU, cuda:0 to cuda:N-1
+    runtime: str = "cpu"            # cpu | simulated | cuda
+    copies: int = 1                 # instances of each model per worker
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    log_stalls_ns: int | None = None
+    join_timeout_s: float = 120.0
+
+    def __post_init__(self):
+        if self.runtime not in RUNTIMES:
+            raise UsageError(f"unknown runtime '{self.runtime}'", "use cpu, simulated or cuda")
+        if self.workers < 1 or self.copies < 1:
+            raise UsageError(f"--workers {self.workers} and --copies {self.copies} must each "
+                             "be ≥ 1")
+        if self.models_dir is None and self.runtime == "cuda":
+            raise UsageError("the demo set is compiled for the CPU: --runtime cuda needs "
+                             "--models", "give --models DIR of bundles compiled with "
+                             "`cw compile --target cuda`")
+
+
+def demo_models_dir(say: Callable[[str], None] = lambda text: None) -> Path:
+    """The default model set: tiny zoo models compiled for the CPU on first use."""
+    import model_zoo
+    from cw.bundle import MANIFEST
+    from cw.compile.compiler import CompileConfig, compile_model
+    from cw.tvm_env import cache_dir
+
+    root = cache_dir() / "demo-models"
+    for name in DEMO_MODELS:
+        if not (root / name / MANIFEST).is_file():
+            say(f"compiling demo model {name} into {root} (first use only)")
+            root.mkdir(parents=True, exist_ok=True)
+            onnx_path = root / f"{name}.onnx.src"  # not a bundle: ignored by workers
+            model_zoo.export(name, onnx_path)
+            compile_model(onnx_path, root / name, CompileConfig(name=name, force=True))
+    return root
+
+
+def check_local_serving(models_dir: Path, runtime: str, workers: int, copies: int) -> list[str]:
+    """What local workers would refuse, refused here: returns each worker's device."""
+    from cw.bundle import read_manifest
+    from cw.memory import check_instances
+    from cw.serve.launch import local_devices
+    from cw.serve.runtime.host import check_names, find_bundles
+
+    bundles = find_bundles(models_dir)
+    check_instances(len(bundles), copies, workers)
+    check_names(bundles)
+    if runtime in ("cpu", "cuda"):
+        for path in bundles:
+            kind = read_manifest(path).target.kind
+            if kind != runtime:
+                raise DeviceError(f"bundle {path} was compiled for {kind}, not {runtime}",
+                                  f"use --runtime {kind} (or simulated), or recompile it with "
+                                  f"--target {runtime}")
+    return local_devices(runtime, workers)
+
+
+class LocalServing:
+    """A controller (a thread of this process) and `config.workers` worker processes."""
+
+    def __init__(self, config: LocalServeConfig, say: Callable[[str], None] = lambda text: None):
+        self.config = config
+        self._say = say  # progress a user should see: the demo set's first-use compile
+        self.models_dir: Path | None = None
+        self.devices: list[str] = []
+        self.earlier_run: Path | None = None  # where an earlier run's telemetry was set aside
+        self.controller = None  # a ControllerThread once started
+        self.workers = None     # WorkerProcesses once started
+
+    def prepare(self) -> "LocalServing":
+        """The checks, and the demo set's compile on first use; nothing starts."""
+        from cw.errors import creating
+        from cw.serve.launch import set_aside_earlier_run
+
+        log_dir = self.config.controller.log_dir
+        if log_dir:  # before the demo set's first-use compile: a bad path fails at once
+            with creating(log_dir, "--log-dir"):
+                Path(log_dir).mkdir(parents=True, exist_ok=True)
+                self.earlier_run = set_aside_earlier_run(Path(log_dir))
+        self.models_dir = Path(self.config.models_dir or demo_models_dir(self._say))
+        self.devices = check_local_serving(self.models_dir, self.config.runtime,
+                                           self.config.workers, self.config.copies)
+        return self
+
+    def start(self, stop: threading.Event | None = None) -> bool:
+        """Start the controller and the workers and wait until every worker has joined.
+        False: `stop` was set first (nothing is served then; `close` still has to run)."""
+        from cw.serve.launch import ControllerThread, WorkerProcesses, local_address
+
+        if self.models_dir is None:
+            self.prepare()
+        c = self.config
+        self.controller = ControllerThread(c.controller).start()
+        self.workers = WorkerProcesses(
+            local_address(self.controller.workers_address), self.models_dir, c.workers,
+            "simulated" if c.runtime == "simulated" else "tvm", self.devices, c.copies,
+            log_dir=c.controller.log_dir,
+            log_stalls=f"{c.log_stalls_ns}ns" if c.log_stalls_ns is not None else None)
+        return self.workers.wait_until_joined(self.controller, timeout_s=c.join_timeout_s,
+                                              stop=stop)
+
+    @property
+    def clients_address(self) -> str:
+        """Where clients connect (a local address even when listening on all interfaces)."""
+        from cw.serve.launch import local_address
+        return local_address(self.controller.clients_address)
+
+    @property
+    def workers_address(self) -> str:
+        from cw.serve.launch import local_address
+        return local_address(self.controller.workers_address)
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.controller.metrics_port
+
+    def served(self) -> dict:
+        """The joined workers' models: {model id: ModelInfo}."""
+        return self.controller.controller.scheduler.models()
+
+    def ended(self) -> dict[int, str]:
+        """Workers that have exited on their own so far: how each ended, in words."""
+        return self.workers.ended() if self.workers is not None else {}
+
+    def close(self) -> None:
+        if self.workers is not None:
+            self.workers.stop()
+        if self.controller is not None:
+            self.controller.close()
+
+    def __enter__(self) -> "LocalServing":
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
