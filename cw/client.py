@@ -223,15 +223,13 @@ class Client:
         return buffers, None
 
     def infer_async(self, model: str, x, slo_ms: float | None = None) -> Future:
-        """A future of the output array(s). `x` is an array with a batch axis (or a list of
-        arrays for a model with several inputs). An input the model cannot take raises a
-        UsageError at once, saying how to fix it (the controller would answer BAD_INPUT)."""
-        inputs = [x] if isinstance(x, np.ndarray) else list(x)
+        """A future of the output array(s). `x` is an array with a batch axis (for a model with
+        several inputs, a list of arrays in the model's order or a dict by input name). An input
+        the model cannot take raises a UsageError at once, saying how to fix it (the controller
+        would answer BAD_INPUT)."""
         slo_ns = _slo_ns(slo_ms)
-        if model not in self._models:
-            self.models([model])  # its output shapes and dtypes, fetched once (not from the
-            # I/O thread); unknown, it is asked again and the controller says UNKNOWN_MODEL
-        info = self._models.get(model)
+        info = self._info(model)
+        inputs = _input_list(model, x, info)
         if info is not None:
             check_model_inputs(f"model '{model}'", info.inputs, info.batch_sizes, inputs)
         n = inputs[0].shape[0]
@@ -252,13 +250,22 @@ class Client:
     def infer_response_async(self, model: str, x, slo_ms: float | None = None) -> Future:
         """A future of the raw response, never of an exception: for load generators, which
         count statuses and need not turn outputs into arrays. (An SLO ≤ 0 raises at once.)"""
-        inputs = [x] if isinstance(x, np.ndarray) else list(x)
         slo_ns = _slo_ns(slo_ms)
+        _check_model_id(model)
+        inputs = _input_list(model, x, self._info(model) if isinstance(x, dict) else None)
         payload, slots = self._payload(inputs)
         return self._send(lambda rid: p.InferRequest(rid, model, payload, inputs[0].shape[0],
                                                      slo_ns), None, slots)
 
     # --- helpers -------------------------------------------------------------------------
+    def _info(self, model: str) -> p.ModelInfo | None:
+        """The model's description, fetched once (not from the I/O thread) for its output
+        shapes and dtypes; unknown, it is asked again and the controller says UNKNOWN_MODEL."""
+        _check_model_id(model)
+        if model not in self._models:
+            self.models([model])
+        return self._models.get(model)
+
     def _wait(self, future: Future, slo_ns: int | None = None):
         """The future's result, waited for `timeout_s` past the request's SLO: `slo_ns` (0:
         the controller's default; a minute from an older controller, which does not say it;
@@ -305,9 +312,42 @@ class Client:
 REQUEST_OVERHEAD_BYTES = 4096  # a request's fields besides its inputs, generously
 
 
+def _check_model_id(model) -> None:
+    # (a non-string id reached the controller as a malformed message, which no request id
+    # can answer: the client waited out its timeout)
+    if not isinstance(model, str) or not model:
+        raise UsageError(f"model {model!r} is not a model id", "give the id as a string, e.g. "
+                         "'resnet50' (Client.models() lists them)")
+
+
+def _input_list(model: str, x, info: p.ModelInfo | None) -> list:
+    """`x` as the list of the model's inputs in order: an array, a list or tuple of arrays, or
+    a dict by input name (which needs the model's description)."""
+    if isinstance(x, np.ndarray):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    if isinstance(x, dict):
+        if info is None:
+            raise UsageError(f"inputs for model '{model}' given by name, but the controller "
+                             "does not know the model", "check the id: Client.models() lists "
+                             "the servable ones")
+        names = [t.name for t in info.inputs]
+        if set(x) != set(names):
+            raise UsageError(f"inputs for model '{model}' named {sorted(x)}; it takes "
+                             f"{names}", "give one array per input name")
+        return [x[name] for name in names]
+    raise UsageError(f"input for model '{model}' is a {type(x).__name__}",
+                     "give a numpy array with a batch axis, or for several inputs a list of "
+                     "arrays or a dict by input name")
+
+
 def _slo_ns(slo_ms: float | None) -> int:
     if slo_ms is None:
         return 0  # the controller's default SLO
+    if isinstance(slo_ms, bool) or not isinstance(slo_ms, (int, float, np.number)):
+        raise UsageError(f"slo_ms={slo_ms!r} is not a number of milliseconds",
+                         "e.g. slo_ms=100 for 100 ms")
     if slo_ms > 0:  # (NaN is not)
         if slo_ms * 1_000_000 >= 2**63:  # inf too: no message could carry it
             raise UsageError(f"SLO {slo_ms:g} ms is absurd", "give one in milliseconds, e.g. 100")

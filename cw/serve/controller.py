@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from cw.serve import collector
 from cw.serve import protocol as p
 from cw.serve.clock import clock_domain
@@ -458,7 +460,10 @@ class Controller:
             self.config.max_request_bytes))
 
     def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
-        self._respond_error(peer, -1, RequestStatus.MALFORMED, f"malformed request: {msg.error}")
+        # under the request's own id where one can be read: a client waiting on that request
+        # then hears why at once, instead of waiting out its timeout
+        self._respond_error(peer, _request_id_of(msg.raw), RequestStatus.MALFORMED,
+                            f"malformed request: {msg.error}")
 
     def _respond_error(self, peer, request_id, status, message) -> None:
         self.clients_ep.send(peer, p.ErrorResponse(request_id, status, message))
@@ -565,3 +570,14 @@ class Controller:
         telemetry = self.telemetry
         self.metrics.telemetry(telemetry.held_bytes(), telemetry.lost_rows,
                                telemetry.write_error is not None)
+
+
+def _request_id_of(raw: bytes) -> int:
+    """The `request_id` of a client message that failed to decode as one (a wrong type in
+    another field, say), or -1 where it has none."""
+    try:
+        fields = msgspec.msgpack.decode(raw)
+    except msgspec.DecodeError:
+        return -1
+    rid = fields.get("request_id") if isinstance(fields, dict) else None
+    return rid if type(rid) is int and -2**63 <= rid < 2**63 else -1

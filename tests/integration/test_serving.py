@@ -310,6 +310,27 @@ def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
                     assert r.status == RequestStatus.BAD_INPUT and "shared-memory" in r.message
             client._dealer.send_raw(b"\xc1 not msgpack")
             time.sleep(0.2)
+            # another client's request with a field of the wrong type: answered MALFORMED under
+            # its own id (a client waiting on it would otherwise wait out its timeout)
+            import msgspec
+            from concurrent.futures import Future
+            rid, future = next(client._ids), Future()
+            client._futures[rid] = (future, None, None)
+            client._dealer.send_raw(msgspec.msgpack.encode(
+                {"type": "infer", "request_id": rid, "model": 3, "inputs": [], "n": 1}))
+            r = future.result(timeout=10)
+            assert r.status == RequestStatus.MALFORMED and "Expected `str`, got `int`" in \
+                r.message, r
+            # cw's client refuses it before sending
+            with pytest.raises(UsageError, match="model 3 is not a model id"):
+                client.infer(3, random_input((1, 64)))
+            with pytest.raises(UsageError, match="slo_ms='100ms' is not a number"):
+                client.infer("mlp", random_input((1, 64)), slo_ms="100ms")
+            # inputs by name
+            y = client.infer("mlp", {"input": random_input((2, 64))})
+            assert y.shape == (2, 10)
+            with pytest.raises(UsageError, match=r"named \['x'\]; it takes \['input'\]"):
+                client.infer("mlp", {"x": random_input((2, 64))})
             assert client.infer_response("mlp", random_input((1, 64)), 1000).status == \
                 RequestStatus.OK
 
