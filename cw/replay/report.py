@@ -107,7 +107,14 @@ class Run:
             if missing:
                 raise UsageError(f"{d} is not a replay output: {', '.join(missing)} missing",
                                  "give a directory written by `cw replay --out`")
-            summary = json.loads((d / "summary.json").read_text())
+            try:
+                summary = json.loads((d / "summary.json").read_text())
+            except ValueError as e:  # (JSONDecodeError, UnicodeDecodeError)
+                summary = f"not JSON ({e})"
+            if not isinstance(summary, dict):
+                raise UsageError(f"{d / 'summary.json'} is damaged: "
+                                 f"{summary if isinstance(summary, str) else 'not a JSON object'}",
+                                 "the file was edited or cut short; re-run the replay")
             requests = read_columns(d / "requests.csv", RequestRow)
             actions = read_columns(d / "actions.csv", ActionRow)
             if "model_attainment" not in summary:  # written before summaries had it

@@ -279,6 +279,13 @@ def test_report_of_a_non_replay_directory(cli, tmp_path):
     assert r.code == 2 and "is not a replay output" in r.err
     r = cli("report", tmp_path / "typo")
     assert r.code == 2 and "no such directory" in r.err
+    # a replay output whose summary.json was edited or cut short (was an internal error)
+    for name in ("requests.csv", "actions.csv"):
+        (tmp_path / name).write_text("")
+    for text, why in (("{\"requests\": 12", "not JSON (Expecting"), ("[1]", "not a JSON object")):
+        (tmp_path / "summary.json").write_text(text)
+        r = cli("report", tmp_path)
+        assert r.code == 2 and f"summary.json is damaged: {why}" in r.err, r.err
 
 
 def mlp_models(cpu_bundle, tmp_path, batch_sizes):
