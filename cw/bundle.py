@@ -229,20 +229,34 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     return manifest
 
 
-def open_bundle(path: str | os.PathLike, verify: bool = True) -> Bundle:
-    """Read the manifest and (by default) check every file against its sha256."""
+def open_bundle(path: str | os.PathLike, verify: bool = True,
+                remeasuring: bool = False) -> Bundle:
+    """Read the manifest and (by default) check every file against its sha256.
+    `remeasuring` (cw profile): profile.json is not checked, being about to be replaced."""
     path = Path(path)
     manifest = read_manifest(path)
     if verify:
         for relative, digest in manifest.files.items():
+            if relative == PROFILE_FILE and remeasuring:
+                continue
             file = path / relative
+            # measurements are remade by measuring again; the rest only by compiling again
+            fix = (f"measure it again: cw profile {path} (or cw profile {path} --import FILE)"
+                   if relative == PROFILE_FILE
+                   else "compile the model again with `cw compile --force`")
             if not file.is_file():
-                raise BundleError(f"bundle {path} is incomplete: {relative} is missing",
-                                  "compile the model again with `cw compile --force`")
+                raise BundleError(f"bundle {path} is incomplete: {relative} is missing", fix)
             if sha256_file(file) != digest:
                 raise BundleError(f"bundle {path} is corrupted: checksum mismatch in {relative}",
-                                  "compile the model again with `cw compile --force`")
+                                  fix)
     return Bundle(path, manifest)
+
+
+def profile_intact(bundle: Bundle) -> bool:
+    """Whether the bundle's listed profile.json is there and matches its checksum."""
+    file = bundle.path / PROFILE_FILE
+    return (bundle.has_profile and file.is_file()
+            and sha256_file(file) == bundle.manifest.files[PROFILE_FILE])
 
 
 class BundleWriter:

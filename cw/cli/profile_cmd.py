@@ -22,7 +22,8 @@ def _ms(ns: int) -> str:
 @app.command("profile")
 def profile_cmd(
     bundle: Path = typer.Argument(..., help="Bundle directory."),
-    device: str = typer.Option(_D.device, "--device", help="cuda:N or cpu."),
+    device: str = typer.Option(_D.device, "--device",
+                               help="cuda:N or cpu (default: the bundle's, cuda:0 or cpu)."),
     iterations: int = typer.Option(_D.iterations, "--iterations", help="Measured runs per batch size."),
     warmup: int = typer.Option(_D.warmup, "--warmup", help="Unmeasured runs first."),
     load_iterations: int = typer.Option(_D.load_iterations, "--load-iterations",

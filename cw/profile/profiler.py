@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Callable
 
 import cw
-from cw.bundle import PROFILE_FILE, encode_json, open_bundle, replace_file_in_bundle
+from cw.bundle import (PROFILE_FILE, encode_json, open_bundle, profile_intact,
+                       replace_file_in_bundle)
 from cw.engine import check_target, parse_device, tvm_device
 from cw.errors import UsageError
 from cw.profile.schema import (PROFILE_SCHEMA_VERSION, BatchProfile, DeviceInfo, LoadProfile,
                                Profile)
 from cw.profile.stats import Stats, summarize
-from cw.profile.store import merge_measured, read_profile  # noqa: F401 (read_profile: API)
+from cw.profile.store import merge_measured, read_profile
 from cw.serve.runtime.base import Runtime, now_ns
 from cw.serve.runtime.host import HostModel, HostWeights
 from cw.tvm_env import load_tvm
@@ -31,7 +32,7 @@ Progress = Callable[[str, dict], None]
 
 @dataclass(frozen=True)
 class ProfileConfig:
-    device: str = "cuda:0"
+    device: str | None = None  # "cuda:N" or "cpu"; None: the bundle's target (cuda:0 or cpu)
     iterations: int = 1000
     warmup: int = 20
     load_iterations: int = 50
@@ -94,9 +95,12 @@ def _none(event: str, info: dict) -> None:
 
 def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
                    progress: Progress = _none) -> tuple[Profile, list[ConcurrencyResult]]:
-    bundle = open_bundle(path)
+    bundle = open_bundle(path, remeasuring=True)
+    # a damaged profile.json is measured afresh, not merged with
+    earlier = read_profile(bundle) if profile_intact(bundle) else None
     m = bundle.manifest
-    kind, index = parse_device(config.device)
+    device = config.device or ("cuda:0" if m.target.kind == "cuda" else "cpu")
+    kind, index = parse_device(device)
     check_target(m, kind, str(path), index)
     batch_sizes = list(config.batch_sizes or m.batch_sizes)
     missing = sorted(set(batch_sizes) - set(m.batch_sizes))
@@ -111,7 +115,7 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
         tvm_device(kind, index)
         cuda_api.use_device(index)
         free_before, clock_before = cuda_api.free_bytes(), cuda_api.sm_clock_mhz(index)
-    runtime = make_runtime(config.device, m.weights.page_size, model.weights.num_pages,
+    runtime = make_runtime(device, m.weights.page_size, model.weights.num_pages,
                            config.gate_exec)
     try:
         load = _measure_load(runtime, model, config, progress)
@@ -139,7 +143,7 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
         iterations=config.iterations, warmup=config.warmup,
         device_memory_bytes=device_memory, load=load, batches=batches, notes=notes)
     if config.write and config.gate_exec:
-        stored = merge_measured(read_profile(bundle), profile)
+        stored = merge_measured(earlier, profile)
         replace_file_in_bundle(bundle, PROFILE_FILE, encode_json(stored))
     return profile, concurrency
 

@@ -61,7 +61,7 @@ def merge_measured(old: Profile | None, new: Profile) -> Profile:
 def import_profile(bundle_path: str | Path, profile_file: str | Path) -> Profile:
     """Register `profile_file` (measured elsewhere, e.g. model_zoo/profiles/ or on a GPU
     machine) as the bundle's profile, after checking that it fits the bundle."""
-    bundle = open_bundle(bundle_path)
+    bundle = open_bundle(bundle_path, remeasuring=True)  # (the profile it replaces may be damaged)
     m = bundle.manifest
     source = Path(profile_file)
     if not source.is_file():

@@ -85,6 +85,27 @@ def test_profile_of_corrupted_bundle(cli, bundle):
     assert not (bundle / "profile.json").exists()
 
 
+def test_a_damaged_profile_is_measured_again_on_the_bundles_own_device(cli, bundle):
+    """profile.json is a measurement: damaged, it is remade by `cw profile` (which the error
+    says), not by compiling again; without --device a CPU bundle is measured on the CPU."""
+    r = cli("profile", bundle, "--iterations", "5", "--warmup", "0", "--load-iterations", "1",
+            "--batch-sizes", "1")
+    assert r.code == 0, r.err
+    before = json.loads((bundle / "profile.json").read_text())
+    assert before["device"]["kind"] == "cpu"
+    (bundle / "profile.json").write_text("{cut short")
+    r = cli("inspect", bundle)
+    assert r.code == 4 and f"checksum mismatch in profile.json (measure it again: cw profile " \
+        f"{bundle}" in r.err, r.err
+    r = cli("profile", bundle, "--iterations", "5", "--warmup", "0", "--load-iterations", "1",
+            "--batch-sizes", "4")
+    assert r.code == 0, r.err
+    after = json.loads((bundle / "profile.json").read_text())
+    # measured afresh: nothing merged from the damaged file
+    assert [b["batch_size"] for b in after["batches"]] == [4]
+    open_bundle(bundle)  # verifies again
+
+
 def _profile_cpu(cli, bundle, *args):
     r = cli("profile", bundle, "--device", "cpu", "--iterations", "20", "--warmup", "2",
             "--load-iterations", "2", *args)
