@@ -47,9 +47,11 @@ def format_duration_ns(ns: int) -> str:
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
     """'1,2,4,8,16' -> (1, 2, 4, 8, 16); sorted, unique, each within 1..16."""
     try:
-        sizes = sorted({int(part) for part in text.split(",") if part.strip()})
+        # an empty item ('1,,4') is more likely a lost number than a stray comma: refused
+        sizes = sorted({int(part) for part in text.split(",")})
     except ValueError:
-        raise UsageError(f"invalid batch sizes '{text}'",
+        empty = any(not part.strip() for part in text.split(","))
+        raise UsageError(f"invalid batch sizes '{text}'" + (": an empty item" if empty else ""),
                          "give a comma-separated list like 1,2,4,8,16") from None
     if not sizes or sizes[0] < 1 or sizes[-1] > MAX_BATCH:
         raise UsageError(f"invalid batch sizes '{text}'",

@@ -9,8 +9,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from cw.cli.app import app, console, print_json, progress_bar
-from cw.profile.profiler import ProfileConfig, profile_bundle
-from cw.units import parse_batch_sizes
+from cw.profile.profiler import MIN_ITERATIONS, ProfileConfig, profile_bundle
+from cw.units import parse_batch_sizes, parse_duration_ns
 
 _D = ProfileConfig()
 
@@ -24,7 +24,13 @@ def profile_cmd(
     bundle: Path = typer.Argument(..., help="Bundle directory."),
     device: str = typer.Option(_D.device, "--device",
                                help="cuda:N or cpu (default: the bundle's, cuda:0 or cpu)."),
-    iterations: int = typer.Option(_D.iterations, "--iterations", help="Measured runs per batch size."),
+    iterations: int = typer.Option(_D.iterations, "--iterations",
+                                   help="Measured runs per batch size (fewer where they would "
+                                        "take longer than --max-time)."),
+    max_time: str = typer.Option(f"{_D.max_time_s:g}s", "--max-time",
+                                 help="Time for one batch size's runs: fewer iterations where "
+                                      f"more would not fit, at least {MIN_ITERATIONS}; "
+                                      "'none': no limit."),
     warmup: int = typer.Option(_D.warmup, "--warmup", help="Unmeasured runs first."),
     load_iterations: int = typer.Option(_D.load_iterations, "--load-iterations",
                                         help="Measured weight loads."),
@@ -50,8 +56,10 @@ def profile_cmd(
         _import(bundle, import_file, as_json, batch_sizes is not None or concurrency != 1
                 or ungated)
         return
+    max_time_s = (None if max_time.strip().lower() == "none"
+                  else parse_duration_ns(max_time, "--max-time") / 1e9)
     config = ProfileConfig(device=device, iterations=iterations, warmup=warmup,
-                           load_iterations=load_iterations,
+                           load_iterations=load_iterations, max_time_s=max_time_s,
                            batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None,
                            concurrency=concurrency, gate_exec=not ungated)
     progress = progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -70,6 +78,10 @@ def profile_cmd(
                 console().print(f"  {info['text']} ×{info['total']}")
         elif event == "advance" and task is not None:
             progress.advance(task)
+        elif event == "total" and task is not None:
+            progress.update(task, total=info["total"])
+            if not as_json:
+                console().print(f"  {info['text']}")
 
     with progress:
         profile, concurrent = profile_bundle(bundle, config, on_event)
@@ -82,8 +94,12 @@ def profile_cmd(
                                     for c in concurrent]})
         return
     out = console()
+    counts = {b.batch_size: b.exec.n for b in profile.batches}
+    iterations = (f"{profile.iterations} iterations"
+                  if set(counts.values()) == {profile.iterations} else "iterations " +
+                  ", ".join(f"{n} at batch {batch}" for batch, n in counts.items()))
     out.print(f"[bold]{profile.bundle}[/] on {profile.device.name} ({profile.runtime}), "
-              f"{profile.iterations} iterations")
+              f"{iterations}")
     ld = profile.load
     out.print(f"LOAD {ld.bytes / 1e6:.1f} MB in {ld.pages} pages: p50 {_ms(ld.stats.p50_ns)} ms, "
               f"p99 {_ms(ld.stats.p99_ns)} ms, {ld.bandwidth_gbps:.1f} GB/s")

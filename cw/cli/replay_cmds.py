@@ -286,6 +286,9 @@ def report_cmd(
     """
     from cw.replay.report import COMPARE_FILE, Run, expand_runs, is_comparison, write_report
 
+    if output is not None and output.suffix.lower() not in (".html", ".htm"):
+        raise UsageError(f"-o {output}: the report is an HTML page",
+                         f"name a .html file, e.g. -o {output.with_suffix('.html')}")
     loaded = [Run(r) for r in expand_runs(runs)]
     if output is not None:
         target = output

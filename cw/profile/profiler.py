@@ -26,8 +26,13 @@ from cw.profile.store import merge_measured, read_profile
 from cw.serve.runtime.base import Runtime, now_ns
 from cw.serve.runtime.host import HostModel, HostWeights
 from cw.tvm_env import load_tvm
+from cw.units import format_duration_ns
 
 Progress = Callable[[str, dict], None]
+# fewer than this and p99 is the second-largest sample: not worth storing as a profile
+MIN_ITERATIONS = 50
+# measured runs timed before the rest are planned (within --max-time)
+_PLAN_AFTER = 5
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,9 @@ class ProfileConfig:
     iterations: int = 1000
     warmup: int = 20
     load_iterations: int = 50
+    # per batch size: where `iterations` would take longer, as many as fit (at least
+    # MIN_ITERATIONS); a big model on a CPU takes seconds an iteration. None: no limit
+    max_time_s: float | None = 120.0
     batch_sizes: tuple[int, ...] | None = None  # None: every compiled batch size
     concurrency: int = 1
     write: bool = True
@@ -48,6 +56,16 @@ class ProfileConfig:
                              "e.g. --iterations 1000 --warmup 20")
         if self.concurrency < 1:
             raise UsageError("--concurrency must be ≥ 1")
+        if self.max_time_s is not None and not self.max_time_s > 0:
+            raise UsageError(f"--max-time must be positive, not {self.max_time_s} s",
+                             "e.g. --max-time 2m, or --max-time none for no limit")
+
+    def planned_iterations(self, iteration_ns: int) -> int:
+        """Measured runs for one batch size whose runs take `iteration_ns` each."""
+        if self.max_time_s is None or iteration_ns <= 0:
+            return self.iterations
+        fit = int(self.max_time_s * 1e9 // iteration_ns)
+        return min(self.iterations, max(fit, MIN_ITERATIONS))
 
 
 @dataclass
@@ -119,7 +137,9 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
                            config.gate_exec)
     try:
         load = _measure_load(runtime, model, config, progress)
-        batches, concurrency = _measure_batches(runtime, model, batch_sizes, config, progress)
+        shortened: list[str] = []  # batch sizes measured fewer times, to fit --max-time
+        batches, concurrency = _measure_batches(runtime, model, batch_sizes, config, progress,
+                                                shortened)
         max_workspace = max(k.workspace_bytes for k in m.kernels if k.batch_size in batch_sizes)
         io = max(k.input_bytes + k.output_bytes for k in m.kernels
                  if k.batch_size in batch_sizes)
@@ -131,6 +151,7 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
             device_memory = free_before - cuda_api.free_bytes()
             notes = ["device memory = what cudaMemGetInfo lost from start to end (page cache, "
                      "IO buffers, TVM's kernels and workspace pool)"]
+        notes += shortened
         device = _device_info(kind, runtime, clock_before)
     finally:
         runtime.close()
@@ -169,7 +190,7 @@ def _measure_load(runtime: Runtime, model: HostModel, config: ProfileConfig,
 
 
 def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
-                     config: ProfileConfig, progress: Progress
+                     config: ProfileConfig, progress: Progress, notes: list[str]
                      ) -> tuple[list[BatchProfile], list[ConcurrencyResult]]:
     import numpy as np
 
@@ -183,7 +204,10 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
         progress("phase", {"text": f"batch {b}: INPUT, EXEC, OUTPUT",
                            "total": config.warmup + config.iterations})
         samples = {"input": [], "exec": [], "exec_host": [], "output": []}
-        for i in range(config.warmup + config.iterations):
+        total, took_ns = config.warmup + config.iterations, []
+        i = 0
+        while i < total:
+            began = now_ns()
             t_in = runtime.copy_input(model, slot, inputs)
             issued = now_ns()  # EXEC's own start is when the device began, after the launch
             t_ex = runtime.execute(model, slot)
@@ -193,22 +217,40 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
                 samples["exec"].append(t_ex.device_ns)
                 samples["exec_host"].append(t_ex.end_ns - issued)
                 samples["output"].append(t_out.device_ns)
+                took_ns.append(now_ns() - began)
+                if len(took_ns) == _PLAN_AFTER:
+                    total = config.warmup + _plan(config, b, sorted(took_ns)[_PLAN_AFTER // 2],
+                                                  notes, progress)
             progress("advance", {})
+            i += 1
         runtime.release_slot(slot)
         batches.append(BatchProfile(b, *(summarize(samples[k]) for k in
                                          ("input", "exec", "exec_host", "output"))))
         if config.concurrency > 1:
+            measured = total - config.warmup
             progress("phase", {"text": f"batch {b}: {config.concurrency} EXECs at once",
-                               "total": config.iterations})
-            concurrency.append(_concurrent(runtime, model, b, inputs, config, progress))
+                               "total": measured})
+            concurrency.append(_concurrent(runtime, model, b, inputs, config.concurrency,
+                                           measured, progress))
     return batches, concurrency
 
 
-def _concurrent(runtime: Runtime, model: HostModel, batch: int, inputs, config: ProfileConfig,
-                progress: Progress) -> ConcurrencyResult:
+def _plan(config: ProfileConfig, batch: int, iteration_ns: int, notes: list[str],
+          progress: Progress) -> int:
+    planned = config.planned_iterations(iteration_ns)
+    if planned < config.iterations:
+        note = (f"batch {batch}: {planned} of {config.iterations} iterations, "
+                f"{iteration_ns / 1e6:.4g} ms each (--max-time "
+                f"{format_duration_ns(int(config.max_time_s * 1e9))} per batch size)")
+        notes.append(note)
+        progress("total", {"total": config.warmup + planned, "text": note})
+    return planned
+
+
+def _concurrent(runtime: Runtime, model: HostModel, batch: int, inputs, k: int,
+                iterations: int, progress: Progress) -> ConcurrencyResult:
     """K threads each running INPUT→EXEC→OUTPUT back to back on their own IO buffers."""
-    k = config.concurrency
-    per_thread = max(1, config.iterations // k)
+    per_thread = max(1, iterations // k)
     latencies: list[list[int]] = [[] for _ in range(k)]
     errors: list[BaseException] = []
     barrier = threading.Barrier(k + 1)

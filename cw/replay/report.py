@@ -148,6 +148,13 @@ def expand_runs(paths: list[Path]) -> list[Path]:
             runs += [path / name for name in names]
         else:
             runs += sorted(d for d in path.iterdir() if (d / "summary.json").is_file())
+    seen: dict[Path, Path] = {}
+    for run in runs:
+        first = seen.setdefault(run.resolve(), run)
+        if first is not run:
+            again = "" if first == run else f" (as {first})"
+            raise UsageError(f"run {run} is given twice{again}",
+                             "name each run once; a side-by-side output stands for all its runs")
     return runs
 
 

@@ -65,11 +65,35 @@ def test_profile_subset_and_concurrency_not_stored(cli, bundle):
     assert "concurrency" not in stored
 
 
+def test_a_long_profile_is_cut_to_fit_its_max_time_and_says_so(cli, bundle):
+    """A big model on a CPU takes seconds an iteration: 1,000 of them per batch size took hours.
+    --max-time bounds each batch size (here to far less than the iterations asked for)."""
+    r = cli("profile", bundle, "--iterations", "400", "--warmup", "2", "--load-iterations",
+            "2", "--max-time", "1ms")
+    assert r.code == 0, r.err
+    profile = json.loads((bundle / "profile.json").read_text())
+    assert profile["iterations"] == 400
+    for b in profile["batches"]:
+        n = b["exec"]["n"]
+        assert 50 <= n < 400 and all(b[phase]["n"] == n for phase in PHASES)
+        note = f"batch {b['batch_size']}: {n} of 400 iterations"
+        assert any(x.startswith(note) for x in profile["notes"]) and note in r.out
+    assert "--max-time 1 ms per batch size" in r.out
+    # without a limit, exactly what was asked
+    r = cli("profile", bundle, "--iterations", "60", "--warmup", "0", "--load-iterations",
+            "2", "--max-time", "none", "--batch-sizes", "1")
+    assert r.code == 0, r.err
+    assert json.loads((bundle / "profile.json").read_text())["batches"][0]["exec"]["n"] == 60
+    assert "of 60 iterations" not in r.out
+
+
 @pytest.mark.parametrize("args,text", [
     (("--device", "cuda"), "compiled for cpu, not cuda"),
     (("--device", "cpu", "--batch-sizes", "2"), "not compiled"),
     (("--device", "tpu"), "unknown device"),
     (("--device", "cpu", "--iterations", "0"), "iterations"),
+    (("--max-time", "0"), "--max-time must be positive"),
+    (("--max-time", "soon"), "invalid --max-time 'soon'"),
 ])
 def test_profile_bad_input_leaves_profile_untouched(cli, bundle, args, text):
     r = cli("profile", bundle, *args)

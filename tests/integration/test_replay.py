@@ -109,6 +109,12 @@ def test_several_policies_side_by_side_in_one_command(cli, tmp_path):
     assert (out / "compare.html").read_text() == page
     r = cli("report", out / "compare.html")
     assert r.code == 2 and "compare.html: a file, not a directory" in r.err
+    # a run named twice (here once through its side-by-side directory), or -o not a page
+    r = cli("report", out, out / "fifo")
+    assert r.code == 2 and f"run {out / 'fifo'} is given twice" in r.err, r.err
+    r = cli("report", out, "-o", tmp_path / "again.txt")
+    assert r.code == 2 and "the report is an HTML page" in r.err, r.err
+    assert not (tmp_path / "again.txt").exists()
     # one after another (as live replays run) gives the same
     from cw.replay.compare import replay_side_by_side
     from cw.replay.runner import ReplayConfig

@@ -25,7 +25,8 @@ def test_durations():
 
 def test_batch_sizes():
     assert parse_batch_sizes("16,1,4,4") == (1, 4, 16)
-    for bad in ("", "0,1", "1,17", "a,b"):
+    assert parse_batch_sizes(" 1, 2") == (1, 2)
+    for bad in ("", "0,1", "1,17", "a,b", "1,,4", "1,4,"):
         with pytest.raises(UsageError):
             parse_batch_sizes(bad)
 
@@ -33,3 +34,17 @@ def test_batch_sizes():
 def test_format_bytes():
     assert format_bytes(512) == "512 B"
     assert format_bytes(16 * 1024**2) == "16.0 MiB"
+
+
+def test_profile_iterations_fit_the_time_given():
+    from cw.profile.profiler import MIN_ITERATIONS, ProfileConfig
+
+    config = ProfileConfig(iterations=1000, max_time_s=2.0)
+    assert config.planned_iterations(1_000_000) == 1000      # 1 ms each: all fit in 2 s
+    assert config.planned_iterations(10_000_000) == 200      # 10 ms each: 200 fit
+    assert config.planned_iterations(5_000_000_000) == MIN_ITERATIONS  # never fewer
+    assert ProfileConfig(iterations=20, max_time_s=2.0).planned_iterations(10**9) == 20
+    assert ProfileConfig(max_time_s=None).planned_iterations(10**12) == 1000
+    for bad in (0, -1.0):
+        with pytest.raises(UsageError):
+            ProfileConfig(max_time_s=bad)
