@@ -390,6 +390,8 @@ class Controller:
         w = self.workers.pop(wid)
         for peer in (w.peer, *w.result_peers):
             self.by_peer.pop(peer, None)
+        if not any(other.name == w.name for other in self.workers.values()):
+            self.metrics.worker_gone(w.name)
         # a worker that said it was leaving is no surprise
         log.log(logging.INFO if why == STOPPED else logging.WARNING, "worker %d (%s) left: %s",
                 wid, w.name, why)

@@ -100,6 +100,12 @@ class Metrics:
         with self._lock:
             self.clocks[worker] = (offset_ns, estimate_ns, rtt_ns)
 
+    def worker_gone(self, worker: str) -> None:
+        """A gone worker's clock is not a reading any more (and names may come and go for
+        weeks)."""
+        with self._lock:
+            self.clocks.pop(worker, None)
+
     def gauges(self, queue_length: int, busy: dict, models: dict, now_s: float) -> None:
         with self._lock:
             self.queue_length = queue_length

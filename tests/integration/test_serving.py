@@ -740,6 +740,14 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
         assert 'cw_worker_clock_rtt_seconds{worker="sim0"}' in lines
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
+        # a worker gone is no clock reading any more
+        w.close()
+        deadline = time.monotonic() + 10
+        while ctl.controller.workers and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not ctl.controller.workers
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        assert b'worker="sim0"' not in text and b"cw_requests_total" in text
 
 
 def test_a_full_log_dir_does_not_stop_serving_and_loses_no_row(models_dir, tmp_path, caplog):

@@ -42,9 +42,9 @@ def of(decisions, cls):
 
 class Harness:
     def __init__(self, clock, config=SchedulerConfig(), models=("m",), workers=1, pages=10,
-                 shares_memory=False):
+                 shares_memory=False, policy="clockwork"):
         self.clock = clock
-        self.s = make_scheduler("clockwork", config)
+        self.s = make_scheduler(policy, config)
         self.ids = iter(range(1, 10**9))
         self.finished: dict[int, Finish] = {}
         self.sent = []
@@ -266,6 +266,33 @@ def test_worker_loss_without_alternative_rejects(clock):
     assert h.s.models() == {}
 
 
+@pytest.mark.parametrize("policy", ["clockwork", "clipper", "batch-timeout", "fifo"])
+def test_a_worker_that_keeps_coming_back_leaves_nothing_behind(clock, policy):
+    """Each return is a new worker id; a controller that runs for weeks beside a restarting
+    worker must not keep every id's estimates (thousands of keys with many models)."""
+    models = [model(f"m{i}") for i in range(20)]
+    h = Harness(clock, models=models, workers=0, pages=64, policy=policy)
+    for wid in range(30):
+        h.event(h.s.worker_joined(clock.now, worker(wid, models, pages=64)))
+        for i in range(3):
+            rid = h.request(f"m{i}")
+            h.load_all()
+            for infer in of(h.sent, SendInfer):
+                h.sent.remove(infer)
+                h.complete(infer, device_ns=infer.expected_ns + 200_000)
+            assert h.finished[rid].status == RequestStatus.OK
+        clock.advance(5 * MS)
+        h.event(h.s.worker_left(clock.now, wid))
+        h.sent.clear()
+        sizes = {"estimates": len(h.s.estimates.value), "margins": len(h.s.margin_ns),
+                 "answer times": len(h.s._answer_seen_ns), "last exec": len(h.s.last_exec),
+                 "gpus": len(h.s.gpus), "workers": len(h.s.workers)}
+        if policy != "clockwork":
+            sizes["busy"] = len(h.s.busy)
+        assert sizes == dict.fromkeys(sizes, 0), (wid, sizes)
+        assert h.s.models() == {}
+
+
 def test_too_late_result_requeues_or_rejects(clock):
     h = Harness(clock)
     rid = h.request(slo_ms=30)
@@ -372,17 +399,24 @@ def test_a_gpu_that_had_nothing_feasible_gets_the_next_request_in_the_same_tick(
 def test_estimates_are_the_rolling_p99():
     from cw.serve.scheduler.base import Estimator
 
+    K = ("exec", 7, "m", 1)  # (kind, worker, ...)
     small = Estimator(10)
     for v in [5, 1, 9, 3]:
-        small.observe(("k",), v)
-    assert small.get(("k",)) == 9  # under 100 samples the p99 is the largest
+        small.observe(K, v)
+    assert small.get(K) == 9  # under 100 samples the p99 is the largest
     for v in range(10):
-        small.observe(("k",), 100 + v)
-    assert small.get(("k",)) == 109  # only the last 10 count
+        small.observe(K, 100 + v)
+    assert small.get(K) == 109  # only the last 10 count
     large = Estimator(200)
     for v in range(200, 0, -1):
-        large.observe(("k",), v)
-    assert large.get(("k",)) == 199  # rank int(0.99 * 200) of the sorted window
+        large.observe(K, v)
+    assert large.get(K) == 199  # rank int(0.99 * 200) of the sorted window
+    # a worker that leaves takes its keys along, seeded or measured
+    large.seed(("exec", 8, "m", 1), 5)
+    large.forget_worker(7)
+    assert K not in large.value and large.value == {("exec", 8, "m", 1): 5}
+    large.forget_worker(8)
+    assert len(large) == 0 and not large._samples
 
 
 @pytest.mark.parametrize("answer_delay_ms, tight_request_served", [(0, True), (10, False)])

@@ -159,7 +159,8 @@ ACTION_KIND = {SendInfer: "infer", SendLoad: "load", SendUnload: "unload"}  # te
 # --- shared state ----------------------------------------------------------------------------
 
 class Estimator:
-    """Rolling p99 of the last `window` measurements per key, seeded from profiles."""
+    """Rolling p99 of the last `window` measurements per key, seeded from profiles. Keys are
+    (kind, worker_id, ...): a worker's are forgotten when it leaves."""
 
     def __init__(self, window: int):
         self.window = window
@@ -167,14 +168,21 @@ class Estimator:
         # The current estimate per key, recomputed on each observation; read-only for callers
         # (hot paths index it directly instead of calling get).
         self.value: dict[tuple, int] = {}
+        # A worker that comes back joins under a new id: without this, a controller that runs
+        # for weeks beside a restarting worker would keep every id's thousands of keys.
+        self._keys_of: dict[int, list[tuple]] = {}
 
     def seed(self, key: tuple, value_ns: int) -> None:
         if key not in self._samples:
+            if key not in self.value:
+                self._keys_of.setdefault(key[1], []).append(key)
             self.value[key] = value_ns
 
     def observe(self, key: tuple, value_ns: int) -> None:
         samples = self._samples.get(key)
         if samples is None:
+            if key not in self.value:
+                self._keys_of.setdefault(key[1], []).append(key)
             samples = self._samples[key] = collections.deque(maxlen=self.window)
         samples.append(value_ns)
         n = len(samples)
@@ -184,6 +192,14 @@ class Estimator:
 
     def get(self, key: tuple) -> int:
         return self.value[key]
+
+    def forget_worker(self, worker_id: int) -> None:
+        for key in self._keys_of.pop(worker_id, ()):
+            self.value.pop(key, None)
+            self._samples.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self.value)
 
 
 class RollingQuantile:

@@ -121,6 +121,12 @@ class ClockworkScheduler(Scheduler):
         self.workers.pop(worker_id, None)
         for key in [k for k in self.gpus if k[0] == worker_id]:
             del self.gpus[key]
+            self.last_exec.pop(key, None)
+        # (one that comes back joins under a new id, and is estimated from its profiles again)
+        self.estimates.forget_worker(worker_id)
+        self.margin_ns.pop(worker_id, None)
+        self._answer_seen_ns.pop(worker_id, None)
+        self.answer_delays.forget(worker_id)
         for holders in self.holders.values():
             holders.discard(worker_id)
         for action_id, f in list(self.inflight.items()):
