@@ -117,11 +117,35 @@ class Client:
                     continue
                 try:
                     result = decode(msg)
+                except _OutputsUnknown as e:
+                    self._decode_after_listing(e.model, decode, msg, future)
                 except Exception as e:  # RequestFailed, or outputs that do not fit the model
                     future.set_exception(e)
                 else:
                     future.set_result(result)
         self._dealer.close()
+
+    def _decode_after_listing(self, model: str, decode, msg, future: Future) -> None:
+        """Answered for a model this client knew nothing of when it sent the request (its
+        worker joined meanwhile): ask for the model's outputs, then decode. On the I/O thread:
+        the listing's answer comes through this same loop."""
+        def listed(listing: p.ModelsResponse):
+            self._models.update({m.model_id: m for m in listing.models})
+            if model not in self._models:
+                raise CwError(f"model '{model}' answered, and then was no longer served",
+                              "send the request again")
+            return decode(msg)
+
+        def settle(listing_future: Future) -> None:
+            error = listing_future.exception()
+            if future.done():
+                return
+            if error is None:
+                future.set_result(listing_future.result())
+            else:
+                future.set_exception(error)
+
+        self._send(lambda rid: p.ListModels(rid, [model]), listed).add_done_callback(settle)
 
     def _read_foreign(self, msg: Malformed) -> None:
         """A message that is no answer to a client: a controller's workers' address says
@@ -302,11 +326,18 @@ class Client:
             raise RequestFailed(msg.status, msg.message)
         info = self._models.get(model)
         if info is None:  # it became servable after this client asked for it
-            raise CwError(f"model '{model}' answered before this client knew its outputs",
-                          "send the request again")
+            raise _OutputsUnknown(model)
         outs = [np.frombuffer(data, dtype=s.dtype).reshape(n, *s.sample_shape)
                 for data, s in zip(msg.outputs, info.outputs)]
         return outs[0] if len(outs) == 1 else outs
+
+
+class _OutputsUnknown(Exception):
+    """An answer for a model whose outputs this client has not been told (yet)."""
+
+    def __init__(self, model: str):
+        super().__init__(model)
+        self.model = model
 
 
 REQUEST_OVERHEAD_BYTES = 4096  # a request's fields besides its inputs, generously

@@ -1227,6 +1227,51 @@ def test_a_request_waits_for_its_slo_beyond_the_client_timeout():
         router.close()
 
 
+def test_an_answer_for_a_model_the_client_did_not_know_yet_is_decoded():
+    """A worker can join between the client asking for a model's description (none: not
+    served yet) and its request arriving: the answer is OK, for outputs the client was not
+    told. It asks for them then; it used to fail the answered request ("send it again").
+    Here a controller that serves the model only from the first request on."""
+    import zmq
+
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    decode, encode = p.Codec(p.FromClient), p.Codec(p.ToClient)
+    spec = [p.TensorInfo("y", "float32", [3], 12)]
+    info = p.ModelInfo("m", "m", 0, 1, [1, 2], [p.TensorInfo("x", "float32", [2], 8)], spec,
+                       1, {1: 1, 2: 1}, "profile")
+    served, stop, listings = threading.Event(), threading.Event(), []
+
+    def controller():
+        while not stop.is_set():
+            if router.poll(50):
+                peer, data = router.recv_multipart()
+                msg = decode.decode(data)
+                if isinstance(msg, p.ListModels):
+                    listings.append(msg.only)
+                    answer = p.ModelsResponse(msg.request_id, [info] if served.is_set() else [])
+                else:
+                    served.set()
+                    y = np.arange(3 * msg.n, dtype=np.float32)
+                    answer = p.InferResponse(msg.request_id, RequestStatus.OK,
+                                             outputs=[memoryview(y.tobytes())])
+                router.send_multipart([peer, encode.encode(answer)])
+
+    thread = threading.Thread(target=controller, daemon=True)
+    thread.start()
+    try:
+        with Client(f"tcp://127.0.0.1:{port}", timeout_s=5, shared_memory=False) as client:
+            y = client.infer("m", np.zeros((2, 2), np.float32), slo_ms=1000)
+            assert y.shape == (2, 3) and y.tolist() == [[0, 1, 2], [3, 4, 5]]
+            # asked before sending (nothing), and after the answer (its description)
+            assert listings[-2:] == [["m"], ["m"]]
+    finally:
+        stop.set()
+        thread.join()
+        router.close()
+
+
 def test_a_worker_whose_controller_is_not_there_says_so(models_dir, caplog):
     import logging
     import socket
