@@ -142,6 +142,11 @@ def serve_all(
     metrics_port: int = typer.Option(None, "--metrics-port"),
     log_dir: Path = typer.Option(None, "--log-dir", help="Telemetry CSVs and worker logs."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
+    restart: bool = typer.Option(True, "--restart/--no-restart",
+                                 help="Start a worker that ends again: after 1 s, doubling to "
+                                      "1 min while it keeps ending; not one that refused its "
+                                      "bundles or flags, nor one that ended 3 times in a row "
+                                      "before joining."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=_VERBOSE_HELP),
 ):
     """Run a controller and local workers in one command; Ctrl-C stops everything.
@@ -156,12 +161,14 @@ def serve_all(
     from cw.serve.launch import install_signal_stop
     from cw.serve.local import LocalServeConfig, LocalServing
     from cw.serve.protocol import describe_models
+    from cw.serve.restarts import RestartConfig
 
     _logging(verbose)
     controller = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
                                     default_slo, metrics_port, log_dir, log_stalls)
     config = LocalServeConfig(models_dir=models, workers=workers, runtime=runtime, copies=copies,
-                              controller=controller, log_stalls_ns=_stall_ns(log_stalls))
+                              controller=controller, log_stalls_ns=_stall_ns(log_stalls),
+                              restarts=RestartConfig(enabled=restart))
     out = console()
     serving = LocalServing(config, say=out.print).prepare()
     _say_set_aside(log_dir, serving.earlier_run)
@@ -180,18 +187,14 @@ def serve_all(
                      if serving.metrics_port is not None else ""))
         out.print(f"try: cw infer {min(served)} --random "
                   f"--controller {serving.clients_address}   (Ctrl-C to stop)")
-        told: set[int] = set()
         while not stop.is_set():
             # a worker that dies is Clockwork's worker loss: the controller serves on with the
-            # rest (each said once, with its last words); with none left, there is nothing to
-            # serve with
-            ended = serving.ended()
-            for i in sorted(ended.keys() - told):
-                told.add(i)
-                where = f" (its log: {serving.workers.log_of(i)})" if log_dir else ""
-                out.print(f"[yellow]warning:[/] {ended[i]}{where}; serving on with "
-                          f"{workers - len(ended)} of {workers} worker(s)")
-            if len(ended) == workers:
+            # rest (each said once, with its last words) while it is started again; with none
+            # left and none to start, there is nothing to serve with
+            for event in serving.step(time.monotonic()):
+                out.print(f"[yellow]warning:[/] {event.text}" if event.kind == "ended"
+                          else event.text)
+            if serving.down():
                 serving.workers.check()  # the first one's reason, as the error
             stop.wait(0.5)
     finally:

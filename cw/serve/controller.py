@@ -8,6 +8,7 @@ Every client request gets exactly one response.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import threading
@@ -149,6 +150,9 @@ class Controller:
         self._last_stale_check_ns: int | None = None
         self._worker_ids = itertools.count(1)
         self._request_ids = itertools.count(1)
+        # (worker id, how) of workers whose process is known to have ended, from another
+        # thread (`worker_process_ended`); a deque's append and popleft are atomic
+        self._ended_processes: collections.deque = collections.deque()
         self._worker_handlers = {p.Register: self._on_register, p.Ping: self._on_ping,
                                  p.Result: self._on_result, p.Leaving: self._on_leaving,
                                  Malformed: self._on_worker_malformed}
@@ -377,7 +381,16 @@ class Controller:
             f"this is a cw controller's workers' address; clients connect to {clients}",
             p.PROTOCOL_VERSION))
 
+    def worker_process_ended(self, worker_id: int, how: str) -> None:
+        """Whoever started worker `worker_id`'s process saw it end (`cw serve`'s own workers):
+        it leaves at the next tick, not after `worker_timeout_ns` of silence. Any thread."""
+        self._ended_processes.append((worker_id, how))
+
     def _check_liveness(self, now_ns: int) -> None:
+        while self._ended_processes:
+            wid, how = self._ended_processes.popleft()
+            if wid in self.workers:
+                self._worker_left(now_ns, wid, f"its process {how}")
         for peer in self.workers_ep.unreachable:
             if peer in self.by_peer:
                 self._worker_left(now_ns, self.by_peer[peer], "unreachable")

@@ -217,6 +217,8 @@ def ended_how(exit_code: int | None) -> str:
 WORKER_EXIT_CODES = frozenset(e.exit_code for e in (UsageError, ModelError, BundleError,
                                                     DeviceError, HostError))
 
+_RESTART_MARK = "--- started again"  # in a worker's log, where a run after a restart begins
+
 STALLS_LOG = "stalls.log"  # a controller process's stall lines, in its log directory
 
 
@@ -329,6 +331,7 @@ class WorkerProcesses:
         from cw.tvm_env import split_cores
 
         self.procs: list[subprocess.Popen] = []
+        self._cmds: list[list[str]] = []
         self.log_dir = log_dir
         # Without a log directory the workers still write to files, in a temporary one, so that
         # a worker that dies at start can be quoted (`check`) rather than lost to /dev/null.
@@ -349,9 +352,22 @@ class WorkerProcesses:
                 cmd += ["--page-cache", page_cache]
             if log_stalls:
                 cmd += ["--log-stalls", log_stalls]
-            with open(self._logs / f"worker-{i}.log", "w") as out:
-                self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                                   start_new_session=True))
+            self._cmds.append(cmd)
+            self.procs.append(self._popen(i, "w"))
+
+    def _popen(self, i: int, mode: str) -> subprocess.Popen:
+        with open(self._logs / f"worker-{i}.log", mode) as out:
+            if mode == "a":
+                out.write(f"{_RESTART_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n")
+                out.flush()
+            return subprocess.Popen(self._cmds[i], stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+
+    def restart(self, i: int) -> None:
+        """Start worker `i`, which has ended, again; its log goes on in the same file."""
+        if self.procs[i].poll() is None:
+            raise RuntimeError(f"worker {i} is still running")
+        self.procs[i] = self._popen(i, "a")
 
     def check(self) -> None:
         for i, proc in enumerate(self.procs):
@@ -384,7 +400,8 @@ class WorkerProcesses:
         except OSError:
             return None
         lines = [line for line in lines if line.strip()]
-        return lines[-1].strip() if lines else None
+        # (a marker ends the log of the run before: that run's words are not this one's)
+        return lines[-1].strip() if lines and not lines[-1].startswith(_RESTART_MARK) else None
 
     def wait_until_joined(self, controller, timeout_s: float = 120.0,
                           stop: threading.Event | None = None) -> bool:

@@ -13,12 +13,14 @@ dying words would otherwise be the first a user hears of it.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from cw.errors import DeviceError, UsageError
 from cw.serve.controller import ControllerConfig
+from cw.serve.restarts import RestartConfig, RestartPlan, WorkerEvent
 
 RUNTIMES = ("cpu", "simulated", "cuda")
 DEMO_MODELS = ("mlp", "small_cnn")
@@ -33,6 +35,8 @@ class LocalServeConfig:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     log_stalls_ns: int | None = None
     join_timeout_s: float = 120.0
+    # a worker that ends is started again (cw/serve/restarts.py says when, and when not)
+    restarts: RestartConfig = field(default_factory=RestartConfig)
 
     def __post_init__(self):
         if self.runtime not in RUNTIMES:
@@ -95,6 +99,9 @@ class LocalServing:
         self.earlier_run: Path | None = None  # where an earlier run's telemetry was set aside
         self.controller = None  # a ControllerThread once started
         self.workers = None     # WorkerProcesses once started
+        self._restarts: RestartPlan | None = None
+        self._noted_ended: set[int] = set()
+        self._ids_before: dict[int, int] = {}  # worker -> the last controller id at its restart
 
     def prepare(self) -> "LocalServing":
         """The checks, and the demo set's compile on first use; nothing starts."""
@@ -125,8 +132,58 @@ class LocalServing:
             "simulated" if c.runtime == "simulated" else "tvm", self.devices, c.copies,
             log_dir=c.controller.log_dir,
             log_stalls=f"{c.log_stalls_ns}ns" if c.log_stalls_ns is not None else None)
-        return self.workers.wait_until_joined(self.controller, timeout_s=c.join_timeout_s,
-                                              stop=stop)
+        joined = self.workers.wait_until_joined(self.controller, timeout_s=c.join_timeout_s,
+                                                stop=stop)
+        self._restarts = RestartPlan(c.restarts, c.workers, time.monotonic())
+        return joined
+
+    def step(self, now_s: float) -> list[WorkerEvent]:
+        """One look at the workers (`now_s`: time.monotonic()): those that ended since the
+        last look, and whether they are started again; those started again now; those that
+        joined the controller again."""
+        from cw.serve.launch import ended_how
+
+        if self._restarts is None:
+            return []
+        events, plan, procs = [], self._restarts, self.workers
+        for i, proc in enumerate(procs.procs):
+            if i not in self._noted_ended and proc.poll() is not None:
+                self._noted_ended.add(i)
+                # the controller hears of it now rather than after seconds of silence (its
+                # successor, started a second later at the earliest, joins under a new id)
+                ctl = self.controller.controller
+                for wid, w in list(ctl.workers.items()):
+                    if w.name == f"local-{i}":
+                        ctl.worker_process_ended(wid, ended_how(proc.returncode))
+                what = plan.ended(i, now_s, proc.returncode)
+                where = (f" (its log: {procs.log_of(i)})" if self.config.controller.log_dir
+                         else "")
+                events.append(WorkerEvent(i, "ended", f"{procs.ended()[i]}{where}; "
+                                          f"{self.serving_workers()} of {len(procs.procs)} "
+                                          f"worker(s) running; {what}"))
+        for i in plan.due(now_s):
+            self._ids_before[i] = max(self.controller.controller.workers, default=0)
+            procs.restart(i)
+            self._noted_ended.discard(i)
+            n = plan.started(i, now_s)
+            events.append(WorkerEvent(i, "restarted", f"worker {i} started again (restart {n})"))
+        waiting = plan.waiting()
+        if waiting:
+            joined = list(self.controller.controller.workers.items())  # (another thread's)
+            for i in waiting:
+                if any(w.name == f"local-{i}" and wid > self._ids_before.get(i, 0)
+                       for wid, w in joined) and plan.joined(i):
+                    events.append(WorkerEvent(i, "rejoined", f"worker {i} joined again"))
+        return events
+
+    def serving_workers(self) -> int:
+        """Workers running now (joined or joining)."""
+        return sum(proc.poll() is None for proc in self.workers.procs) if self.workers else 0
+
+    def down(self) -> bool:
+        """Every worker has ended and none will be started again."""
+        return self._restarts is not None and \
+            len(self._restarts.given_up()) == len(self.workers.procs)
 
     @property
     def clients_address(self) -> str:

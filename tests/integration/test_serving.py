@@ -1317,51 +1317,86 @@ def test_a_request_over_the_size_limit_is_refused_and_the_controller_serves_on(m
         ControllerConfig(max_request_bytes=1000)
 
 
-def test_cw_serve_serves_on_when_one_of_its_workers_dies(models_dir, tmp_path):
-    """A worker process killed (as the OOM killer would): `cw serve` says so and serves on with
-    the other; when none is left it stops with the reason."""
-    import signal
+def _cw_serve(models_dir, *args):
+    """`cw serve` in a process of its own, and its clients' address once it serves."""
     import subprocess
     import sys
 
-    import psutil
-
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cw", "serve", "--models", str(models_dir), "--workers", "2",
-         "--runtime", "simulated", "--workers-listen", "tcp://127.0.0.1:*",
-         "--clients-listen", "tcp://127.0.0.1:*", "--log-dir", str(tmp_path / "log")],
+        [sys.executable, "-m", "cw", "serve", "--models", str(models_dir), "--runtime",
+         "simulated", "--workers-listen", "tcp://127.0.0.1:*", "--clients-listen",
+         "tcp://127.0.0.1:*", *map(str, args)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "COLUMNS": "300"})
-    try:
-        address = None
-        deadline = time.monotonic() + 120
-        while address is None and time.monotonic() < deadline:
-            match = re.search(r"clients: (tcp://127\.0\.0\.1:\d+)", proc.stdout.readline())
-            address = match and match.group(1)
-        assert address
-        def name(worker):
-            args = worker.cmdline()
-            return args[args.index("--name") + 1]
+    address = None
+    deadline = time.monotonic() + 120
+    while address is None and time.monotonic() < deadline and proc.poll() is None:
+        match = re.search(r"clients: (tcp://127\.0\.0\.1:\d+)", proc.stdout.readline())
+        address = match and match.group(1)
+    line = proc.stdout.readline()  # the "try:" line
+    assert address and line.startswith("try:"), line
+    return proc, address
 
-        workers = sorted(psutil.Process(proc.pid).children(), key=name)
-        assert [name(c) for c in workers] == ["local-0", "local-1"]
-        workers[1].send_signal(signal.SIGKILL)
+
+def _local_workers(proc):
+    import psutil
+
+    def name(worker):
+        args = worker.cmdline()
+        return args[args.index("--name") + 1]
+
+    workers = sorted(psutil.Process(proc.pid).children(), key=name)
+    assert [name(c) for c in workers] == [f"local-{i}" for i in range(len(workers))]
+    return workers
+
+
+def test_cw_serve_serves_on_when_one_of_its_workers_dies_and_starts_it_again(models_dir,
+                                                                             tmp_path):
+    """A worker process killed (as the OOM killer would): `cw serve` says so, serves on with
+    the other, and starts it again; it rejoins and serves."""
+    import signal
+
+    proc, address = _cw_serve(models_dir, "--workers", "2", "--log-dir", tmp_path / "log")
+    try:
+        first = _local_workers(proc)
+        first[1].send_signal(signal.SIGKILL)
         line = proc.stdout.readline()
-        while line.startswith("try:"):  # the rest of the endpoints' lines
-            line = proc.stdout.readline()
         assert line.startswith("warning: worker 1 was killed by SIGKILL") and \
-            "serving on with 1 of 2 worker(s)" in line and "worker-1.log" in line, line
+            "worker-1.log" in line and "1 of 2 worker(s) running; restarting it in 1 s" in line
         with Client(address) as client:  # the controller re-plans onto worker 0
             for _ in range(10):
                 client.infer("mlp", random_input((1, 64)), slo_ms=100)
-        workers[0].send_signal(signal.SIGKILL)
+        assert proc.stdout.readline().strip() == "worker 1 started again (restart 1)"
+        assert proc.stdout.readline().strip() == "worker 1 joined again"
+        again = _local_workers(proc)
+        assert again[0].pid == first[0].pid and again[1].pid != first[1].pid
+        log = (tmp_path / "log" / "worker-1.log").read_text()
+        assert log.count("--- started again") == 1, log
+        with Client(address) as client:
+            client.models()
+            assert client.workers == 2  # the dead one left at once, not after its silence
+            for _ in range(10):
+                client.infer("mlp", random_input((1, 64)), slo_ms=100)
+    finally:
+        proc.terminate()
         _, err = proc.communicate(timeout=30)
-        last = err.strip().splitlines()[-1]  # (after the controller's "worker 1 left" lines)
-        assert proc.returncode == 1, err
-        assert last.startswith("error: worker 0 was killed by SIGKILL"), err
+    assert proc.returncode == 0, err
+    assert "worker 2 (local-1) left: its process was killed by SIGKILL" in err, err
+
+
+def test_cw_serve_without_restarts_stops_when_no_worker_is_left(models_dir):
+    import signal
+
+    proc, address = _cw_serve(models_dir, "--workers", "1", "--no-restart")
+    try:
+        _local_workers(proc)[0].send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 1, err
+    assert last.startswith("error: worker 0 was killed by SIGKILL"), err
 
 
 def test_the_workers_of_a_killed_cw_serve_stop_too(models_dir):
