@@ -38,7 +38,7 @@ class RequestRow(msgspec.Struct, frozen=True, gc=False):
 
 class ActionRow(msgspec.Struct, frozen=True, gc=False):
     action_id: int         # unique per controller run
-    kind: str              # load | unload | infer
+    kind: str              # load, unload or infer
     status: str            # Status name, or LOST when its worker left before answering
     worker: int            # worker id given at registration
     gpu: int               # device index on that worker
