@@ -43,6 +43,20 @@ def cli():
 
 
 @pytest.fixture(scope="session")
+def summary_keys_documented() -> set[str]:
+    """The summary.json keys docs/telemetry.md describes (its "summary.json" table)."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "telemetry.md").read_text()
+    section = text.split("## summary.json", 1)[1].split("\n## ", 1)[0]
+    keys = set()
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            keys |= set(re.findall(r"`([a-z_0-9]+)`", line.split("|")[1]))
+    return keys
+
+
+@pytest.fixture(scope="session")
 def zoo_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("zoo")
 

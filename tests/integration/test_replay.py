@@ -304,7 +304,8 @@ def mlp_models(cpu_bundle, tmp_path, batch_sizes):
     return models
 
 
-def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle, tmp_path):
+def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle, tmp_path,
+                                                                summary_keys_documented):
     models = mlp_models(cpu_bundle, tmp_path, (1, 2, 4, 8, 16))
     out = tmp_path / "live"
     r = cli("replay", "--models", models, "--copies", "4", "--duration", "5s",
@@ -313,6 +314,7 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     assert r.code == 0, r.err
     summary = json.loads(r.out)
     assert summary["live"] is True and summary["runtime"] == "simulated"
+    assert sorted(set(summary) - summary_keys_documented) == []  # docs/telemetry.md
     with open(out / "requests.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     with open(out / "actions.csv", newline="") as f:

@@ -90,3 +90,12 @@ def test_every_metric_is_in_the_telemetry_doc():
     documented |= {f"cw_worker_clock_{k}_seconds" for k in ("estimate", "rtt")
                    if "..._" + k + "_seconds" in text}
     assert sorted(names - documented) == []
+
+
+def test_every_summary_key_of_a_simulated_replay_is_documented(summary_keys_documented,
+                                                                tmp_path):
+    from cw.replay.runner import ReplayConfig, replay
+
+    summary = replay(ReplayConfig(duration_s=5, target_rate=200, out=tmp_path / "out"))
+    assert len(summary_keys_documented) > 40
+    assert sorted(set(summary) - summary_keys_documented) == []
