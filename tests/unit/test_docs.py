@@ -99,3 +99,25 @@ def test_every_summary_key_of_a_simulated_replay_is_documented(summary_keys_docu
     summary = replay(ReplayConfig(duration_s=5, target_rate=200, out=tmp_path / "out"))
     assert len(summary_keys_documented) > 40
     assert sorted(set(summary) - summary_keys_documented) == []
+
+
+def test_every_bundle_and_profile_field_is_in_the_bundle_doc():
+    import msgspec
+
+    from cw import bundle as b
+    from cw.profile import schema as s
+
+    text = (DOCS / "bundle.md").read_text()
+    sections = {"manifest": _section(text, "manifest.json"),
+                "profile": _section(text, "profile.json")}
+    checked = 0
+    for where, structs in (("manifest", [b.Manifest, b.Target, b.Source, b.TensorSpec,
+                                         b.BatchKernel, b.Weights, b.WeightPage, b.WeightTensor]),
+                           ("profile", [s.Profile, s.DeviceInfo, s.LoadProfile, s.BatchProfile])):
+        for struct in structs:
+            assert issubclass(struct, msgspec.Struct)
+            for field in struct.__struct_fields__:
+                checked += 1
+                said = f"`{field}`" in sections[where] or f"`{field}[]`" in sections[where]
+                assert said, f"{struct.__name__}.{field} is not in docs/bundle.md ({where})"
+    assert checked > 50
