@@ -40,7 +40,8 @@ def replay_cmd(
                                     "explicitly win)."),
     duration: str = typer.Option(None, "--duration",
                                  help="Length of trace to replay (10m; the fig5 preset: 30s)."),
-    start_minute: int = typer.Option(0, "--start-minute"),
+    start_minute: int = typer.Option(0, "--start-minute",
+                                     help="Start this many minutes into the trace."),
     rate_scale: float = typer.Option(None, "--rate-scale", help="Multiply the trace's rate."),
     target_rate: float = typer.Option(None, "--target-rate",
                                       help="Scale to this mean rate (default 200 r/s per GPU)."),
@@ -74,7 +75,8 @@ def replay_cmd(
     log_stalls: str = typer.Option(None, "--log-stalls",
                                    help="Live, local controller: log every stall of it and its "
                                         "workers longer than this (e.g. 1ms) to OUT/stalls.log."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Seeds arrivals, mapping and noise: the same "
+                                                "seed, the same requests."),
     out: Path = typer.Option(Path("replay-out"), "--out", help="Output directory."),
     force: bool = typer.Option(False, "--force", help="Replace --out."),
     as_json: bool = typer.Option(False, "--json", help="Print summary.json."),

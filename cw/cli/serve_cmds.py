@@ -18,6 +18,11 @@ serve_app = typer.Typer(help="Serve models: a controller that schedules, workers
 app.add_typer(serve_app, name="serve")
 _C = ControllerConfig()
 _VERBOSE_HELP = "More log lines: workers joining and leaving (standalone: debug messages too)."
+_WORKERS_LISTEN_HELP = "Where workers connect (ZeroMQ address; tcp://*:PORT: every interface)."
+_CLIENTS_LISTEN_HELP = "Where clients connect (cw infer, cw.client.Client, cw replay)."
+_DEFAULT_SLO_HELP = "The SLO of a request that names none, e.g. 100ms."
+_METRICS_PORT_HELP = "Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port)."
+_DEFAULT_SLO = f"{_C.default_slo_ns // 1_000_000}ms"
 
 
 def _logging(verbose: bool, standalone: bool = False) -> None:
@@ -133,13 +138,15 @@ def serve_all(
                                      "cuda:0 to cuda:N-1)."),
     runtime: str = typer.Option("cpu", "--runtime", help="cpu, simulated or cuda."),
     copies: int = typer.Option(1, "--copies", help="Instances of each model per worker."),
-    workers_listen: str = typer.Option("tcp://127.0.0.1:7000", "--workers-listen"),
-    clients_listen: str = typer.Option("tcp://127.0.0.1:7001", "--clients-listen"),
+    workers_listen: str = typer.Option("tcp://127.0.0.1:7000", "--workers-listen",
+                                       help=_WORKERS_LISTEN_HELP),
+    clients_listen: str = typer.Option("tcp://127.0.0.1:7001", "--clients-listen",
+                                       help=_CLIENTS_LISTEN_HELP),
     scheduler: str = typer.Option(_C.scheduler, "--scheduler", help=_SCHEDULER_HELP),
     schedule_ahead: str = typer.Option(None, "--schedule-ahead",
                                        help="Plan each GPU this far ahead (5ms)."),
-    default_slo: str = typer.Option("100ms", "--default-slo"),
-    metrics_port: int = typer.Option(None, "--metrics-port"),
+    default_slo: str = typer.Option(_DEFAULT_SLO, "--default-slo", help=_DEFAULT_SLO_HELP),
+    metrics_port: int = typer.Option(None, "--metrics-port", help=_METRICS_PORT_HELP),
     log_dir: Path = typer.Option(None, "--log-dir", help="Telemetry CSVs and worker logs."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
     restart: bool = typer.Option(True, "--restart/--no-restart",
@@ -207,14 +214,17 @@ def serve_all(
 
 @serve_app.command("controller")
 def serve_controller(
-    workers_listen: str = typer.Option(_C.workers_listen, "--workers-listen"),
-    clients_listen: str = typer.Option(_C.clients_listen, "--clients-listen"),
+    workers_listen: str = typer.Option(_C.workers_listen, "--workers-listen",
+                                       help=_WORKERS_LISTEN_HELP),
+    clients_listen: str = typer.Option(_C.clients_listen, "--clients-listen",
+                                       help=_CLIENTS_LISTEN_HELP),
     scheduler: str = typer.Option(_C.scheduler, "--scheduler", help=_SCHEDULER_HELP),
     schedule_ahead: str = typer.Option(None, "--schedule-ahead",
                                        help="Plan each GPU this far ahead (5ms)."),
-    default_slo: str = typer.Option("100ms", "--default-slo"),
-    metrics_port: int = typer.Option(None, "--metrics-port"),
-    log_dir: Path = typer.Option(None, "--log-dir"),
+    default_slo: str = typer.Option(_DEFAULT_SLO, "--default-slo", help=_DEFAULT_SLO_HELP),
+    metrics_port: int = typer.Option(None, "--metrics-port", help=_METRICS_PORT_HELP),
+    log_dir: Path = typer.Option(None, "--log-dir",
+                                 help="Write requests.csv and actions.csv here."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=_VERBOSE_HELP),
 ):
@@ -247,13 +257,16 @@ def serve_controller(
 
 @serve_app.command("worker")
 def serve_worker(
-    controller: str = typer.Option("tcp://127.0.0.1:7000", "--controller"),
+    controller: str = typer.Option("tcp://127.0.0.1:7000", "--controller",
+                                   help="The controller's workers' address."),
     models: Path = typer.Option(..., "--models", help="Directory of bundles."),
     device: str = typer.Option("cpu", "--device", help="cpu, or cuda:0,cuda:1,..."),
     runtime: str = typer.Option("tvm", "--runtime", help="tvm or simulated."),
     page_cache: str = typer.Option(None, "--page-cache", help="Weights cache per device."),
     copies: int = typer.Option(1, "--copies", help="Instances of each model."),
-    name: str = typer.Option(None, "--name"),
+    name: str = typer.Option(None, "--name",
+                             help="This worker's name in the controller's logs and metrics "
+                                  "(default: host and process id)."),
     cpus: str = typer.Option(None, "--cpus", help="CPU runtime: run on these CPUs only, one "
                              "kernel thread per core, e.g. 0-3 or 0,2 (default: all)."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
@@ -291,11 +304,12 @@ def infer_cmd(
                                help=".npy with a batch axis (one input) or .npz (by name)."),
     random: bool = typer.Option(False, "--random", help="Use a random input of the right shape."),
     slo: str = typer.Option(None, "--slo", help="Latency objective, e.g. 100ms."),
-    controller: str = typer.Option("tcp://127.0.0.1:7001", "--controller"),
+    controller: str = typer.Option("tcp://127.0.0.1:7001", "--controller",
+                                   help="The controller's clients' address."),
     output: Path = typer.Option(None, "-o", "--output",
                                 help="Write the outputs (.npy; .npz for several)."),
     list_models: bool = typer.Option(False, "--list", help="List servable models."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Send one request to a running `cw serve` and print (or save) the answer.
 

@@ -18,3 +18,32 @@ def test_command_summaries_are_one_line_each():
     assert "one kernel library per batch size, one paged weights blob, memory metadata" in line
     line = next(x for x in _help("serve").splitlines() if "│ controller " in x)
     assert "workers connect with `cw serve worker --controller ...`" in line
+
+
+def test_every_option_says_what_it_is():
+    import inspect
+
+    from cw.cli.app import _register_commands, app
+
+    _register_commands()
+    silent, seen = [], 0
+
+    def walk(typer_app, path):
+        commands = [(info.name or info.callback.__name__, info.callback)
+                    for info in typer_app.registered_commands]
+        if typer_app.registered_callback is not None:
+            commands.append(("", typer_app.registered_callback.callback))
+        for name, callback in commands:
+            for param in inspect.signature(callback).parameters.values():
+                option = param.default
+                if type(option).__name__ != "OptionInfo" or option.hidden:
+                    continue
+                nonlocal seen
+                seen += 1
+                if not option.help:
+                    silent.append(f"{' '.join(path + [name]).strip()} {option.param_decls}")
+        for group in typer_app.registered_groups:
+            walk(group.typer_instance, path + [group.name])
+
+    walk(app, ["cw"])
+    assert seen > 100 and silent == []
