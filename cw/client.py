@@ -161,6 +161,9 @@ class Client:
         """Send `make(request id)`; the future gets the response, or `decode(response)`, set by
         the I/O thread, which also frees the request's shared-memory `slots`. (A dict's get/set/
         pop are atomic: no lock on this per-request path.)"""
+        if self._stop.is_set():  # (nothing would send it: the request would wait it out)
+            raise UsageError(f"this client of {self.address} is closed",
+                             "make a new Client (or use it inside its `with` block)")
         rid = next(self._ids)
         future: Future = Future()
         self._futures[rid] = (future, decode, slots)

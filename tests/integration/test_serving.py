@@ -333,6 +333,11 @@ def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
                 client.infer("mlp", {"x": random_input((2, 64))})
             assert client.infer_response("mlp", random_input((1, 64)), 1000).status == \
                 RequestStatus.OK
+        # a closed client says so at once (it waited out its timeout, then blamed the server)
+        began = time.monotonic()
+        with pytest.raises(UsageError, match="is closed"):
+            client.infer("mlp", random_input((1, 64)))
+        assert time.monotonic() - began < 1
 
 
 def test_worker_leaving_requests_replanned_or_failed(models_dir, tmp_path):
