@@ -42,9 +42,12 @@ class RequestFailed(CwError):
     exit_code = 7  # 6 is the host refusing (HostError); a script tells the two apart
 
     def __init__(self, status: RequestStatus, message: str):
+        hint = _HINTS.get(status)
+        if status == RequestStatus.UNKNOWN_MODEL and "no worker serves" in message:
+            # a controller just started or restarted: its workers join within seconds
+            hint = "retry once its workers have joined (`cw infer --list` shows what is served)"
         super().__init__(f"request {status.name.lower()}: {message}" if message
-                         else f"request {status.name.lower()}",
-                         _HINTS.get(status))
+                         else f"request {status.name.lower()}", hint)
         self.status = status
 
 

@@ -1161,12 +1161,15 @@ def test_a_controller_no_worker_has_joined_says_so(cli, tmp_path):
     try:
         with Client(ctl.clients_address) as client:
             r = client.infer_response("mlp", random_input((1, 64)), 100)
+            with pytest.raises(RequestFailed) as failed:
+                client.infer("mlp", random_input((1, 64)), 100)
         listed = cli("infer", "--list", "--controller", ctl.clients_address)
         asked = cli("infer", "mlp", "--random", "--controller", ctl.clients_address)
     finally:
         ctl.close()
     assert r.status == RequestStatus.UNKNOWN_MODEL
     assert r.message == "no model 'mlp': no worker serves this controller yet"
+    assert failed.value.hint.startswith("retry once its workers have joined")
     assert listed.code == 0 and "no models: no worker serves the controller" in listed.out
     assert asked.code == 2 and "no worker serves it yet" in asked.err
 
