@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -29,7 +30,7 @@ from cw.errors import CwError, UsageError
 from cw.serve import protocol as p
 from cw.serve.protocol import RequestStatus
 from cw.serve.shm import ShmArena, remove_stale, shm_domain
-from cw.serve.transport import Malformed, ZmqDealer, tcp_unreachable
+from cw.serve.transport import Malformed, ZmqDealer, read_key, tcp_unreachable
 from cw.units import format_bytes
 
 log = logging.getLogger("cw.client")
@@ -70,17 +71,19 @@ class Client:
     cannot); False always uses the socket."""
 
     def __init__(self, address: str = "tcp://127.0.0.1:7001", timeout_s: float = 30.0,
-                 shared_memory: bool | None = None):
+                 shared_memory: bool | None = None, key_file: str | os.PathLike | None = None):
         """`timeout_s`: how long to wait for an answer, past a request's SLO (the controller
         answers every request by its deadline); a controller that cannot be reached at all is
-        told within about a second."""
+        told within about a second. `key_file`: the controller's key (`cw serve keygen`), for
+        one started with `--key`."""
+        key = read_key(key_file) if key_file is not None else None
         self.address = address
         self.timeout_s = timeout_s
         self.shared_memory = shared_memory
         self._arena: ShmArena | None = None  # set where the controller shares /dev/shm
         self._arena_full = False  # /dev/shm ran out of room: the socket from then on
         self._hello_done = False
-        self._dealer = ZmqDealer(address, p.Codec(p.ToClient), p.Codec(p.FromClient))
+        self._dealer = ZmqDealer(address, p.Codec(p.ToClient), p.Codec(p.FromClient), key=key)
         self._ids = itertools.count(1)
         self._futures: dict[int, Future] = {}
         self._lock = threading.Lock()
@@ -321,6 +324,11 @@ class Client:
                 probed = True  # a second without an answer: is anything there at all?
                 if time.monotonic() - self._last_heard_s < 1.0:
                     continue  # it answers other requests: this one is just slow
+                refused = self._dealer.handshake_problem
+                if refused is not None:
+                    raise CwError(f"the controller at {self.address} {refused}",
+                                  "give every client, worker and the controller the same key "
+                                  "file (`cw serve keygen`), or none") from None
                 why = tcp_unreachable(self.address)
                 if why is not None:
                     raise CwError(f"cannot reach the controller at {self.address}: {why}",

@@ -60,6 +60,9 @@ def replay_cmd(
     simulate: bool = typer.Option(False, "--simulate", help="Virtual time, simulated workers."),
     controller: str = typer.Option(None, "--controller",
                                    help="Drive a running `cw serve` at this client address."),
+    key: Path = typer.Option(None, "--key", envvar="CW_KEY",
+                             help="With --controller: its key file, if it was started with "
+                                  "--key."),
     runtime: str = typer.Option(None, "--runtime",
                                 help="Local live workers: simulated (default), cpu or cuda (one "
                                      "worker per GPU index, --workers of them)."),
@@ -110,6 +113,7 @@ def replay_cmd(
                   start_minute=start_minute, rate_scale=rate_scale, target_rate=target_rate,
                   arrivals=arrivals, mapping=mapping, scheduler=schedulers[0].text, noise=noise,
                   sim_engine=sim_engine, seed=seed, simulate=simulate, controller=controller,
+                  key_file=key if controller else None,
                   runtime=runtime, out=out,
                   force=force, shared_memory=shared_memory,
                   log_stalls_ns=parse_duration_ns(log_stalls, "--log-stalls") if log_stalls

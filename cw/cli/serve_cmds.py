@@ -21,6 +21,8 @@ _VERBOSE_HELP = "More log lines: workers joining and leaving (standalone: debug 
 _WORKERS_LISTEN_HELP = "Where workers connect (ZeroMQ address; tcp://*:PORT: every interface)."
 _CLIENTS_LISTEN_HELP = "Where clients connect (cw infer, cw.client.Client, cw replay)."
 _DEFAULT_SLO_HELP = "The SLO of a request that names none, e.g. 100ms."
+_KEY_HELP = ("A key file (`cw serve keygen FILE`): connections encrypted, and only holders of "
+             "the same key get through.")
 _METRICS_PORT_HELP = "Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port)."
 _DEFAULT_SLO = f"{_C.default_slo_ns // 1_000_000}ms"
 
@@ -75,7 +77,7 @@ def _say_set_aside(log_dir, earlier) -> None:
 
 
 def _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead, default_slo,
-                       metrics_port, log_dir, log_stalls=None) -> ControllerConfig:
+                       metrics_port, log_dir, log_stalls=None, key=None) -> ControllerConfig:
     from cw.errors import UsageError
     from cw.serve.scheduler import parse_scheduler
     from cw.serve.scheduler.spec import SETTINGS
@@ -95,7 +97,7 @@ def _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead
                             scheduler=scheduler, schedule_ahead_ns=ahead_ns,
                             default_slo_ns=parse_duration_ns(default_slo, "--default-slo"),
                             metrics_port=metrics_port, log_dir=log_dir,
-                            log_stalls_ns=_stall_ns(log_stalls))
+                            log_stalls_ns=_stall_ns(log_stalls), key_file=key)
 
 
 _SCHEDULER_HELP = ("clockwork, clipper, batch-timeout or fifo, with settings if need be: "
@@ -149,6 +151,7 @@ def serve_all(
     metrics_port: int = typer.Option(None, "--metrics-port", help=_METRICS_PORT_HELP),
     log_dir: Path = typer.Option(None, "--log-dir", help="Telemetry CSVs and worker logs."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
+    key: Path = typer.Option(None, "--key", envvar="CW_KEY", help=_KEY_HELP),
     restart: bool = typer.Option(True, "--restart/--no-restart",
                                  help="Start a worker that ends again: after 1 s, doubling to "
                                       "1 min while it keeps ending; not one that refused its "
@@ -172,7 +175,7 @@ def serve_all(
 
     _logging(verbose)
     controller = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
-                                    default_slo, metrics_port, log_dir, log_stalls)
+                                    default_slo, metrics_port, log_dir, log_stalls, key)
     config = LocalServeConfig(models_dir=models, workers=workers, runtime=runtime, copies=copies,
                               controller=controller, log_stalls_ns=_stall_ns(log_stalls),
                               restarts=RestartConfig(enabled=restart))
@@ -226,6 +229,7 @@ def serve_controller(
     log_dir: Path = typer.Option(None, "--log-dir",
                                  help="Write requests.csv and actions.csv here."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
+    key: Path = typer.Option(None, "--key", envvar="CW_KEY", help=_KEY_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=_VERBOSE_HELP),
 ):
     """Run the controller alone; workers connect with `cw serve worker --controller ...`.
@@ -236,7 +240,7 @@ def serve_controller(
 
     _logging(verbose, standalone=True)
     config = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
-                                default_slo, metrics_port, log_dir, log_stalls)
+                                default_slo, metrics_port, log_dir, log_stalls, key)
     if log_dir:
         _prepare_log_dir(log_dir)
     ctl = _start_controller(config)
@@ -255,6 +259,34 @@ def serve_controller(
     console().print(f"stopped after {served}" if served else "stopped")
 
 
+@serve_app.command("keygen")
+def serve_keygen(
+    file: Path = typer.Argument(..., help="Where to write the key (a new file, mode 600)."),
+):
+    """Make a key that encrypts a controller's connections and admits only its holders.
+
+    Give the same file to the controller, its workers and its clients (`--key FILE`, or the
+    CW_KEY environment variable; `Client(address, key_file=FILE)` from Python).
+
+    Example: [bold]cw serve keygen cluster.key && cw serve controller --key cluster.key[/]
+    """
+    from rich.markup import escape
+
+    from cw.errors import OutputExistsError, UsageError
+    from cw.serve.transport import write_key
+
+    try:
+        write_key(file)
+    except FileExistsError:
+        raise OutputExistsError(f"{file} exists", "keys are never overwritten: choose another "
+                                "name, or remove the old key once nothing uses it") from None
+    except OSError as e:
+        raise UsageError(f"cannot write {file}: {e.strerror}",
+                         "choose a folder you can write to") from None
+    console().print(f"wrote {escape(str(file))}: give it to the controller, its workers and "
+                    "its clients (--key)")
+
+
 @serve_app.command("worker")
 def serve_worker(
     controller: str = typer.Option("tcp://127.0.0.1:7000", "--controller",
@@ -270,6 +302,7 @@ def serve_worker(
     cpus: str = typer.Option(None, "--cpus", help="CPU runtime: run on these CPUs only, one "
                              "kernel thread per core, e.g. 0-3 or 0,2 (default: all)."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
+    key: Path = typer.Option(None, "--key", envvar="CW_KEY", help=_KEY_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=_VERBOSE_HELP),
     parent_pid: int = typer.Option(None, "--parent-pid", hidden=True,
                                    help="Stop when this process (cw serve, cw replay) is gone."),
@@ -289,7 +322,8 @@ def serve_worker(
     config = WorkerConfig(controller=controller, models_dir=models,
                           devices=tuple(d.strip() for d in device.split(",")), runtime=runtime,
                           page_cache_bytes=parse_size(page_cache, "page cache") if page_cache
-                          else None, copies=copies, log_stalls_ns=_stall_ns(log_stalls), **kw)
+                          else None, copies=copies, log_stalls_ns=_stall_ns(log_stalls),
+                          key_file=key, **kw)
     stop = threading.Event()
     install_signal_stop(stop)
     if parent_pid is not None:
@@ -309,6 +343,8 @@ def infer_cmd(
     output: Path = typer.Option(None, "-o", "--output",
                                 help="Write the outputs (.npy; .npz for several)."),
     list_models: bool = typer.Option(False, "--list", help="List servable models."),
+    key: Path = typer.Option(None, "--key", envvar="CW_KEY",
+                             help="The controller's key file, if it was started with --key."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Send one request to a running `cw serve` and print (or save) the answer.
@@ -333,7 +369,7 @@ def infer_cmd(
     slo_ms = parse_duration_ns(slo, "--slo") / 1e6 if slo else None
     if slo_ms is not None and slo_ms <= 0:
         raise UsageError(f"--slo {slo} must be positive", "omit it for the controller's default")
-    with Client(controller, timeout_s=10) as client:
+    with Client(controller, timeout_s=10, key_file=key) as client:
         # one model's description, not thousands (a controller may serve 40,000 copies)
         listing = list_models or model is None
         models = {m.model_id: m for m in client.models(None if listing else [model])}

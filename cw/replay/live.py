@@ -294,7 +294,7 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                                          f"{devices[0]} --models {models_dir}` by hand to see "
                                          "its whole output") from None
             address = local_address(ctl.clients_address)
-        with Client(address, timeout_s=10,
+        with Client(address, timeout_s=10, key_file=config.key_file,
                     shared_memory=None if config.shared_memory else False) as client:
             names, inputs = model_inputs(client, config.models if config.controller else None)
             policy = _policy_of(client, config)

@@ -71,6 +71,7 @@ class ReplayConfig:
     simulate: bool = True
     sim_engine: str = "auto"                   # auto | compiled | python (cw/replay/fastsim.py)
     controller: str | None = None              # live replay against a running `cw serve`
+    key_file: Path | None = None               # its key, if it was started with --key
     runtime: str | None = None                 # live local workers: simulated | cpu | cuda
     shared_memory: bool = True                 # live: inputs via /dev/shm where the host allows
     log_stalls_ns: int | None = None           # live, own controller: stalls.log in out

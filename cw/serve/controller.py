@@ -66,6 +66,8 @@ class ControllerConfig:
     # more): without a bound one bad client's 10 GB message would take the controller's memory.
     # Clients are told it and check their requests against it.
     max_request_bytes: int = 1 << 30
+    # a key file (`cw serve keygen`): connections encrypted, and only its holders get in
+    key_file: Path | None = None
 
     def __post_init__(self):
         from cw.errors import UsageError

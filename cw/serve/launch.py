@@ -27,7 +27,7 @@ from cw.serve.controller import Controller, ControllerConfig
 from cw.serve.metrics import Metrics, loop_summary, serve_metrics
 from cw.serve.scheduler import SchedulerConfig, make_scheduler
 from cw.serve.telemetry import TelemetryLog
-from cw.serve.transport import ZmqDealer, ZmqRouter
+from cw.serve.transport import ZmqDealer, ZmqRouter, read_key
 
 log = logging.getLogger("cw.serve")
 
@@ -37,12 +37,13 @@ class ControllerThread:
     the bound endpoints (useful with port 0 / `*`)."""
 
     def __init__(self, config: ControllerConfig, keep_telemetry: bool = False):
+        key = read_key(config.key_file) if config.key_file is not None else None
         self.workers_ep = ZmqRouter(config.workers_listen, p.Codec(p.FromWorker),
-                                    p.Codec(p.ToWorker), lane=True)
+                                    p.Codec(p.ToWorker), lane=True, key=key)
         try:
             self.clients_ep = ZmqRouter(config.clients_listen, p.Codec(p.FromClient),
                                         p.Codec(p.ToClient),
-                                        max_message_bytes=config.max_request_bytes)
+                                        max_message_bytes=config.max_request_bytes, key=key)
         except Exception:
             self.workers_ep.close()
             raise
@@ -291,7 +292,8 @@ def build_worker(config):
     models = load_models(find_bundles(config.models_dir), config.copies,
                          read_weights=config.runtime != "simulated")
     runtimes = make_runtimes(config, models)
-    dealer = ZmqDealer(config.controller, p.Codec(p.ToWorker), p.Codec(p.FromWorker))
+    key = read_key(config.key_file) if config.key_file is not None else None
+    dealer = ZmqDealer(config.controller, p.Codec(p.ToWorker), p.Codec(p.FromWorker), key=key)
     worker = Worker(config, dealer, models, runtimes)
     worker.warm_up()
     return worker
@@ -327,7 +329,8 @@ class WorkerProcesses:
 
     def __init__(self, controller: str, models_dir: Path, count: int, runtime: str,
                  devices: list[str], copies: int = 1, page_cache: str | None = None,
-                 log_dir: Path | None = None, log_stalls: str | None = None):
+                 log_dir: Path | None = None, log_stalls: str | None = None,
+                 key_file: Path | None = None):
         from cw.tvm_env import split_cores
 
         self.procs: list[subprocess.Popen] = []
@@ -352,6 +355,8 @@ class WorkerProcesses:
                 cmd += ["--page-cache", page_cache]
             if log_stalls:
                 cmd += ["--log-stalls", log_stalls]
+            if key_file is not None:
+                cmd += ["--key", str(key_file)]
             self._cmds.append(cmd)
             self.procs.append(self._popen(i, "w"))
 

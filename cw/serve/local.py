@@ -131,7 +131,8 @@ class LocalServing:
             local_address(self.controller.workers_address), self.models_dir, c.workers,
             "simulated" if c.runtime == "simulated" else "tvm", self.devices, c.copies,
             log_dir=c.controller.log_dir,
-            log_stalls=f"{c.log_stalls_ns}ns" if c.log_stalls_ns is not None else None)
+            log_stalls=f"{c.log_stalls_ns}ns" if c.log_stalls_ns is not None else None,
+            key_file=c.controller.key_file)
         joined = self.workers.wait_until_joined(self.controller, timeout_s=c.join_timeout_s,
                                                 stop=stop)
         self._restarts = RestartPlan(c.restarts, c.workers, time.monotonic())

@@ -20,6 +20,11 @@ costs ~90 µs of a ~125 µs one-way trip that a Unix socket makes in ~35 µs. A 
 cannot take (too large, its buffer full, the router gone) goes the ZeroMQ way instead.
 `poll` decodes with the endpoint's one decoder; what does not decode comes back as `Malformed`, so
 the component can answer with an error and keep serving.
+
+With a key (`CurveKey`, `cw serve keygen`), every connection is encrypted and authenticated
+(ZeroMQ's CURVE): a router takes only peers that hold the same key, and a dealer only talks to a
+router that does. A dealer watches its handshakes, so that a missing or wrong key is said
+(`handshake_problem`) rather than heard as silence.
 """
 
 from __future__ import annotations
@@ -127,19 +132,134 @@ def _port_problem(address: str) -> str | None:
     return None
 
 
+# --- keys -----------------------------------------------------------------------------------
+
+_KEY_HEADER = ("# cw serve key (ZeroMQ CURVE). Whoever has this file can join the controller that\n"
+               "# uses it, as a worker or a client: keep it private (mode 600).\n")
+
+
+@dataclass(frozen=True)
+class CurveKey:
+    """One keypair shared by a controller, its workers and its clients (Z85 text, 40 chars)."""
+    public: bytes
+    secret: bytes
+
+    def __repr__(self) -> str:  # never the secret in a log or traceback
+        return f"CurveKey(public={self.public.decode()!r})"
+
+
+def write_key(path) -> CurveKey:
+    """A new keypair in a new file, readable by its owner only."""
+    import zmq
+
+    public, secret = zmq.curve_keypair()
+    text = (f'{_KEY_HEADER}curve\n    public-key = "{public.decode()}"\n'
+            f'    secret-key = "{secret.decode()}"\n')
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never over another key
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return CurveKey(public, secret)
+
+
+def read_key(path) -> CurveKey:
+    """The keypair in `path` (written by `write_key`, or a ZeroMQ certificate with both
+    keys); a UsageError that says what is wrong with it otherwise."""
+    import re
+
+    import zmq
+
+    from cw.errors import UsageError
+
+    try:
+        text = open(path).read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read key file {path}: {getattr(e, 'strerror', None) or e}",
+                         "make one with `cw serve keygen FILE`") from None
+    found = dict(re.findall(r'^\s*(public-key|secret-key)\s*=\s*"([^"]*)"', text, re.M))
+    public, secret = found.get("public-key", "").encode(), found.get("secret-key", "").encode()
+    if len(public) != 40 or len(secret) != 40:
+        raise UsageError(f"{path} is not a cw key file (no public-key and secret-key of 40 "
+                         "characters)", "make one with `cw serve keygen FILE`")
+    try:
+        if zmq.curve_public(secret) != public:
+            raise ValueError
+    except (ValueError, zmq.ZMQError):
+        raise UsageError(f"{path}: its public and secret keys do not belong together",
+                         "make a new one with `cw serve keygen FILE`") from None
+    return CurveKey(public, secret)
+
+
+class _Gatekeeper:
+    """ZeroMQ's authentication handler (ZAP) of one context: a router with a key admits only
+    peers presenting that same key. Each router names its key as its ZAP domain, so routers
+    of other keys in the same process keep their own."""
+
+    _by_context: dict[int, "_Gatekeeper"] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, context):
+        from zmq.auth.thread import ThreadAuthenticator
+
+        self.allowed: dict[str, bytes] = {}  # domain -> the public key it takes
+        self.refused = 0
+        self.auth = ThreadAuthenticator(context, log=_quiet_auth_log())
+        self.auth.start()
+
+    @classmethod
+    def admit(cls, context, key: CurveKey) -> str:
+        """Start the context's handler (once); returns the ZAP domain of `key`."""
+        with cls._lock:
+            keeper = cls._by_context.get(id(context))
+            if keeper is None:
+                keeper = cls._by_context[id(context)] = cls(context)
+        domain = "cw-" + key.public.decode()
+        with cls._lock:
+            if domain not in keeper.allowed:
+                keeper.allowed[domain] = key.public
+                keeper.auth.configure_curve_callback(domain=domain, credentials_provider=keeper)
+        return domain
+
+    def callback(self, domain: str, client_key: bytes) -> bool:
+        """`client_key`: the peer's public key, Z85-encoded."""
+        ok = self.allowed.get(domain) == client_key
+        self.refused += not ok
+        return ok
+
+
+def _quiet_auth_log():
+    import logging
+
+    log = logging.getLogger("cw.transport.auth")  # pyzmq logs every handshake at DEBUG
+    log.setLevel(logging.WARNING)
+    return log
+
+
+# The handshake events of a dealer's monitor, in words (None: the handshake went through)
+def _handshake_words(zmq) -> dict:
+    return {zmq.EVENT_HANDSHAKE_SUCCEEDED: None,
+            zmq.EVENT_HANDSHAKE_FAILED_AUTH: "refused this key (it holds another one)",
+            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "does not hold this key (another one, or "
+                                                  "not a cw controller)",
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: None}  # mechanism: below, by who has a key
+
+
 # --- ZeroMQ -----------------------------------------------------------------------------------
 
 class _ZmqEndpoint:
     """Socket setup, the outbox, and the poll loop shared by both socket kinds."""
 
-    def __init__(self, kind: str, address: str, decode: Codec, encode: Codec, context=None):
+    def __init__(self, kind: str, address: str, decode: Codec, encode: Codec, context=None,
+                 key: CurveKey | None = None):
         import zmq
 
         self._zmq = zmq
         self.context = context or zmq.Context.instance()
+        self.key = key
         self.socket = self.context.socket(getattr(zmq, kind))
         for option, value in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
             self.socket.setsockopt(option, value)
+        self._monitor = None
+        self.handshake_problem: str | None = None  # (dealers) why the last handshake failed
         self._configure(zmq)
         problem = _port_problem(address)
         if problem is None:
@@ -164,6 +284,8 @@ class _ZmqEndpoint:
         self._poller = zmq.Poller()
         self._poller.register(self.socket, zmq.POLLIN)
         self._poller.register(self._outbox.read_fd, zmq.POLLIN)
+        if self._monitor is not None:
+            self._poller.register(self._monitor, zmq.POLLIN)
 
     def _poll_socket(self, timeout_ms: int, receive) -> list:
         """Flush the outbox, wait for input (or a wake-up), then receive all that is there."""
@@ -173,7 +295,32 @@ class _ZmqEndpoint:
         if self._outbox.read_fd in events:
             self._outbox.drain_wakeups()
             self._flush()
+        if self._monitor is not None and self._monitor in events:
+            self._read_handshakes()
         return self._receive_all(receive) if self.socket in events else []
+
+    def _watch_handshakes(self) -> None:
+        """A dealer's monitor of its handshakes: what a peer thought of our key."""
+        zmq = self._zmq
+        self._words = _handshake_words(zmq)
+        self._monitor = self.socket.get_monitor_socket(sum(self._words))
+
+    def _read_handshakes(self) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        zmq = self._zmq
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)["event"]
+            except zmq.Again:
+                return
+            if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:  # plain on one side, CURVE on other
+                self.handshake_problem = (
+                    "expects no key: it was started without --key" if self.key is not None
+                    else "requires a key: give the controller's key file with --key "
+                         "(or CW_KEY)")
+            else:
+                self.handshake_problem = self._words.get(event)
 
     def _receive_all(self, receive, limit: int | None = None) -> list:
         received = []
@@ -188,6 +335,9 @@ class _ZmqEndpoint:
         if self.socket.closed:  # closing twice is allowed, and does nothing
             return
         self._flush()
+        if self._monitor is not None:
+            self.socket.disable_monitor()
+            self._monitor.close(linger=0)
         self.socket.close(linger=0)
         self._outbox.close()
 
@@ -238,12 +388,13 @@ class ZmqRouter(_ZmqEndpoint):
     _verb, _hint = "listen on", "choose another address or port"
 
     def __init__(self, address: str, decode: Codec, encode: Codec, context=None,
-                 lane: bool = False, max_message_bytes: int | None = None):
+                 lane: bool = False, max_message_bytes: int | None = None,
+                 key: CurveKey | None = None):
         """`max_message_bytes`: a peer that sends a larger message is disconnected (ZeroMQ
-        never takes it into memory)."""
+        never takes it into memory). `key`: only peers holding it get through."""
         self.unreachable: list[bytes] = []  # peers a send failed for, since the last poll
         self._max_message_bytes = max_message_bytes
-        super().__init__("ROUTER", address, decode, encode, context)
+        super().__init__("ROUTER", address, decode, encode, context, key)
         self.lane = None
         if lane:
             try:
@@ -262,6 +413,12 @@ class ZmqRouter(_ZmqEndpoint):
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # report sends to vanished peers
         if self._max_message_bytes is not None:
             self.socket.setsockopt(zmq.MAXMSGSIZE, self._max_message_bytes)
+        if self.key is not None:
+            self.socket.setsockopt_string(zmq.ZAP_DOMAIN,
+                                          _Gatekeeper.admit(self.context, self.key))
+            self.socket.curve_server = True
+            self.socket.curve_publickey = self.key.public
+            self.socket.curve_secretkey = self.key.secret
 
     def _attach(self, address: str) -> None:
         self.socket.bind(address)
@@ -308,12 +465,15 @@ class ZmqRouter(_ZmqEndpoint):
 class ZmqDealer(_ZmqEndpoint):
     _verb, _hint = "connect to", "give an address like tcp://127.0.0.1:7000"
 
-    def __init__(self, address: str, decode: Codec, encode: Codec, context=None):
-        super().__init__("DEALER", address, decode, encode, context)
+    def __init__(self, address: str, decode: Codec, encode: Codec, context=None,
+                 key: CurveKey | None = None):
+        super().__init__("DEALER", address, decode, encode, context, key)
 
     def _configure(self, zmq) -> None:
         self.socket.setsockopt(zmq.RECONNECT_IVL, 100)
         self.socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        _curve_client(self.socket, self.key)
+        self._watch_handshakes()
 
     def _attach(self, address: str) -> None:
         self.socket.connect(address)
@@ -327,9 +487,15 @@ class ZmqDealer(_ZmqEndpoint):
         self._outbox.put(data)
 
     def _flush(self) -> None:
-        queue, send = self._outbox.queue, self._send_frame
+        queue, send, flags = self._outbox.queue, self._send_frame, self._last
         while queue:
-            send(queue.popleft(), 0)
+            try:
+                # never blocking: with no connection to send on (a handshake that failed drops
+                # it) a blocking send waited forever, and the owner thread with it
+                send(queue[0], flags)
+            except self._zmq.Again:
+                return  # kept, in order, for the next poll
+            queue.popleft()
 
     def _receive_one(self):
         return _decode(self._in, self._recv_frame(self._last, False).buffer)
@@ -339,6 +505,13 @@ class ZmqDealer(_ZmqEndpoint):
 
     def sender(self) -> "ZmqSender":
         return ZmqSender(self)
+
+
+def _curve_client(sock, key: CurveKey | None) -> None:
+    if key is not None:  # the router's public key is the shared one too
+        sock.curve_serverkey = key.public
+        sock.curve_publickey = key.public
+        sock.curve_secretkey = key.secret
 
 
 class ZmqSender:
@@ -353,6 +526,7 @@ class ZmqSender:
         for option, value in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.ROUTING_ID, self.routing_id),
                               (zmq.RECONNECT_IVL, 100), (zmq.RECONNECT_IVL_MAX, 1000)):
             self.socket.setsockopt(option, value)
+        _curve_client(self.socket, dealer.key)
         self.socket.connect(dealer.address)
         self._out = dealer._out
         self._send_frame = super(zmq.Socket, self.socket).send  # as in _ZmqEndpoint

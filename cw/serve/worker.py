@@ -62,6 +62,7 @@ class WorkerConfig:
     shm_sweep_ns: int = 2_000_000_000     # how often to let go of clients' segments that are gone
     noise: float = 0.0                    # simulated runtime: relative std of durations
     log_stalls_ns: int | None = None      # log every stall longer than this (cw/serve/stalls.py)
+    key_file: Path | None = None          # the controller's key (`cw serve keygen`), if it has one
 
     def __post_init__(self):
         if self.runtime not in ("tvm", "simulated"):

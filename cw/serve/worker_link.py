@@ -70,7 +70,7 @@ class ControllerLink:
         if (self.worker_id is not None and not self._silence_told
                 and now - self._last_heard_ns > self.config.controller_silence_ns):
             self._silence_told = True
-            why = tcp_unreachable(self.config.controller)
+            why = self._why_unheard()
             log.warning("no word from the controller at %s for %.0f s%s; serving on until it "
                         "answers", self.config.controller, (now - self._last_heard_ns) / 1e9,
                         f": {why}" if why else "")
@@ -91,8 +91,16 @@ class ControllerLink:
         repeat, 0.3 s each at 40,000 models: repeats every second kept it busier still."""
         return 1_000_000_000 << min(2, max(0, self._unanswered_registrations - 1))
 
+    def _why_unheard(self) -> str | None:
+        """What can be told of a controller that does not answer: its handshake refused our
+        key (or lack of one), or nothing listens there."""
+        refused = getattr(self.transport, "handshake_problem", None)
+        if refused is not None:
+            return f"it {refused}"
+        return tcp_unreachable(self.config.controller)
+
     def _say_unwelcome(self, now: int) -> None:
-        why = tcp_unreachable(self.config.controller)
+        why = self._why_unheard()
         log.warning("no answer from the controller at %s for %.0f s%s; still trying",
                     self.config.controller, (now - self._registering_since_ns) / 1e9,
                     f": {why}" if why else "")
