@@ -107,3 +107,26 @@ def test_cw_serve_gives_its_key_to_its_workers(models_dir, tmp_path):  # noqa: F
     with LocalServing(config) as serving:  # (the workers joined: they hold the key)
         with Client(serving.clients_address, key_file=key) as client:
             assert client.infer("mlp", random_input((1, 64)), slo_ms=100).shape == (1, 10)
+
+
+def test_a_keyed_dealers_own_senders_hold_its_key(tmp_path):
+    """A worker's results leave on connections of their own (`sender()`): with a key they
+    must present it too, or a worker on another host would lose every result."""
+    from cw.serve import protocol as p
+    from cw.serve.transport import ZmqDealer, ZmqRouter
+
+    key = write_key(tmp_path / "a.key")
+    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker), key=key)
+    dealer = ZmqDealer(router.address, p.Codec(p.ToWorker), p.Codec(p.FromWorker), key=key)
+    sender = dealer.sender()
+    try:
+        sender.send(p.Leaving("from the sender"))
+        got, deadline = [], time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            got = router.poll(50)
+        assert [(peer, msg) for peer, msg in got] == [(sender.routing_id,
+                                                       p.Leaving("from the sender"))]
+    finally:
+        sender.close()
+        dealer.close()
+        router.close()
