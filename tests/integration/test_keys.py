@@ -2,6 +2,7 @@
 same key, over encrypted connections (ZeroMQ CURVE); whoever lacks it is told why at once
 rather than left waiting."""
 
+import json
 import logging
 import os
 import stat
@@ -48,7 +49,8 @@ def test_keygen_writes_a_private_key_once(cli, tmp_path):
         assert r.code == 2 and words in r.err and "\n" not in r.err.strip(), r.err
 
 
-def test_only_holders_of_the_key_get_in(models_dir, tmp_path, caplog):  # noqa: F811
+def test_only_holders_of_the_key_get_in(cli, models_dir, tmp_path, caplog,  # noqa: F811
+                                        monkeypatch):
     key, other = tmp_path / "a.key", tmp_path / "b.key"
     write_key(key)
     write_key(other)
@@ -78,6 +80,13 @@ def test_only_holders_of_the_key_get_in(models_dir, tmp_path, caplog):  # noqa: 
         assert len(said) == 2 and "it does not hold this key" in said[0] and \
             "it requires a key" in said[1], said
         assert [w.name for w in ctl.controller.workers.values()] == ["keyed"]
+        # a replay against it gives the key the same way (the CW_KEY environment variable)
+        monkeypatch.setenv("CW_KEY", str(key))
+        r = cli("replay", "--controller", ctl.clients_address, "--workload", "poisson",
+                "--rate", "50", "--duration", "1s", "--out", tmp_path / "replay", "--json")
+        assert r.code == 0, r.err
+        summary = json.loads(r.out)
+        assert summary["requests"] > 20 and summary["completed_in_slo"] == summary["requests"]
     finally:
         for w in workers:
             w.close()  # (the keyless one's sends wait in its outbox: it stops all the same)
