@@ -23,7 +23,8 @@ _CLIENTS_LISTEN_HELP = "Where clients connect (cw infer, cw.client.Client, cw re
 _DEFAULT_SLO_HELP = "The SLO of a request that names none, e.g. 100ms."
 _KEY_HELP = ("A key file (`cw serve keygen FILE`): connections encrypted, and only holders of "
              "the same key get through.")
-_METRICS_PORT_HELP = "Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port)."
+_METRICS_PORT_HELP = ("Serve Prometheus metrics at http://HOST:PORT/metrics and a health check at "
+                      "/healthz (0: any free port).")
 _DEFAULT_SLO = f"{_C.default_slo_ns // 1_000_000}ms"
 
 

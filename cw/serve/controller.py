@@ -583,7 +583,8 @@ class Controller:
         for (wid, idx), g in getattr(self.scheduler, "gpus", {}).items():
             busy[f"{wid}/{idx}"] = min(1.0, g.busy_ns / elapsed)
             models[f"{wid}/{idx}"] = len(g.loaded)
-        self.metrics.gauges(self.scheduler.queue_length(), busy, models, now_ns / 1e9)
+        self.metrics.gauges(self.scheduler.queue_length(), busy, models, now_ns / 1e9,
+                            len(self.workers))
         telemetry = self.telemetry
         self.metrics.telemetry(telemetry.held_bytes(), telemetry.lost_rows,
                                telemetry.write_error is not None)

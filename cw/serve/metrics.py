@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -62,6 +63,7 @@ class Metrics:
         self.loop_busy = Histogram(LOOP_BUCKETS_MS)   # controller loop iterations
         self.actions = Counter()        # (kind, status) -> count
         self.queue_length = 0
+        self.workers = 0                # joined now
         self.gpu_busy = {}              # "worker/gpu" -> busy fraction
         self.gpu_models = {}            # "worker/gpu" -> loaded models
         self.clocks = {}                # worker name -> (offset, estimate, rtt) in ns
@@ -106,9 +108,11 @@ class Metrics:
         with self._lock:
             self.clocks.pop(worker, None)
 
-    def gauges(self, queue_length: int, busy: dict, models: dict, now_s: float) -> None:
+    def gauges(self, queue_length: int, busy: dict, models: dict, now_s: float,
+               workers: int = 0) -> None:
         with self._lock:
             self.queue_length = queue_length
+            self.workers = workers
             self.gpu_busy, self.gpu_models = dict(busy), dict(models)
             self.now_s = now_s
             if self.started_s is None:
@@ -137,6 +141,7 @@ class Metrics:
             lines += ["# TYPE cw_controller_loop_busy_max_seconds gauge",
                       f"cw_controller_loop_busy_max_seconds {self.loop_busy.max_ns / 1e9:.6f}",
                       "# TYPE cw_queue_length gauge", f"cw_queue_length {self.queue_length}",
+                      "# TYPE cw_workers gauge", f"cw_workers {self.workers}",
                       "# TYPE cw_actions_total counter"]
             for (kind, status), n in sorted(self.actions.items()):
                 lines.append(f'cw_actions_total{{kind="{kind}",status="{status}"}} {n}')
@@ -161,10 +166,37 @@ class Metrics:
                                  f"{values[i] / 1e9:.9f}")
             return "\n".join(lines) + "\n"
 
+    def health(self, now_s: float) -> tuple[bool, str]:
+        """Whether the controller can serve (`now_s`: its loop's clock, time.monotonic()):
+        a worker has joined, and the loop updated its gauges within `HEALTH_STALE_S`."""
+        with self._lock:
+            if self.now_s is None:
+                return False, "the controller has not started serving"
+            quiet = now_s - self.now_s
+            if quiet > HEALTH_STALE_S:
+                return False, f"the controller's loop has not run for {quiet:.1f} s"
+            if not self.workers:
+                return False, "no worker has joined"
+            return True, (f"ok: {self.workers} worker{'s' if self.workers != 1 else ''}, "
+                          f"{len(self.gpu_busy)} GPU{'s' if len(self.gpu_busy) != 1 else ''}")
+
+
+# a loop that has not updated its gauges (every 200 ms) for this long is stuck
+HEALTH_STALE_S = 2.0
+
 
 def serve_metrics(metrics: Metrics, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
+            if self.path == "/healthz":  # for load balancers and orchestrators
+                ok, text = metrics.health(time.monotonic())
+                body = (text + "\n").encode()
+                self.send_response(200 if ok else 503)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             if self.path not in ("/metrics", "/"):
                 self.send_error(404)
                 return

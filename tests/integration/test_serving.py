@@ -743,8 +743,11 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
         assert w.worker.clock.pinned and w.worker.clock.offset_ns == 0
         assert lines['cw_worker_clock_offset_seconds{worker="sim0"}'] == "0.000000000"
         assert 'cw_worker_clock_rtt_seconds{worker="sim0"}' in lines
+        assert lines["cw_workers"] == "1"
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
+        health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        assert health.status == 200 and health.read() == b"ok: 1 worker, 1 GPU\n"
         # a worker gone is no clock reading any more
         w.close()
         deadline = time.monotonic() + 10
@@ -753,6 +756,10 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
         assert not ctl.controller.workers
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
         assert b'worker="sim0"' not in text and b"cw_requests_total" in text
+        time.sleep(0.5)  # (the gauges' next update)
+        with pytest.raises(urllib.error.HTTPError) as unhealthy:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        assert unhealthy.value.code == 503 and unhealthy.value.read() == b"no worker has joined\n"
 
 
 def test_a_full_log_dir_does_not_stop_serving_and_loses_no_row(models_dir, tmp_path, caplog):
