@@ -51,7 +51,8 @@ class ControllerThread:
         self.metrics_server = None
         if config.metrics_port is not None:
             try:
-                self.metrics_server = serve_metrics(self.metrics, config.metrics_port)
+                self.metrics_server = serve_metrics(self.metrics, config.metrics_port,
+                                                    metrics_host(config.clients_listen))
             except OSError as e:
                 self.workers_ep.close()
                 self.clients_ep.close()
@@ -197,6 +198,24 @@ class ControllerProcess:
                 self.process.join()
                 self.failure = self.failure or "did not stop when asked"
         self._conn.close()
+
+
+def metrics_host(clients_listen: str) -> str:
+    """The interface the metrics endpoint listens on: the clients' one (a `cw serve` on
+    127.0.0.1 does not publish its model names and counts to the network)."""
+    import socket
+
+    if not clients_listen.startswith("tcp://"):
+        return "127.0.0.1"
+    host = clients_listen[len("tcp://"):].rpartition(":")[0].strip("[]")
+    if host in ("::1", "localhost"):
+        return "127.0.0.1"
+    if host in ("*", "", "::", "0.0.0.0") or ":" in host:  # (the HTTP server speaks IPv4)
+        return "0.0.0.0"
+    try:
+        return socket.gethostbyname(host)
+    except OSError:  # an interface name ZeroMQ takes (eth0): every interface, as before
+        return "0.0.0.0"
 
 
 def ended_how(exit_code: int | None) -> str:

@@ -744,6 +744,8 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
         assert lines['cw_worker_clock_offset_seconds{worker="sim0"}'] == "0.000000000"
         assert 'cw_worker_clock_rtt_seconds{worker="sim0"}' in lines
         assert lines["cw_workers"] == "1"
+        # on the clients' interface: a controller on 127.0.0.1 keeps its metrics there too
+        assert ctl.metrics_server.server_address[0] == "127.0.0.1"
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
         health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)

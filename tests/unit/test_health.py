@@ -14,3 +14,14 @@ def test_health_follows_the_loop_and_the_workers():
     # the loop stuck: no update for longer than HEALTH_STALE_S
     assert m.health(100.2 + HEALTH_STALE_S + 0.5) == (
         False, f"the controller's loop has not run for {HEALTH_STALE_S + 0.5:.1f} s")
+
+
+def test_the_metrics_listen_where_the_clients_do():
+    from cw.serve.launch import metrics_host
+
+    assert metrics_host("tcp://127.0.0.1:7001") == "127.0.0.1"
+    assert metrics_host("tcp://localhost:7001") == metrics_host("tcp://[::1]:7001") == \
+        "127.0.0.1"
+    assert metrics_host("tcp://*:7001") == metrics_host("tcp://0.0.0.0:7001") == "0.0.0.0"
+    assert metrics_host("tcp://10.1.2.3:7001") == "10.1.2.3"
+    assert metrics_host("ipc:///tmp/cw-clients") == "127.0.0.1"
