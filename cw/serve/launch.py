@@ -312,10 +312,15 @@ def build_worker(config):
                          read_weights=config.runtime != "simulated")
     runtimes = make_runtimes(config, models)
     key = read_key(config.key_file) if config.key_file is not None else None
-    dealer = ZmqDealer(config.controller, p.Codec(p.ToWorker), p.Codec(p.FromWorker), key=key)
+    # (while the controller is away, pings and registrations are stale by the time it is back)
+    dealer = ZmqDealer(config.controller, p.Codec(p.ToWorker), p.Codec(p.FromWorker), key=key,
+                       hold_unsent=WORKER_HOLD_UNSENT)
     worker = Worker(config, dealer, models, runtimes)
     worker.warm_up()
     return worker
+
+
+WORKER_HOLD_UNSENT = 16  # messages a worker keeps for a controller that is not there
 
 
 def run_worker(config, stop: threading.Event | None = None) -> None:

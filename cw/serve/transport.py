@@ -248,6 +248,8 @@ def _handshake_words(zmq) -> dict:
 class _ZmqEndpoint:
     """Socket setup, the outbox, and the poll loop shared by both socket kinds."""
 
+    _blocked = False  # (dealers) the outbox waits for a connection: poll wakes when one is up
+
     def __init__(self, kind: str, address: str, decode: Codec, encode: Codec, context=None,
                  key: CurveKey | None = None):
         import zmq
@@ -295,9 +297,12 @@ class _ZmqEndpoint:
         if self._outbox.read_fd in events:
             self._outbox.drain_wakeups()
             self._flush()
+        elif self._blocked and events.get(self.socket, 0) & self._zmq.POLLOUT:
+            self._flush()  # a connection came up
         if self._monitor is not None and self._monitor in events:
             self._read_handshakes()
-        return self._receive_all(receive) if self.socket in events else []
+        return self._receive_all(receive) if events.get(self.socket, 0) & self._zmq.POLLIN \
+            else []
 
     def _watch_handshakes(self) -> None:
         """A dealer's monitor of its handshakes: what a peer thought of our key."""
@@ -466,12 +471,21 @@ class ZmqDealer(_ZmqEndpoint):
     _verb, _hint = "connect to", "give an address like tcp://127.0.0.1:7000"
 
     def __init__(self, address: str, decode: Codec, encode: Codec, context=None,
-                 key: CurveKey | None = None):
+                 key: CurveKey | None = None, hold_unsent: int | None = None):
+        """`hold_unsent`: while there is no connection, keep only the newest this many
+        messages (a worker's pings and registrations, stale once it is back: an hour without
+        its controller queued ~900 registrations, which the controller then decoded one by
+        one); None keeps them all (a client's requests, sent once it connects)."""
+        self._hold_unsent = hold_unsent
+        self.dropped_unsent = 0  # messages dropped so, in all
         super().__init__("DEALER", address, decode, encode, context, key)
 
     def _configure(self, zmq) -> None:
         self.socket.setsockopt(zmq.RECONNECT_IVL, 100)
         self.socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        # messages only go to a connection that is up: ZeroMQ would otherwise queue them, with
+        # no bound, for a controller that is not there; the outbox holds them instead
+        self.socket.setsockopt(zmq.IMMEDIATE, 1)
         _curve_client(self.socket, self.key)
         self._watch_handshakes()
 
@@ -490,12 +504,24 @@ class ZmqDealer(_ZmqEndpoint):
         queue, send, flags = self._outbox.queue, self._send_frame, self._last
         while queue:
             try:
-                # never blocking: with no connection to send on (a handshake that failed drops
-                # it) a blocking send waited forever, and the owner thread with it
+                # never blocking: with no connection to send on a blocking send waits for one,
+                # and the owner thread with it (forever, when a handshake keeps failing)
                 send(queue[0], flags)
             except self._zmq.Again:
-                return  # kept, in order, for the next poll
+                hold = self._hold_unsent
+                while hold is not None and len(queue) > hold:
+                    queue.popleft()
+                    self.dropped_unsent += 1
+                self._set_blocked(True)
+                return  # kept, in order, for when a connection is up
             queue.popleft()
+        self._set_blocked(False)
+
+    def _set_blocked(self, blocked: bool) -> None:
+        if blocked != self._blocked:
+            self._blocked = blocked
+            zmq = self._zmq
+            self._poller.modify(self.socket, zmq.POLLIN | (zmq.POLLOUT if blocked else 0))
 
     def _receive_one(self):
         return _decode(self._in, self._recv_frame(self._last, False).buffer)

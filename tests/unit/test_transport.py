@@ -72,6 +72,7 @@ def test_a_threads_own_sender_reaches_the_router_as_a_peer_of_its_own():
             thread.join()
             got, deadline = [], time.monotonic() + 5
             while len(got) < 6 and time.monotonic() < deadline:
+                dealer.poll(0)  # (its owner's polls send what waits for the connection)
                 got += router.poll(50)
             peers = {type(m).__name__: peer for peer, m in got}
             assert len(got) == 6 and peers["Ping"] != peers["Result"] == sender.routing_id
@@ -161,3 +162,46 @@ def test_closing_twice_leaves_descriptors_opened_since_alone():
     finally:
         for fd in reused:
             os.close(fd)
+
+
+def test_a_dealer_holds_what_it_cannot_send_and_a_workers_keeps_only_the_newest():
+    """With no connection up, messages wait in the dealer's outbox (ZeroMQ queued them with
+    no bound for a controller that was not there); a worker's dealer keeps the newest few
+    (pings and registrations are stale once the controller is back), a client's keeps all.
+    Both go out, in order, once a router listens at the address."""
+    import socket
+    import time
+
+    from cw.serve import protocol as p
+    from cw.serve.transport import ZmqDealer, ZmqRouter
+
+    with socket.socket() as s:  # a port nothing listens on until the router binds it
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    worker_like = ZmqDealer(address, p.Codec(p.ToWorker), p.Codec(p.FromWorker), hold_unsent=4)
+    client_like = ZmqDealer(address, p.Codec(p.ToWorker), p.Codec(p.FromWorker))
+    router = None
+    try:
+        for i in range(10):
+            worker_like.send(p.Ping(i))
+            client_like.send(p.Ping(100 + i))
+        began = time.monotonic()
+        worker_like.poll(0)
+        client_like.poll(0)
+        assert time.monotonic() - began < 0.5  # (a blocking send waited for a connection)
+        assert worker_like.dropped_unsent == 6 and len(worker_like._outbox.queue) == 4
+        assert client_like.dropped_unsent == 0 and len(client_like._outbox.queue) == 10
+        router = ZmqRouter(address, p.Codec(p.FromWorker), p.Codec(p.ToWorker))
+        got, deadline = [], time.monotonic() + 10
+        while len(got) < 14 and time.monotonic() < deadline:
+            worker_like.poll(10)
+            client_like.poll(10)
+            got += router.poll(10)
+        times = [m.worker_sent_ns for _, m in got]
+        assert sorted(t for t in times if t < 100) == [6, 7, 8, 9]
+        assert [t for t in times if t >= 100] == list(range(100, 110))
+    finally:
+        worker_like.close()
+        client_like.close()
+        if router is not None:
+            router.close()
