@@ -41,6 +41,21 @@ def find_cuda_path() -> str | None:
     return None
 
 
+def nvcc_archs(cuda_path: str | None = None) -> list[str] | None:
+    """The GPU architectures this CUDA toolkit's nvcc compiles for (sm_75, ...), or None when
+    it cannot say."""
+    cuda_path = cuda_path or find_cuda_path()
+    if cuda_path is None:
+        return None
+    try:
+        listed = subprocess.run([os.path.join(cuda_path, "bin", "nvcc"), "--list-gpu-arch"],
+                                capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    archs = [a.replace("compute_", "sm_") for a in listed.split() if a.startswith("compute_")]
+    return archs or None
+
+
 def _find_cudart(cuda_path: str) -> str | None:
     for sub in ("lib64", "lib", "targets/x86_64-linux/lib"):
         candidate = os.path.join(cuda_path, sub, "libcudart.so.13")

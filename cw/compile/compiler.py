@@ -320,6 +320,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         if problem:
             raise DeviceError(f"cannot compile CUDA kernels on this machine: {problem}",
                               "use --target cpu, or install the CUDA 13 toolkit")
+        targets.check_cuda_arch(config.resolved_arch)  # before minutes of importing
     tvm = load_tvm()
     from tvm import relax
 

@@ -79,6 +79,21 @@ def check_gpu_runs(bundle_arch: str | None, device_arch: str, where: str) -> Non
                           f"{device_arch}", f"recompile it with --target cuda --arch {device_arch}")
 
 
+def check_cuda_arch(arch: str) -> None:
+    """An architecture this CUDA toolkit's nvcc cannot compile for, refused before the
+    compile (nvcc said so only after the model was imported and lowered, minutes in)."""
+    import re
+
+    from cw.errors import UsageError
+    from cw.tvm_env import nvcc_archs
+
+    match = re.fullmatch(r"sm_(\d+)[a-z]?", arch)  # (CompileConfig checked the form)
+    known = nvcc_archs()
+    if match and known and f"sm_{match.group(1)}" not in known:
+        raise UsageError(f"--arch {arch}: this CUDA toolkit's nvcc cannot compile for it",
+                         f"choose one of {', '.join(known)}")
+
+
 def resolve_arch(kind: str, arch: str | None) -> str | None:
     if kind == "cuda":
         return arch or DEFAULT_CUDA_ARCH

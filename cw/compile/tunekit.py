@@ -242,6 +242,10 @@ def stage_kit(onnx_path, config: TuneConfig, kit_dir: str | os.PathLike,
     if config.target == "cuda" and cuda_codegen_problem():
         raise UsageError(f"cannot compile CUDA kernels here: {cuda_codegen_problem()}",
                          "stage the kit on the machine with the TVM compiler and CUDA toolkit")
+    if config.target == "cuda":
+        from cw.compile import targets
+
+        targets.check_cuda_arch(targets.resolve_arch("cuda", config.arch))
     with fast_tvmscript.fast_inspect_stack():
         from tvm import s_tir
         from tvm.s_tir import meta_schedule as ms
