@@ -18,7 +18,7 @@ import numpy as np
 from cw.client import Client
 from cw.serve.controller import ControllerConfig
 from cw.serve.local import LocalServeConfig, LocalServing
-from cw.serve.transport import write_key
+from cw.serve.keys import write_key
 
 
 def round_trips(models: Path, key_file: Path | None, model: str, requests: int,

@@ -30,7 +30,8 @@ from cw.errors import CwError, UsageError
 from cw.serve import protocol as p
 from cw.serve.protocol import RequestStatus
 from cw.serve.shm import ShmArena, remove_stale, shm_domain
-from cw.serve.transport import Malformed, ZmqDealer, read_key, tcp_unreachable
+from cw.serve.keys import read_key
+from cw.serve.transport import Malformed, ZmqDealer, tcp_unreachable
 from cw.units import format_bytes
 
 log = logging.getLogger("cw.client")

@@ -274,7 +274,7 @@ def serve_keygen(
     from rich.markup import escape
 
     from cw.errors import OutputExistsError, UsageError
-    from cw.serve.transport import write_key
+    from cw.serve.keys import write_key
 
     try:
         write_key(file)

@@ -27,7 +27,8 @@ from cw.serve.controller import Controller, ControllerConfig
 from cw.serve.metrics import Metrics, loop_summary, serve_metrics
 from cw.serve.scheduler import SchedulerConfig, make_scheduler
 from cw.serve.telemetry import TelemetryLog
-from cw.serve.transport import ZmqDealer, ZmqRouter, read_key
+from cw.serve.keys import read_key
+from cw.serve.transport import ZmqDealer, ZmqRouter
 
 log = logging.getLogger("cw.serve")
 

@@ -21,7 +21,7 @@ cannot take (too large, its buffer full, the router gone) goes the ZeroMQ way in
 `poll` decodes with the endpoint's one decoder; what does not decode comes back as `Malformed`, so
 the component can answer with an error and keep serving.
 
-With a key (`CurveKey`, `cw serve keygen`), every connection is encrypted and authenticated
+With a key (`CurveKey`, cw/serve/keys.py), every connection is encrypted and authenticated
 (ZeroMQ's CURVE): a router takes only peers that hold the same key, and a dealer only talks to a
 router that does. A dealer watches its handshakes, so that a missing or wrong key is said
 (`handshake_problem`) rather than heard as silence.
@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from cw.serve.keys import CurveKey, curve_client, curve_server, handshake_words
 from cw.serve.protocol import Codec
 
 
@@ -132,117 +133,6 @@ def _port_problem(address: str) -> str | None:
     return None
 
 
-# --- keys -----------------------------------------------------------------------------------
-
-_KEY_HEADER = ("# cw serve key (ZeroMQ CURVE). Whoever has this file can join the controller that\n"
-               "# uses it, as a worker or a client: keep it private (mode 600).\n")
-
-
-@dataclass(frozen=True)
-class CurveKey:
-    """One keypair shared by a controller, its workers and its clients (Z85 text, 40 chars)."""
-    public: bytes
-    secret: bytes
-
-    def __repr__(self) -> str:  # never the secret in a log or traceback
-        return f"CurveKey(public={self.public.decode()!r})"
-
-
-def write_key(path) -> CurveKey:
-    """A new keypair in a new file, readable by its owner only."""
-    import zmq
-
-    public, secret = zmq.curve_keypair()
-    text = (f'{_KEY_HEADER}curve\n    public-key = "{public.decode()}"\n'
-            f'    secret-key = "{secret.decode()}"\n')
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never over another key
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    return CurveKey(public, secret)
-
-
-def read_key(path) -> CurveKey:
-    """The keypair in `path` (written by `write_key`, or a ZeroMQ certificate with both
-    keys); a UsageError that says what is wrong with it otherwise."""
-    import re
-
-    import zmq
-
-    from cw.errors import UsageError
-
-    try:
-        text = open(path).read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read key file {path}: {getattr(e, 'strerror', None) or e}",
-                         "make one with `cw serve keygen FILE`") from None
-    found = dict(re.findall(r'^\s*(public-key|secret-key)\s*=\s*"([^"]*)"', text, re.M))
-    public, secret = found.get("public-key", "").encode(), found.get("secret-key", "").encode()
-    if len(public) != 40 or len(secret) != 40:
-        raise UsageError(f"{path} is not a cw key file (no public-key and secret-key of 40 "
-                         "characters)", "make one with `cw serve keygen FILE`")
-    try:
-        if zmq.curve_public(secret) != public:
-            raise ValueError
-    except (ValueError, zmq.ZMQError):
-        raise UsageError(f"{path}: its public and secret keys do not belong together",
-                         "make a new one with `cw serve keygen FILE`") from None
-    return CurveKey(public, secret)
-
-
-class _Gatekeeper:
-    """ZeroMQ's authentication handler (ZAP) of one context: a router with a key admits only
-    peers presenting that same key. Each router names its key as its ZAP domain, so routers
-    of other keys in the same process keep their own."""
-
-    _by_context: dict[int, "_Gatekeeper"] = {}
-    _lock = threading.Lock()
-
-    def __init__(self, context):
-        from zmq.auth.thread import ThreadAuthenticator
-
-        self.allowed: dict[str, bytes] = {}  # domain -> the public key it takes
-        self.refused = 0
-        self.auth = ThreadAuthenticator(context, log=_quiet_auth_log())
-        self.auth.start()
-
-    @classmethod
-    def admit(cls, context, key: CurveKey) -> str:
-        """Start the context's handler (once); returns the ZAP domain of `key`."""
-        with cls._lock:
-            keeper = cls._by_context.get(id(context))
-            if keeper is None:
-                keeper = cls._by_context[id(context)] = cls(context)
-        domain = "cw-" + key.public.decode()
-        with cls._lock:
-            if domain not in keeper.allowed:
-                keeper.allowed[domain] = key.public
-                keeper.auth.configure_curve_callback(domain=domain, credentials_provider=keeper)
-        return domain
-
-    def callback(self, domain: str, client_key: bytes) -> bool:
-        """`client_key`: the peer's public key, Z85-encoded."""
-        ok = self.allowed.get(domain) == client_key
-        self.refused += not ok
-        return ok
-
-
-def _quiet_auth_log():
-    import logging
-
-    log = logging.getLogger("cw.transport.auth")  # pyzmq logs every handshake at DEBUG
-    log.setLevel(logging.WARNING)
-    return log
-
-
-# The handshake events of a dealer's monitor, in words (None: the handshake went through)
-def _handshake_words(zmq) -> dict:
-    return {zmq.EVENT_HANDSHAKE_SUCCEEDED: None,
-            zmq.EVENT_HANDSHAKE_FAILED_AUTH: "refused this key (it holds another one)",
-            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "does not hold this key (another one, or "
-                                                  "not a cw controller)",
-            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: None}  # mechanism: below, by who has a key
-
-
 # --- ZeroMQ -----------------------------------------------------------------------------------
 
 class _ZmqEndpoint:
@@ -307,7 +197,7 @@ class _ZmqEndpoint:
     def _watch_handshakes(self) -> None:
         """A dealer's monitor of its handshakes: what a peer thought of our key."""
         zmq = self._zmq
-        self._words = _handshake_words(zmq)
+        self._words = handshake_words(zmq)
         self._monitor = self.socket.get_monitor_socket(sum(self._words))
 
     def _read_handshakes(self) -> None:
@@ -419,11 +309,7 @@ class ZmqRouter(_ZmqEndpoint):
         if self._max_message_bytes is not None:
             self.socket.setsockopt(zmq.MAXMSGSIZE, self._max_message_bytes)
         if self.key is not None:
-            self.socket.setsockopt_string(zmq.ZAP_DOMAIN,
-                                          _Gatekeeper.admit(self.context, self.key))
-            self.socket.curve_server = True
-            self.socket.curve_publickey = self.key.public
-            self.socket.curve_secretkey = self.key.secret
+            curve_server(self.socket, self.context, self.key)
 
     def _attach(self, address: str) -> None:
         self.socket.bind(address)
@@ -486,7 +372,7 @@ class ZmqDealer(_ZmqEndpoint):
         # messages only go to a connection that is up: ZeroMQ would otherwise queue them, with
         # no bound, for a controller that is not there; the outbox holds them instead
         self.socket.setsockopt(zmq.IMMEDIATE, 1)
-        _curve_client(self.socket, self.key)
+        curve_client(self.socket, self.key)
         self._watch_handshakes()
 
     def _attach(self, address: str) -> None:
@@ -533,13 +419,6 @@ class ZmqDealer(_ZmqEndpoint):
         return ZmqSender(self)
 
 
-def _curve_client(sock, key: CurveKey | None) -> None:
-    if key is not None:  # the router's public key is the shared one too
-        sock.curve_serverkey = key.public
-        sock.curve_publickey = key.public
-        sock.curve_secretkey = key.secret
-
-
 class ZmqSender:
     """A send-only connection of one thread's own to its dealer's address, and to the router's
     lane once told of it (`use_lane`, from any thread). Create it before that thread starts (or
@@ -552,7 +431,7 @@ class ZmqSender:
         for option, value in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.ROUTING_ID, self.routing_id),
                               (zmq.RECONNECT_IVL, 100), (zmq.RECONNECT_IVL_MAX, 1000)):
             self.socket.setsockopt(option, value)
-        _curve_client(self.socket, dealer.key)
+        curve_client(self.socket, dealer.key)
         self.socket.connect(dealer.address)
         self._out = dealer._out
         self._send_frame = super(zmq.Socket, self.socket).send  # as in _ZmqEndpoint

@@ -14,7 +14,7 @@ from cw.client import Client
 from cw.errors import CwError, UsageError
 from cw.serve.controller import ControllerConfig
 from cw.serve.launch import ControllerThread
-from cw.serve.transport import read_key, write_key
+from cw.serve.keys import read_key, write_key
 from tests.conftest import random_input
 from tests.integration.test_serving import WorkerThread, models_dir  # noqa: F401 (fixture)
 
