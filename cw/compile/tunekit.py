@@ -243,8 +243,6 @@ def stage_kit(onnx_path, config: TuneConfig, kit_dir: str | os.PathLike,
         raise UsageError(f"cannot compile CUDA kernels here: {cuda_codegen_problem()}",
                          "stage the kit on the machine with the TVM compiler and CUDA toolkit")
     if config.target == "cuda":
-        from cw.compile import targets
-
         targets.check_cuda_arch(targets.resolve_arch("cuda", config.arch))
     with fast_tvmscript.fast_inspect_stack():
         from tvm import s_tir

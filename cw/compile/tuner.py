@@ -98,8 +98,6 @@ def _check_device(config: TuneConfig) -> None:
     if problem:
         raise DeviceError(f"cannot compile CUDA kernels on this machine: {problem}",
                           "tune where the CUDA toolkit and the GPU are both present")
-    from cw.compile import targets
-
     targets.check_cuda_arch(targets.resolve_arch("cuda", config.arch))
     tvm = load_tvm()
     if not tvm.cuda(0).exist:

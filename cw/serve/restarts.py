@@ -56,6 +56,9 @@ class _State:
 
 
 class RestartPlan:
+    """Per local worker: whether and when to start it again. Told what happened (`ended`,
+    `started`, `joined`), asked what is due (`due`); it never looks at a clock or a process."""
+
     def __init__(self, config: RestartConfig, workers: int, now_s: float):
         self.config = config
         # the first start waited for every worker to join
