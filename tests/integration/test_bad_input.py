@@ -4,6 +4,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import onnx
@@ -417,8 +418,18 @@ def test_a_metrics_port_in_use_is_one_error_and_frees_the_sockets():
     try:
         with pytest.raises(UsageError, match=f"cannot serve metrics on port {port}"):
             ControllerThread(config)
-        ControllerThread(ControllerConfig(workers_listen=addresses[0],
-                                          clients_listen=addresses[1])).close()
+        # ZeroMQ lets go of a closed socket's listener in its own thread, a moment later: the
+        # ports are free again within a second (they stayed bound for good before the fix)
+        deadline = time.monotonic() + 2
+        while True:
+            try:
+                ControllerThread(ControllerConfig(workers_listen=addresses[0],
+                                                  clients_listen=addresses[1])).close()
+                break
+            except UsageError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
     finally:
         taken.close()
 
