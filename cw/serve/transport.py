@@ -358,10 +358,12 @@ class ZmqDealer(_ZmqEndpoint):
 
     def __init__(self, address: str, decode: Codec, encode: Codec, context=None,
                  key: CurveKey | None = None, hold_unsent: int | None = None):
-        """`hold_unsent`: while there is no connection, keep only the newest this many
-        messages (a worker's pings and registrations, stale once it is back: an hour without
-        its controller queued ~900 registrations, which the controller then decoded one by
-        one); None keeps them all (a client's requests, sent once it connects)."""
+        """`hold_unsent`: send only on a connection that is up, and while there is none keep
+        only the newest this many messages (a worker's pings and registrations, stale once it
+        is back: an hour without its controller queued ~900 registrations, which the
+        controller then decoded one by one). None (a client): ZeroMQ keeps every request for
+        the next connection, also those it had queued for one that broke (a controller
+        restarting), which a connection-only pipe would drop."""
         self._hold_unsent = hold_unsent
         self.dropped_unsent = 0  # messages dropped so, in all
         super().__init__("DEALER", address, decode, encode, context, key)
@@ -369,9 +371,10 @@ class ZmqDealer(_ZmqEndpoint):
     def _configure(self, zmq) -> None:
         self.socket.setsockopt(zmq.RECONNECT_IVL, 100)
         self.socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-        # messages only go to a connection that is up: ZeroMQ would otherwise queue them, with
-        # no bound, for a controller that is not there; the outbox holds them instead
-        self.socket.setsockopt(zmq.IMMEDIATE, 1)
+        if self._hold_unsent is not None:
+            # messages only go to a connection that is up: ZeroMQ would otherwise queue them,
+            # with no bound, for a controller that is not there; the outbox holds them instead
+            self.socket.setsockopt(zmq.IMMEDIATE, 1)
         curve_client(self.socket, self.key)
         self._watch_handshakes()
 
