@@ -12,9 +12,10 @@
 #   2. bash bench/gpu_session.sh live    # bench/live_gpu.sh: Fig. 5 at five SLOs (10 and 25 ms
 #                                        # also with clockwork:ahead=2ms) and the Azure
 #                                        # trace against the TVM-CUDA worker (#5, #6)
-#   3. bash bench/gpu_session.sh kernels # bench/kernels.py, fp32 and fp16 vs PyTorch, and
-#                                        # split-K convs against none, Winograd against
-#                                        # direct convs (#7)
+#   3. bash bench/gpu_session.sh kernels # bench/cutlass_convs.py (each CUTLASS conv and tile
+#                                        # vs cuDNN), then bench/kernels.py: fp32 and fp16 vs
+#                                        # PyTorch, CUTLASS convs (fp32-cutlass), split-K
+#                                        # convs against none, Winograd against direct (#7)
 # Tuning (issue 7), without the TVM compiler on the device: candidates are compiled here into a
 # kit, the device only checks and times them (cw tune-stage / tune-measure / tune-ingest):
 #   bash bench/gpu_session.sh stage-tune [MODELS] [BATCH_SIZES] [BUDGET]  # here: .gputune/kit,
@@ -38,16 +39,20 @@
 #                                        # cw tune-compact into cw/tuning/cuda-sm_90 and its
 #                                        # index.json (bench/tuning_index.py)
 # Results come back under $OUT (pytest-gpu.txt, profile-resnet50.json, worker-gpu.txt,
-# result-path.txt, kernels.txt, live.txt, live.tgz, tune-results.jsonl); their numbers go to
+# result-path.txt, cutlass-convs.txt, kernels.txt, live.txt, live.tgz, tune-results.jsonl);
+# their numbers go to
 # docs/benchmarks.md. (bench/gpu_tune_stage.sh and gpu_tune.sh are the older way to tune: `cw
 # tune` itself on the device, the compiler carried in two calls.)
 #
 # .gpucheck/tests    the bundles tests/gpu uses (bench/gpu_stage.py --tests)
+# .gpucheck/cutlass  the CUTLASS convolutions as one library and the resnet18/resnet50
+#                    convolutions they take (bench/cutlass_convs.py stage)
 # .gpucheck/kernels  (as kernels.tar.xz) resnet50 (fp32 batch 1-16: also what the worker bench and the live replays
 #                    serve) and resnet50-fp16, resnet18, resnet18-fp16, densenet121 (batch 1, 4,
 #                    16), NAME-nosplit (compiled with --conv-split off) of the fp32 ones, and
 #                    NAME-winograd2 / NAME-winograd4 (--conv-algo; winograd4 for resnet18 and
-#                    resnet50 only, with 64 MiB pages for their transformed filters). The
+#                    resnet50 only, with 64 MiB pages for their transformed filters) and
+#                    NAME-cutlass (--conv-algo cutlass: CUTLASS 3xTF32 convolutions). The
 #                    weights of all but resnet18-fp16 stay here (they would not fit a call): the
 #                    device refills them with a pattern that times exactly like the real ones
 #                    (kernels.py prints no accuracy for those; tests/gpu checks accuracy on real
@@ -99,6 +104,10 @@ stage)
     --batch-sizes 1,4,16 --conv-algo winograd2
   $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50 \
     --batch-sizes 1,4,16 --conv-algo winograd4 --page-size 64MiB
+  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
+    --batch-sizes 1,4,16 --conv-algo cutlass
+  $PY bench/cutlass_convs.py stage .gpucheck.tmp/cutlass --models resnet18,resnet50 \
+    --batch-sizes 1,4,16
   if [ -f cw/tuning/cuda-sm_90/database_tuning_record.json ]; then
     # the A/B for the committed records: NAME-untuned beside NAME (which applies them)
     $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50 \
@@ -139,9 +148,14 @@ live)
   ;;
 kernels)
   device_setup
-  step 540 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
+  # each CUTLASS conv alone, every tile and split against cuDNN: whether cutlass_conv.plan
+  # picks well (a few thousand calls of 10-100 us)
+  step 90 "cutlass convs" python3 bench/cutlass_convs.py run .gpucheck/cutlass --runs 10 2>&1 \
+    | tee "$OUT/cutlass-convs.txt"
+  step 450 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
     --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
-    --precision fp32,fp32-nosplit,fp32-untuned,fp32-winograd2,fp16,fp32-winograd4 --rounds 3 \
+    --precision fp32,fp32-cutlass,fp32-nosplit,fp32-untuned,fp32-winograd2,fp16,fp32-winograd4 \
+    --rounds 3 \
     --runs 20 2>&1 | tee "$OUT/kernels.txt"
   ;;
 stage-tune)  # build machine: compile candidates for the kernels with the fewest records

@@ -50,7 +50,8 @@ def refill(path: Path) -> None:
 # name, batch sizes, precision: as tests/conftest.py's bundle_dirname names them
 TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
                 ("small_cnn", (1, 4), "fp16"), ("late_cnn", (1, 4), "fp32"),
-                ("small_cnn", (1, 4), "winograd2"), ("small_cnn", (1, 4), "winograd4")]
+                ("small_cnn", (1, 4), "winograd2"), ("small_cnn", (1, 4), "winograd4"),
+                ("small_cnn", (1, 4), "cutlass"), ("late_cnn", (1, 4), "cutlass")]
 
 
 def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
@@ -102,9 +103,10 @@ def main() -> None:
                     help="--models and --hollow bundles without cw's committed tuning records, "
                          "named NAME-untuned (the A/B for cw/tuning/)")
     ap.add_argument("--conv-algo", default="direct",
-                    help="winograd2 or winograd4: --models and --hollow bundles with Winograd "
-                         "3x3 convolutions, named NAME-winograd2 (the A/B for "
-                         "cw/compile/winograd.py)")
+                    help="winograd2, winograd4 or cutlass: --models and --hollow bundles "
+                         "with Winograd 3x3 convolutions or CUTLASS ones, named "
+                         "NAME-winograd2 etc. (the A/B for cw/compile/winograd.py and "
+                         "cutlass_conv.py)")
     ap.add_argument("--page-size", default=None,
                     help="weights page size (winograd4's transformed filters need 64MiB)")
     args = ap.parse_args()
@@ -117,10 +119,10 @@ def main() -> None:
     if args.tests:
         for name, sizes, variant in TEST_BUNDLES:
             suffix = "" if variant == "fp32" else f"-{variant}"
-            winograd = variant.startswith("winograd")
+            algo = variant.startswith("winograd") or variant == "cutlass"
             stage(name, out / f"{name}-{'_'.join(map(str, sizes))}{suffix}", sizes, args.arch,
-                  precision="fp32" if winograd else variant,
-                  conv_algo=variant if winograd else "direct")
+                  precision="fp32" if algo else variant,
+                  conv_algo=variant if algo else "direct")
     sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     split = ("" if args.conv_split == "auto" else "-nosplit") + ("-untuned" if args.untuned
                                                                   else "") \

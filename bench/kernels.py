@@ -9,7 +9,7 @@ CPU, on the build machine (compiles the bundles, then measures):
 
 GPU, on the GPU machine, with bundles compiled on the build machine for sm_90:
     python bench/kernels.py --device cuda --bundles DIR --models resnet18,resnet50,densenet121 \\
-        --batch-sizes 1,4,16 [--precision fp32,fp16,fp32-nosplit]
+        --batch-sizes 1,4,16 [--precision fp32,fp16,fp32-nosplit,fp32-cutlass]
 
 Variants (CPU): `generic` = x86-64 code, NCHW convolutions, no tuning records (what cw first
 did), `avx2-untuned` = the same as x86-64-v3 code, `default` = what `cw compile` does (NCHWc
@@ -198,8 +198,8 @@ def main() -> None:
     ap.add_argument("--tune-db", help="CPU: also a variant compiled with this tuning database")
     ap.add_argument("--bundles", help="GPU: directory with one CUDA bundle per model")
     ap.add_argument("--precision", default="fp32",
-                    help="GPU: fp32,fp16,fp32-nosplit — which bundles to time (NAME, NAME-fp16, "
-                         "NAME-nosplit in --bundles)")
+                    help="GPU: fp32,fp16,fp32-nosplit,fp32-cutlass,... — which bundles to time "
+                         "(NAME, NAME-fp16, NAME-nosplit, NAME-cutlass in --bundles)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--out", default="/tmp/cw-kernels")

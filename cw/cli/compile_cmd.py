@@ -44,9 +44,11 @@ def compile_cmd(
                                    help="CUDA convolutions too small to fill the GPU: auto "
                                         "(split their reduction across thread blocks) or off."),
     conv_algo: str = typer.Option(_DEFAULTS.conv_algo, "--conv-algo",
-                                  help="3x3 stride-1 convolutions: direct, or winograd2 / "
-                                       "winograd4 (Winograd F(2x2,3x3) / F(4x4,3x3): 2.25x / 4x "
-                                       "fewer products; weights stored 1.8x / 4x larger; fp32)."),
+                                  help="direct; winograd2 / winograd4 for 3x3 stride-1 convs "
+                                       "(Winograd F(2x2,3x3) / F(4x4,3x3): 2.25x / 4x fewer "
+                                       "products; weights stored 1.8x / 4x larger; fp32); or "
+                                       "cutlass (CUDA, sm_80+: CUTLASS implicit GEMMs on tensor "
+                                       "cores, 3xTF32 for fp32 accuracy, NHWC)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing bundle."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
     verbose: bool = typer.Option(False, "-v", "--verbose",

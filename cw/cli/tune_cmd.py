@@ -47,7 +47,8 @@ def tune_cmd(
                                         "off (CUDA)."),
     conv_algo: str = typer.Option(_DEFAULTS.conv_algo, "--conv-algo",
                                   help="Tune the kernels of `cw compile --conv-algo` direct, "
-                                       "winograd2 or winograd4."),
+                                       "winograd2, winograd4 or cutlass (its convolutions are "
+                                       "CUTLASS's: the rest is tuned)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ):
     """Search schedules for a model's kernels with TVM MetaSchedule, measuring each candidate on
@@ -162,7 +163,7 @@ def tune_stage_cmd(
     precision: str = typer.Option(_DEFAULTS.precision, "--precision", help="fp32 or fp16."),
     conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split", help="auto or off."),
     conv_algo: str = typer.Option(_DEFAULTS.conv_algo, "--conv-algo",
-                                  help="direct, winograd2 or winograd4."),
+                                  help="direct, winograd2, winograd4 or cutlass."),
     seed: int = typer.Option(0, "--seed", help="Seed of the candidates' random draws."),
     kernels: str = typer.Option(None, "--kernels",
                                 help="Stage only kernels whose names contain one of these "

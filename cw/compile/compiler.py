@@ -14,7 +14,8 @@ import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
                        check_model_name, model_name_from,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
-from cw.compile import cpu_conv, cuda_conv, fast_tvmscript, frontend, normalize, paging, rebatch, targets, tuning
+from cw.compile import (cpu_conv, cuda_conv, cutlass_conv, fast_tvmscript, frontend, normalize,
+                        paging, rebatch, targets, tuning)
 from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
                                  check_device_binary)
 from cw.compile.memory import memory_plan
@@ -23,6 +24,7 @@ from cw.tvm_env import cuda_codegen_problem, load_tvm
 from cw.units import MAX_BATCH
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
+CONV_ALGOS = ("direct", "winograd2", "winograd4", "cutlass")
 DEFAULT_PAGE_SIZE = 16 * paging.MIB
 LARGE_KERNEL_LIBRARY_BYTES = 8 * paging.MIB  # ResNet-152's kernels are < 1 MiB
 
@@ -42,7 +44,8 @@ class CompileConfig:
     conv_layout: str = "nchwc"       # CPU: "nchwc" (blocked, cw's schedule) or "nchw" (TVM's)
     precision: str = "fp32"          # "fp32" | "fp16" (convolutions and matmuls, fp32 sums)
     conv_split: str = "auto"         # CUDA: "auto" (split-K where a conv leaves SMs idle) | "off"
-    conv_algo: str = "direct"        # 3x3 convs: "direct" | "winograd2" | "winograd4"
+    conv_algo: str = "direct"        # "direct" | "winograd2" | "winograd4" (3x3 convs) |
+                                     # "cutlass" (CUDA: CUTLASS 3xTF32 implicit GEMMs)
 
     def __post_init__(self):
         if self.target not in ("cpu", "cuda"):
@@ -61,9 +64,17 @@ class CompileConfig:
         if self.target == "cpu" and self.conv_split != "auto":
             raise UsageError(f"--conv-split {self.conv_split} applies to CUDA bundles",
                              "drop --conv-split, or compile with --target cuda")
-        if self.conv_algo not in ("direct", "winograd2", "winograd4"):
+        if self.conv_algo not in CONV_ALGOS:
             raise UsageError(f"unknown convolution algorithm '{self.conv_algo}'",
-                             "use --conv-algo direct (default), winograd2 or winograd4")
+                             "use --conv-algo direct (default), winograd2, winograd4 or cutlass")
+        if self.conv_algo == "cutlass" and self.target != "cuda":
+            raise UsageError("--conv-algo cutlass applies to CUDA bundles (CUTLASS runs on "
+                             "NVIDIA tensor cores)",
+                             "compile with --target cuda, or drop --conv-algo")
+        if self.conv_algo == "cutlass" and self.precision != "fp32":
+            raise UsageError("--conv-algo cutlass is fp32 only (3xTF32 products: fp32 "
+                             "accuracy on tensor cores)",
+                             "use --precision fp32 with it, or --conv-algo direct")
         if self.conv_algo != "direct" and self.precision != "fp32":
             raise UsageError(f"--conv-algo {self.conv_algo} is fp32 only: its transforms "
                              "round too coarsely in fp16",
@@ -86,6 +97,11 @@ class CompileConfig:
                 not re.fullmatch(r"sm_[1-9]\d+[a-z]?", self.arch):
             raise UsageError(f"unknown CUDA --arch '{self.arch}'",
                              "write it like sm_90 (H100), sm_80 (A100) or sm_89 (L40S)")
+        if self.conv_algo == "cutlass" and \
+                int(re.sub(r"\D", "", self.resolved_arch or "sm_90")) < 80:
+            raise UsageError(f"--conv-algo cutlass needs sm_80 or newer, not {self.resolved_arch} "
+                             "(its kernels use Ampere's tensor-core instructions)",
+                             "use --conv-algo direct for older GPUs")
 
     @property
     def resolved_arch(self) -> str | None:
@@ -196,15 +212,18 @@ def _pass_name(p) -> str:
     return getattr(getattr(p, "info", None), "name", "") or type(p).__name__
 
 
-def legalized(mod, target, fuse: bool = True, conv_split: bool = True):
+def legalized(mod, target, fuse: bool = True, conv_split: bool = True, cutlass: bool = False):
     """The graph lowered to fused TIR kernels, before any default schedule: exactly the kernels
     `cw tune` extracts and a tuning database is matched against. `conv_split`: on CUDA, split
-    the reduction of convolutions too small to fill the GPU (cuda_conv). Returns (module, the
-    remaining legalization passes)."""
+    the reduction of convolutions too small to fill the GPU (cuda_conv). `cutlass`: the NHWC
+    convolutions the front end prepared become calls of CUTLASS kernels (cutlass_conv), which
+    are not TIR kernels. Returns (module, the remaining legalization passes)."""
     from tvm import transform
 
     from tvm import relax
 
+    if cutlass:
+        mod, _ = cutlass_conv.offload(mod, cuda_conv.sm_count(str(target.attrs.get("arch", ""))))
     pipeline = _pipeline(target)
     passes = pipeline.library_dispatch_passes(target) + pipeline.legalize_passes(target)
     names = [_pass_name(p) for p in passes]
@@ -223,12 +242,13 @@ def legalized(mod, target, fuse: bool = True, conv_split: bool = True):
         return transform.Sequential(head)(mod), rest
 
 
-def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = True):
+def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = True,
+           cutlass: bool = False):
     """The target's default pipeline with the tuning database applied before the default
     schedules, stopped after static memory planning so that the plan can be read, then finished.
     Returns (lowered module, memory plan, (kernels tuned, kernels given cw's convolution
-    schedule, convolutions split), kernels). `fuse=False` drops operator
-    fusion, the fallback where TVM's FuseTIR fails on a graph."""
+    schedule, convolutions split, convolutions given to CUTLASS), kernels). `fuse=False` drops
+    operator fusion, the fallback where TVM's FuseTIR fails on a graph."""
     from tvm import relax, transform
 
     pipeline = _pipeline(target)
@@ -239,8 +259,9 @@ def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = Tru
     # dlight's tensor-core rule (fp16 on CUDA) imports tvm.s_tir.tensor_intrin on first use:
     # 70-90 s of TVMScript parsing here without the fast stack (resnet18 fp16 at batch 1)
     with fast_tvmscript.fast_inspect_stack(), target:
-        mod, rest = legalized(mod, target, fuse, conv_split)
+        mod, rest = legalized(mod, target, fuse, conv_split, cutlass)
         split = cuda_conv.count_split(mod) if target.kind.name == "cuda" else 0
+        offloaded = cutlass_conv.count_offloaded(mod)
         mod, tuned, total = tuning.apply_database(mod, database)
         if target.kind.name == "llvm":
             mod, convs = cpu_conv.schedule_convs(mod)
@@ -251,7 +272,7 @@ def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = Tru
         )(mod)
         plan = memory_plan(planned["main"])
         lowered = transform.Sequential(finalize[1:])(planned)
-    return lowered, plan, (tuned, convs, split), total
+    return lowered, plan, (tuned, convs, split, offloaded), total
 
 
 def _check_kernel_constants(mod, name: str) -> None:
@@ -354,6 +375,10 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         output_names = [o.name for o in onnx_model.model.graph.output]
         kernels, inputs_spec, outputs_spec = [], None, None
         split_convs = config.conv_split == "auto"
+        cutlass = config.conv_algo == "cutlass"
+        if cutlass:
+            progress("stage", {"text": "compiling the CUTLASS convolutions (nvcc, cached)"})
+            cutlass_inputs = cutlass_conv.link_inputs(cutlass_conv.build_object(arch))
         for batch in batch_sizes:
             progress("batch_start", {"batch_size": batch, "total": len(batch_sizes)})
             start = time.perf_counter()
@@ -365,14 +390,16 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
             try:
                 try:
                     lowered, plan, scheduled, total = _lower(mod, target, database=database,
-                                                             conv_split=split_convs)
+                                                             conv_split=split_convs,
+                                                             cutlass=cutlass)
                 except Exception as e:
                     # TVM 0.27's FuseTIR rejects some graphs ("Inconsistent buffers ... mapped
                     # to the same relax var": MobileNetV2 on CUDA until bind_batch specialized
                     # its kernels); unfused kernels are correct.
                     lowered, plan, scheduled, total = _lower(mod, target, fuse=False,
                                                          database=database,
-                                                         conv_split=split_convs)
+                                                         conv_split=split_convs,
+                                                         cutlass=cutlass)
                     note = (f"batch {batch}: operator fusion failed in TVM ("
                             f"{(str(e).strip().splitlines() or ['?'])[-1][:120]}); "
                             "compiled without fusion")
@@ -387,7 +414,9 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                 raise ModelError(f"TVM failed to compile {name} at batch size {batch}: {first}",
                                  "run with CW_DEBUG=1 for the full TVM error") from None
             kernel_file = f"kernels/batch{batch}.so"
-            executable.export_library(str(writer.path(kernel_file)))
+            # a new list each time: export_library appends its own files to `addons`
+            executable.export_library(str(writer.path(kernel_file)),
+                                      addons=list(cutlass_inputs) if cutlass else None)
             if config.target == "cuda":
                 check_device_binary(writer.path(kernel_file), name)
                 data_bytes = 0

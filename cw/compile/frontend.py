@@ -189,7 +189,8 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
     """Import into Relax and evaluate the weight-only computation once, on the CPU.
     `blocked_convs`: convolutions in NCHWc layouts (CPU targets, cw/compile/cpu_conv.py).
     `conv_algo`: winograd2 / winograd4 for 3x3 convolutions (cw/compile/winograd.py), those
-    whose transformed filter fits in a weights page of `page_size` bytes.
+    whose transformed filter fits in a weights page of `page_size` bytes; cutlass for NHWC
+    convolutions that CUTLASS runs (cw/compile/cutlass_conv.py).
     `fp16`: convolutions and matrix products in fp16 with fp32 sums (TVM's ToMixedPrecision)."""
     tvm = load_tvm()
     from tvm import relax
@@ -227,7 +228,9 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
     if len(onnx_names) == len(raw_names):  # the importer keeps initializer order
         raw_names = onnx_names
     mod = relax.transform.DecomposeOpsForInference()(mod)
-    if conv_algo != "direct":
+    if conv_algo == "cutlass":
+        mod = _cutlass_layouts(mod, onnx_model)
+    elif conv_algo != "direct":
         from cw.compile import winograd
         # before lifting, so that the filter transform is lifted (the bundle stores U);
         # before the layout conversion, which leaves the convolutions it does not take as they are
@@ -276,6 +279,29 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
     names = _unique([str(v) for v in main.params[num_inputs:]])
     mod = tvm.IRModule({**helpers, mod.get_global_var("main"): main})
     return ImportedModel(mod, num_inputs, names, sources, weights)
+
+
+def _cutlass_layouts(mod, onnx_model: OnnxModel):
+    """Convolutions CUTLASS takes in NHWC / OHWI (cw/compile/cutlass_conv.py), before lifting,
+    so that the filters' relayout is lifted with the rest."""
+    from tvm import relax
+
+    from cw.compile import cutlass_conv
+
+    try:
+        converted = relax.transform.ConvertLayout({}, layout_cb=cutlass_conv.conv_layout)(mod)
+    except Exception as e:  # TVM's layout inference fails on some operators after a conv
+        first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        onnx_model.notes.append("cutlass: no convolution given to CUTLASS: TVM's layout "
+                                f"conversion to NHWC failed ({first[:120]})")
+        return mod
+    taken, left = cutlass_conv.count_layouts(converted)
+    left_note = (f"; {left} left to TVM (grouped, or channels not a multiple of "
+                 f"{cutlass_conv.ALIGNMENT})" if left else "")
+    onnx_model.notes.append(
+        f"cutlass: {taken} convolution{'s' if taken != 1 else ''} as CUTLASS implicit GEMMs "
+        f"(3xTF32 tensor-core products, fp32 accuracy, NHWC){left_note}")
+    return converted
 
 
 @contextlib.contextmanager

@@ -166,6 +166,27 @@ def test_winograd_convs_on_gpu_match_onnxruntime(cuda_bundle, zoo_onnx, algo, ba
     assert result.relative_error < 1e-4 and result.outputs[0].shape == (batch, 10)
 
 
+@pytest.mark.parametrize("name,shape,taken", [("small_cnn", (3, 32, 32), 1),
+                                              ("late_cnn", (64, 7, 7), 2)])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_cutlass_convs_on_gpu_match_onnxruntime(cuda_bundle, zoo_onnx, name, shape, taken,
+                                                batch):
+    """Convolutions as CUTLASS 3xTF32 implicit GEMMs (cw/compile/cutlass_conv.py) compute what
+    onnxruntime does in fp32: small_cnn's second conv (its first, on 3 channels, stays TVM's),
+    and late_cnn's two at 7x7, which run split-K 16 at batch 1 (serial split-K: the workspace's
+    semaphores) and with another tile at batch 4 (3, padded). Twice, so that the split-K
+    semaphores are seen to be reset between runs."""
+    from cw.engine import run_bundle
+
+    bundle = cuda_bundle(name, precision="cutlass")
+    notes = open_bundle(bundle).manifest.notes
+    assert any(f"cutlass: {taken} convolution" in n for n in notes), notes
+    x = random_input((batch, *shape), seed=7)
+    for _ in range(2):
+        result = run_bundle(bundle, [x], device="cuda:0", verify_onnx=zoo_onnx(name))
+        assert result.relative_error < 1e-4 and result.outputs[0].shape == (batch, 10)
+
+
 def test_bundle_for_another_gpu_architecture_is_refused(cli, cuda_bundle, tmp_path):
     import shutil
 

@@ -1,0 +1,185 @@
+"""Every convolution `--conv-algo cutlass` gives CUTLASS, alone: each tile shape and split-K
+count against cuDNN (PyTorch, fp32, TF32 off) on the same GPU, checked against it, and the tile
+`cutlass_conv.plan` chose against the fastest. What `bench/kernels.py` cannot say: which
+convolutions win or lose, and whether the plan picks well.
+
+Build machine (compiles the kernels into a library, lists the models' convolutions):
+    python bench/cutlass_convs.py stage DIR [--models resnet18,resnet50,densenet121]
+        [--batch-sizes 1,4,16]
+GPU machine (runtime-only TVM and PyTorch):
+    python bench/cutlass_convs.py run DIR [--runs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+LIBRARY = "cutlass_convs.so"
+SHAPES = "convs.json"
+SPLITS = (1, 2, 4, 8, 16)
+
+
+def stage(out: Path, models: list[str], batch_sizes: list[int], arch: str) -> None:
+    import model_zoo
+    from cw.compile import cutlass_conv, cuda_conv
+    from cw.compile.compiler import CompileConfig, bind_batch, import_graph
+    from cw.tvm_env import load_tvm
+
+    tvm = load_tvm()
+    from tvm import relax
+
+    out.mkdir(parents=True, exist_ok=True)
+    obj = cutlass_conv.build_object(arch)
+    subprocess.run(["g++", "-shared", "-o", str(out / LIBRARY), *cutlass_conv.link_inputs(obj)],
+                   check=True)
+    sms = cuda_conv.sm_count(arch)
+    convs, seen = [], set()
+    onnx_dir = Path(tempfile.mkdtemp(prefix="cw-cutlass-convs-"))  # not in `out`: it travels
+    for name in models:
+        onnx_path = onnx_dir / f"{name}.onnx"
+        model_zoo.export(name, onnx_path)
+        config = CompileConfig(target="cuda", conv_algo="cutlass", arch=arch,
+                               batch_sizes=tuple(batch_sizes))
+        onnx_model, imported, _ = import_graph(onnx_path, config)
+        for batch in batch_sizes:
+            mod, _ = cutlass_conv.offload(bind_batch(imported.mod, onnx_model, batch), sms)
+
+            def visit(expr):
+                if not (isinstance(expr, relax.Call) and expr.args
+                        and isinstance(expr.args[0], relax.ExternFunc)
+                        and str(expr.args[0].global_symbol) == cutlass_conv.SYMBOL):
+                    return
+                x, w, params = expr.args[1]
+                shape = ([int(d) for d in x.ty.shape], [int(d) for d in w.ty.shape],
+                         [int(d) for d in expr.ty.fields[0].shape], [int(v) for v in params.values])
+                key = json.dumps(shape)
+                if key not in seen:  # one row per distinct convolution
+                    seen.add(key)
+                    convs.append({"model": name, "batch": batch, "x": shape[0], "w": shape[1],
+                                  "y": shape[2], "params": shape[3]})
+
+            relax.analysis.post_order_visit(mod["main"].body, visit)
+    shutil.rmtree(onnx_dir)
+    (out / SHAPES).write_text(json.dumps({"arch": arch, "sms": sms, "tiles": cutlass_conv.TILES,
+                                          "convs": convs}, indent=1))
+    print(f"staged {len(convs)} convolutions and {LIBRARY} in {out} "
+          f"(tvm {tvm.__version__})")
+
+
+def run(stage_dir: Path, runs: int) -> None:
+    import numpy as np
+    import torch
+
+    from cw.tvm_env import load_tvm
+
+    tvm = load_tvm()
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    spec = json.loads((stage_dir / SHAPES).read_text())
+    conv = tvm.runtime.load_module(str(stage_dir / LIBRARY))["cw_cutlass_conv2d_v1"]
+    tiles = [tuple(t) for t in spec["tiles"]]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(fn, back_to_back: int = 10) -> float:
+        """Median GPU ms per call over `runs` groups of back-to-back calls: within a group the
+        host queues ahead of the GPU, so neither side's dispatch time is counted."""
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(runs):
+            start.record()
+            for _ in range(back_to_back):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / back_to_back)
+        return float(np.median(times))
+
+    print(f"device: {torch.cuda.get_device_name()}; GPU time per call, median of {runs} groups "
+          "of 10 back-to-back calls; "
+          "cuDNN fp32 with TF32 off; err = max |cw - cuDNN| / max |cuDNN|")
+    header = ["model", "batch", "x (NHWC)", "w (KRSC)", "stride", "cuDNN ms", "plan",
+              "plan ms", "plan / cuDNN", "best", "best ms", "max err"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    totals = {"cudnn": 0.0, "plan": 0.0, "best": 0.0}
+    for c in spec["convs"]:
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(c["x"], device="cuda", generator=gen)
+        w = torch.randn(c["w"], device="cuda", generator=gen) * 0.05
+        y = torch.empty(c["y"], device="cuda")
+        plan_tile, plan_split, top, left, sh, sw, dh, dw = c["params"]
+        x_nchw, w_oihw = x.permute(0, 3, 1, 2).contiguous(), w.permute(0, 3, 1, 2).contiguous()
+        bottom = (c["y"][1] - 1) * sh + (c["w"][1] - 1) * dh + 1 - c["x"][1] - top
+        right = (c["y"][2] - 1) * sw + (c["w"][2] - 1) * dw + 1 - c["x"][2] - left
+        # negative: rows the convolution never reaches, cropped
+        x_pad = torch.nn.functional.pad(x_nchw, (left, right, top, bottom))
+
+        def cudnn():
+            return torch.nn.functional.conv2d(x_pad, w_oihw, stride=(sh, sw), dilation=(dh, dw))
+
+        ref = cudnn().permute(0, 2, 3, 1)
+        t_cudnn = timed(cudnn)
+        results = {}
+        for tile in range(len(tiles)):
+            for split in SPLITS:
+                tm, tn = tiles[tile]
+                blocks = -(-c["y"][0] * c["y"][1] * c["y"][2] // tm) * -(-c["y"][3] // tn)
+                ws = torch.zeros(blocks if split > 1 else 1, dtype=torch.int32, device="cuda")
+                params = tvm.runtime.ShapeTuple([tile, split, top, left, sh, sw, dh, dw])
+                args = [tvm.runtime.from_dlpack(t) for t in (x, w)] + [params] + \
+                    [tvm.runtime.from_dlpack(t) for t in (y, ws)]
+                try:
+                    y.zero_()
+                    conv(*args)
+                    torch.cuda.synchronize()
+                    err = float((y - ref).abs().max() / ref.abs().max())
+                    results[(tile, split)] = (timed(lambda: conv(*args)), err)
+                except Exception as e:  # CUTLASS refuses some splits: say which, go on
+                    results[(tile, split)] = (float("inf"), str(e).splitlines()[-1][:60])
+        plan_ms, plan_err = results[(plan_tile, plan_split)]
+        best = min(results, key=lambda k: results[k][0])
+        worst_err = max((e for _, e in results.values() if isinstance(e, float)), default=-1)
+        totals["cudnn"] += t_cudnn
+        totals["plan"] += plan_ms
+        totals["best"] += results[best][0]
+
+        def label(k):
+            return f"{tiles[k[0]][0]}x{tiles[k[0]][1]}/{k[1]}"
+
+        print(f"| {c['model']} | {c['batch']} | {c['x']} | {c['w']} | {sh} | {t_cudnn:.3f} | "
+              f"{label((plan_tile, plan_split))} | {plan_ms:.3f} | ×{plan_ms / t_cudnn:.2f} | "
+              f"{label(best)} | {results[best][0]:.3f} | {worst_err:.1e} |", flush=True)
+        if not isinstance(plan_err, float) or plan_err > 1e-4:
+            print(f"  !! the plan's choice failed or is inaccurate: {plan_err}", flush=True)
+    print(f"sum over distinct convolutions: cuDNN {totals['cudnn']:.2f} ms, plan "
+          f"{totals['plan']:.2f} ms (×{totals['plan'] / totals['cudnn']:.2f}), best tile per "
+          f"conv {totals['best']:.2f} ms (×{totals['best'] / totals['cudnn']:.2f})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("stage", "run"))
+    ap.add_argument("dir")
+    ap.add_argument("--models", default="resnet18,resnet50,densenet121")
+    ap.add_argument("--batch-sizes", default="1,4,16")
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--runs", type=int, default=20)
+    args = ap.parse_args()
+    if args.mode == "stage":
+        stage(Path(args.dir), args.models.split(","),
+              [int(b) for b in args.batch_sizes.split(",")], args.arch)
+    else:
+        run(Path(args.dir), args.runs)
+
+
+if __name__ == "__main__":
+    main()

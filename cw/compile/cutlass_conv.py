@@ -1,0 +1,274 @@
+"""Convolutions as CUTLASS implicit GEMMs on tensor cores: `cw compile --conv-algo cutlass`.
+
+TVM's CUDA schedules compute fp32 convolutions with plain fp32 multiply-adds, which on an H100
+leaves the tensor cores idle; PyTorch's cuDNN was 1.6-2.5x faster (docs/benchmarks.md). The
+apache-tvm wheel ships CUTLASS's headers but not TVM's CUTLASS code generator, so cw calls
+CUTLASS itself:
+
+- At import (frontend.import_model, before weight-only math is lifted), each eligible
+  convolution is converted to NHWC activations and OHWI (KRSC) filters with TVM's ConvertLayout,
+  which carries the layout through the elementwise operators, pooling and concatenations between
+  convolutions and transposes only where an operator needs NCHW. The filters' relayout is lifted
+  with the rest, so bundles store OHWI filters.
+- Per batch size (`offload`, before legalization), each NHWC convolution becomes a
+  `call_dps_packed` of `cw_cutlass_conv2d_v1` (cutlass_conv2d.cu) with the tile shape and
+  split-K count chosen here (`plan`), and a small int32 workspace for CUTLASS's split-K
+  semaphores that the static memory plan holds, so nothing is allocated per inference. The
+  convolution's epilogue (bias, BatchNorm's scale and shift, residual add, ReLU) stays one TVM
+  elementwise kernel after it.
+- The kernels (3xTF32: fp32 accuracy from three TF32 tensor-core products, fp32 sums) are
+  compiled by nvcc once per source, arch and toolkit into an object file cached under cw's cache
+  directory, and linked into every batch size's kernel library (`build_object`). The library
+  then needs libcudart.so.13, which TVM's own CUDA runtime already loads.
+
+Opt-in until timed on a GPU (docs/tuning.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+from cw.errors import DeviceError
+from cw.tvm_env import cache_dir, find_cuda_path, load_tvm
+
+SYMBOL = "cw_cutlass_conv2d_v1"
+SOURCE = Path(__file__).with_name("cutlass_conv2d.cu")
+# (output pixels, output channels) per thread block, in the order of the .cu's `run` switch
+TILES = ((128, 128), (128, 64), (64, 64))
+ALIGNMENT = 4       # fp32 elements per 16-byte access: channels must be multiples of it
+MAX_SPLIT = 16
+MIN_SLICE = 256     # reduction length (C*R*S) each split-K slice keeps at least: 16 steps of 16
+
+
+def _static(shape) -> list[int] | None:
+    try:
+        return [int(d) for d in shape]
+    except (TypeError, ValueError):
+        return None
+
+
+def _fp32(call) -> bool:
+    data, weight = call.args[0].ty, call.args[1].ty
+    out_dtype = call.attrs.out_dtype  # None or "" when it follows the input's
+    return (data.dtype == "float32" and weight.dtype == "float32"
+            and (not out_dtype or str(out_dtype) == "float32"))
+
+
+def conv_layout(call) -> dict[str, list[str]]:
+    """ConvertLayout callback: NHWC / OHWI for a convolution CUTLASS takes (plain, fp32, 2-D,
+    static channels that are multiples of 4: a network's first conv on RGB input is not),
+    nothing for the rest."""
+    if getattr(call.op, "name", "") != "relax.nn.conv2d":
+        return {}
+    attrs = call.attrs
+    if (attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW"
+            or attrs.out_layout not in ("", "NCHW") or not _fp32(call)):
+        return {}
+    weight = _static(call.args[1].ty.shape)
+    if weight is None or len(weight) != 4:
+        return {}
+    if weight[0] % ALIGNMENT or weight[1] % ALIGNMENT:
+        return {}
+    return {"relax.nn.conv2d": ["NHWC", "OHWI"]}
+
+
+def plan(pixels: int, out_channels: int, reduction: int, sms: int) -> tuple[int, int]:
+    """(tile index into TILES, split-K slices) for a convolution with `pixels` outputs per
+    channel over the batch and a reduction of `reduction` = C*R*S products per output.
+    The largest tile that still gives every multiprocessor a block; where even the smallest
+    does not, its reduction is split (as cuda_conv does for TVM's kernels) while the blocks fit
+    in one wave and each slice keeps MIN_SLICE products."""
+    for index, (tm, tn) in enumerate(TILES):
+        if -(-pixels // tm) * -(-out_channels // tn) >= sms:
+            return index, 1
+    index = len(TILES) - 1
+    tm, tn = TILES[index]
+    blocks = -(-pixels // tm) * -(-out_channels // tn)
+    split = 1
+    while (split < MAX_SPLIT and blocks * split * 2 <= sms
+           and reduction // (split * 2) >= MIN_SLICE):
+        split *= 2
+    return index, split
+
+
+def workspace_ints(pixels: int, out_channels: int, tile: int, split: int) -> int:
+    """int32s of CUTLASS's serial split-K workspace: one semaphore per output tile (none, but a
+    tensor of one, without split)."""
+    if split == 1:
+        return 1
+    tm, tn = TILES[tile]
+    return -(-pixels // tm) * -(-out_channels // tn)
+
+
+def _prepared(call) -> bool:
+    """A convolution conv_layout prepared: NHWC / OHWI. (ConvertLayout also moves convolutions
+    it was given no layout for to NHWC when their input is, keeping OIHW filters: not these.)"""
+    if getattr(call.op, "name", "") != "relax.nn.conv2d":
+        return False
+    attrs = call.attrs
+    if (attrs.groups != 1 or attrs.data_layout != "NHWC" or attrs.kernel_layout != "OHWI"
+            or attrs.out_layout not in ("", "NHWC") or not _fp32(call)):
+        return False
+    weight = _static(call.args[1].ty.shape)
+    return (weight is not None and len(weight) == 4 and weight[0] % ALIGNMENT == 0
+            and weight[3] % ALIGNMENT == 0)
+
+
+def offloadable(call) -> bool:
+    """A prepared convolution with static shapes: the batch must be bound already."""
+    if not _prepared(call):
+        return False
+    shapes = [_static(call.args[0].ty.shape), _static(call.ty.shape)]
+    return all(s is not None and len(s) == 4 for s in shapes)
+
+
+def offload(mod, sms: int):
+    """Every offloadable convolution of `main` as a call of the CUTLASS function; returns
+    (module, convolutions offloaded). After bind_batch: the plan depends on the batch."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    count = 0
+
+    @relax.expr_functor.mutator
+    class Offloader(relax.PyExprMutator):
+        def visit_call_(self, call):
+            nonlocal count
+            call = self.visit_expr_post_order(call)
+            if not offloadable(call):
+                return call
+            count += 1
+            attrs = call.attrs
+            n, p, q, k = _static(call.ty.shape)
+            _, r, s, c = _static(call.args[1].ty.shape)
+            pixels = n * p * q
+            tile, split = plan(pixels, k, c * r * s, sms)
+            top, left = int(attrs.padding[0]), int(attrs.padding[1])
+            params = [tile, split, top, left, *[int(v) for v in attrs.strides],
+                      *[int(v) for v in attrs.dilation]]
+            out = relax.TensorType([n, p, q, k], "float32")
+            workspace = relax.TensorType([workspace_ints(pixels, k, tile, split)], "int32")
+            both = self.builder_.emit(relax.call_dps_packed(
+                SYMBOL, [call.args[0], call.args[1], relax.ShapeExpr(params)],
+                out_ty=[out, workspace]))
+            return relax.TupleGetItem(both, 0)
+
+    offloader = Offloader(mod)
+    main_gv = mod.get_global_var("main")
+    new_main = offloader.visit_expr(mod["main"])
+    if not count:
+        return mod, 0
+    offloader.builder_.update_func(main_gv, new_main)
+    new_mod = offloader.builder_.get()
+    return tvm.IRModule(dict(new_mod.functions), attrs=mod.attrs), count
+
+
+def count_offloaded(mod) -> int:
+    """Calls of the CUTLASS function in `main`."""
+    from tvm import relax
+
+    count = 0
+
+    def visit(expr):
+        nonlocal count
+        if (isinstance(expr, relax.Call) and isinstance(expr.args[0] if expr.args else None,
+                                                          relax.ExternFunc)
+                and str(expr.args[0].global_symbol) == SYMBOL):
+            count += 1
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return count
+
+
+def count_layouts(mod) -> tuple[int, int]:
+    """(convolutions prepared for CUTLASS, other convolutions) in `main`."""
+    from tvm import relax
+
+    counts = [0, 0]
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.nn.conv2d":
+            counts[0 if _prepared(expr) else 1] += 1
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return counts[0], counts[1]
+
+
+def _include_dirs() -> list[str]:
+    import tvm_ffi.libinfo as ffi_info
+
+    tvm = load_tvm()
+    cutlass = Path(tvm.__file__).parent / "3rdparty" / "cutlass" / "include"
+    if not (cutlass / "cutlass" / "cutlass.h").exists():
+        raise DeviceError(f"CUTLASS headers not found under {cutlass}",
+                          "reinstall apache-tvm (its wheel ships them), or drop --conv-algo cutlass")
+    return [str(cutlass), ffi_info.find_include_path(), ffi_info.find_dlpack_include_path()]
+
+
+def _cached(key: str, suffix: str, build) -> Path:
+    out = cache_dir() / "cutlass" / f"{SYMBOL}-{key}{suffix}"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+        try:
+            build(tmp)
+            os.replace(tmp, out)  # another process may have built the same; either is whole
+        finally:
+            tmp.unlink(missing_ok=True)
+    return out
+
+
+def _run(cmd: list[str], what: str) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+        raise DeviceError(f"{what} failed: {(errors or done.stderr.splitlines() or ['?'])[0][:300]}",
+                          "run with CW_DEBUG=1 to keep TVM's messages; check the CUDA toolkit")
+
+
+def build_object(arch: str) -> Path:
+    """The CUTLASS convolutions compiled for `arch` (sm_80 or newer: the kernels use Ampere's
+    tensor-core instructions; CompileConfig checks), cached."""
+    toolkit = find_cuda_path()
+    if toolkit is None:
+        raise DeviceError("--conv-algo cutlass needs nvcc (the CUDA 13 toolkit)",
+                          "install it or set CUDA_PATH; or drop --conv-algo cutlass")
+    nvcc = os.path.join(toolkit, "bin", "nvcc")
+    includes = _include_dirs()
+    number = arch.removeprefix("sm_")
+    flags = ["-std=c++17", "-O3", "-DNDEBUG", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr",
+             "-w", f"-gencode=arch=compute_{number},code=sm_{number}"]
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), arch, version, *flags, *includes])
+                         .encode()).hexdigest()[:16]
+    return _cached(key, ".o", lambda tmp: _run(
+        [nvcc, *flags, *[f"-I{d}" for d in includes], "-c", str(SOURCE), "-o", str(tmp)],
+        "compiling the CUTLASS convolutions (nvcc)"))
+
+
+def build_reference_object() -> Path:
+    """The same function as plain host loops (g++, no CUDA): for tests of the graph rewrite and
+    the calling convention on a CPU. Never part of a bundle."""
+    includes = _include_dirs()[1:]
+    flags = ["-std=c++17", "-O2", "-fPIC", "-DCW_CONV_REFERENCE"]
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), "reference", *flags, *includes])
+                         .encode()).hexdigest()[:16]
+    return _cached(key, ".ref.o", lambda tmp: _run(
+        ["g++", *flags, *[f"-I{d}" for d in includes], "-x", "c++", "-c", str(SOURCE), "-o",
+         str(tmp)], "compiling the reference convolution (g++)"))
+
+
+def link_inputs(obj: Path) -> list[str]:
+    """What a kernel library holding the CUTLASS object links, in order: the object, then the
+    CUDA runtime by path (TVM puts linker options before the objects, where `-lcudart` would
+    resolve nothing), so that the library records it as needed (libcudart.so.13: the one TVM's
+    CUDA runtime has loaded by then)."""
+    toolkit = find_cuda_path()
+    cudart = os.path.join(toolkit or "", "lib64", "libcudart.so")
+    if toolkit is None or not os.path.exists(cudart):
+        raise DeviceError("--conv-algo cutlass needs the CUDA 13 toolkit's libcudart.so",
+                          "install the toolkit or set CUDA_PATH; or drop --conv-algo cutlass")
+    return [str(obj), cudart]

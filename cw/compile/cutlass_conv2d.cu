@@ -1,0 +1,216 @@
+// cw's convolutions as CUTLASS implicit GEMMs, called by the Relax VM through the TVM FFI.
+//
+// One function, `cw_cutlass_conv2d_v1(x, w, params, y, workspace)`: x NHWC, w KRSC (OHWI), y
+// NPQK, all fp32 and contiguous; params = [config, split_k, pad_top, pad_left, stride_h,
+// stride_w, dilation_h, dilation_w]; workspace int32, CUTLASS's split-K semaphores, planned by
+// the graph so that nothing is allocated per call. `config` picks one of the tile shapes below
+// and `split_k` the number of slices of the reduction; both are chosen at compile time by
+// cw/compile/cutlass_conv.py (plan), which must list the same tile shapes.
+//
+// Products are 3xTF32 (CUTLASS's OpMultiplyAddFastF32): each fp32 operand is split into a
+// TF32 high part and a TF32 remainder, and three tensor-core products recover fp32 accuracy,
+// with fp32 accumulation. Plain TF32 would lose ~3 decimal digits.
+//
+// Built with -DCW_CONV_REFERENCE (by g++, no CUDA), the same checks and ABI run plain loops on
+// the host: the tests use it to check the graph rewrite and the calling convention on a CPU.
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include <tvm/ffi/container/shape.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/function.h>
+
+#ifndef CW_CONV_REFERENCE
+#include <cuda_runtime.h>
+#include <tvm/ffi/extra/c_env_api.h>
+
+// order matters: the device adapter uses helpers the kernel headers declare
+#include "cutlass/cutlass.h"
+#include "cutlass/conv/kernel/default_conv2d_fprop.h"
+#include "cutlass/conv/device/implicit_gemm_convolution.h"
+#include "cutlass/epilogue/thread/linear_combination.h"
+#endif
+
+namespace {
+
+using tvm::ffi::Shape;
+using tvm::ffi::TensorView;
+
+constexpr int kAlignment = 4;  // fp32 elements per 16-byte access: C and K must be multiples
+
+struct Problem {
+  int n, h, w, c, k, r, s, p, q;
+  int pad_h, pad_w, stride_h, stride_w, dil_h, dil_w;
+  int config, split_k;
+};
+
+void check_tensor(const TensorView& t, const char* name, int dtype_code) {
+  if (t.ndim() != 4 && !(dtype_code == kDLInt && t.ndim() == 1)) {
+    TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: " << name << " has " << t.ndim()
+                              << " dimensions";
+  }
+  if (t.dtype().code != dtype_code || t.dtype().bits != 32 || t.dtype().lanes != 1) {
+    TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: " << name << " must be "
+                              << (dtype_code == kDLFloat ? "float32" : "int32");
+  }
+  if (!t.IsContiguous()) {
+    TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: " << name << " is not contiguous";
+  }
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) {
+    TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: " << name << " is not 16-byte aligned";
+  }
+}
+
+Problem read_problem(const TensorView& x, const TensorView& w, const Shape& params,
+                     const TensorView& y, const TensorView& workspace) {
+  check_tensor(x, "x", kDLFloat);
+  check_tensor(w, "w", kDLFloat);
+  check_tensor(y, "y", kDLFloat);
+  check_tensor(workspace, "workspace", kDLInt);
+  if (params.size() != 8) {
+    TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: expected 8 parameters, got "
+                              << params.size();
+  }
+  Problem pb;
+  pb.n = static_cast<int>(x.size(0));
+  pb.h = static_cast<int>(x.size(1));
+  pb.w = static_cast<int>(x.size(2));
+  pb.c = static_cast<int>(x.size(3));
+  pb.k = static_cast<int>(w.size(0));
+  pb.r = static_cast<int>(w.size(1));
+  pb.s = static_cast<int>(w.size(2));
+  pb.p = static_cast<int>(y.size(1));
+  pb.q = static_cast<int>(y.size(2));
+  pb.config = static_cast<int>(params[0]);
+  pb.split_k = static_cast<int>(params[1]);
+  pb.pad_h = static_cast<int>(params[2]);
+  pb.pad_w = static_cast<int>(params[3]);
+  pb.stride_h = static_cast<int>(params[4]);
+  pb.stride_w = static_cast<int>(params[5]);
+  pb.dil_h = static_cast<int>(params[6]);
+  pb.dil_w = static_cast<int>(params[7]);
+  if (w.size(3) != pb.c || y.size(0) != pb.n || y.size(3) != pb.k) {
+    TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: shapes disagree: x (" << pb.n << ", " << pb.h
+                              << ", " << pb.w << ", " << pb.c << "), w (" << pb.k << ", " << pb.r
+                              << ", " << pb.s << ", " << w.size(3) << "), y (" << y.size(0)
+                              << ", " << pb.p << ", " << pb.q << ", " << y.size(3) << ")";
+  }
+  if (pb.c % kAlignment != 0 || pb.k % kAlignment != 0) {
+    TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: channels (" << pb.c << " in, " << pb.k
+                              << " out) must be multiples of " << kAlignment;
+  }
+  if (pb.split_k < 1 || pb.stride_h < 1 || pb.stride_w < 1 || pb.dil_h < 1 || pb.dil_w < 1) {
+    TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: bad split, stride or dilation";
+  }
+  return pb;
+}
+
+#ifdef CW_CONV_REFERENCE
+
+void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView) {
+  const float* xd = static_cast<const float*>(x.data_ptr());
+  const float* wd = static_cast<const float*>(w.data_ptr());
+  float* yd = static_cast<float*>(y.data_ptr());
+  for (int n = 0; n < pb.n; ++n)
+    for (int p = 0; p < pb.p; ++p)
+      for (int q = 0; q < pb.q; ++q)
+        for (int k = 0; k < pb.k; ++k) {
+          float sum = 0.f;
+          for (int r = 0; r < pb.r; ++r) {
+            int h = p * pb.stride_h - pb.pad_h + r * pb.dil_h;
+            if (h < 0 || h >= pb.h) continue;
+            for (int s = 0; s < pb.s; ++s) {
+              int wi = q * pb.stride_w - pb.pad_w + s * pb.dil_w;
+              if (wi < 0 || wi >= pb.w) continue;
+              const float* xp = xd + ((static_cast<int64_t>(n) * pb.h + h) * pb.w + wi) * pb.c;
+              const float* wp = wd + ((static_cast<int64_t>(k) * pb.r + r) * pb.s + s) * pb.c;
+              for (int c = 0; c < pb.c; ++c) sum += xp[c] * wp[c];
+            }
+          }
+          yd[((static_cast<int64_t>(n) * pb.p + p) * pb.q + q) * pb.k + k] = sum;
+        }
+}
+
+#else
+
+template <int TM, int TN, int TK, int WM, int WN, int Stages>
+struct TileConfig {
+  using Kernel = typename cutlass::conv::kernel::DefaultConv2dFprop<
+      float, cutlass::layout::TensorNHWC, float, cutlass::layout::TensorNHWC, float,
+      cutlass::layout::TensorNHWC, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+      cutlass::gemm::GemmShape<TM, TN, TK>, cutlass::gemm::GemmShape<WM, WN, TK>,
+      cutlass::gemm::GemmShape<16, 8, 8>,
+      cutlass::epilogue::thread::LinearCombination<float, kAlignment, float, float>,
+      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, Stages,
+      cutlass::arch::OpMultiplyAddFastF32, cutlass::conv::IteratorAlgorithm::kOptimized,
+      cutlass::conv::StrideSupport::kStrided, kAlignment, kAlignment>::Kernel;
+  using Op = cutlass::conv::device::ImplicitGemmConvolution<Kernel>;
+};
+
+void check_status(cutlass::Status status, const char* what, const Problem& pb) {
+  if (status != cutlass::Status::kSuccess) {
+    TVM_FFI_THROW(RuntimeError) << "cw_cutlass_conv2d: " << what << " failed ("
+                                << cutlassGetStatusString(status) << ") for x (" << pb.n << ", "
+                                << pb.h << ", " << pb.w << ", " << pb.c << "), w (" << pb.k
+                                << ", " << pb.r << ", " << pb.s << "), config " << pb.config
+                                << ", split " << pb.split_k;
+  }
+}
+
+template <typename Op>
+void launch(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView workspace) {
+  using cutlass::layout::TensorNHWC;
+  cutlass::conv::Conv2dProblemSize problem(
+      pb.n, pb.h, pb.w, pb.c, pb.k, pb.r, pb.s, pb.p, pb.q, pb.pad_h, pb.pad_w, pb.stride_h,
+      pb.stride_w, pb.dil_h, pb.dil_w, cutlass::conv::Mode::kCrossCorrelation, pb.split_k);
+  auto ref = [](const TensorView& t) {
+    return cutlass::TensorRef<float, TensorNHWC>(
+        static_cast<float*>(t.data_ptr()),
+        TensorNHWC::packed({static_cast<int>(t.size(0)), static_cast<int>(t.size(1)),
+                            static_cast<int>(t.size(2)), static_cast<int>(t.size(3))}));
+  };
+  // beta = 0: y is only written; with serial split-K the later slices add to it
+  typename Op::Arguments args(problem, ref(x), ref(w), ref(y), ref(y), {1.0f, 0.0f},
+                              cutlass::conv::SplitKMode::kSerial);
+  Op op;
+  check_status(op.can_implement(args), "can_implement", pb);
+  size_t need = Op::get_workspace_size(args);
+  size_t have = static_cast<size_t>(workspace.size(0)) * sizeof(int32_t);
+  if (need > have) {
+    TVM_FFI_THROW(RuntimeError) << "cw_cutlass_conv2d: workspace of " << have << " bytes, "
+                                << need << " needed (config " << pb.config << ", split "
+                                << pb.split_k << ")";
+  }
+  auto stream = static_cast<cudaStream_t>(
+      TVMFFIEnvGetStream(x.device().device_type, x.device().device_id));
+  check_status(op.initialize(args, need ? workspace.data_ptr() : nullptr, stream), "initialize",
+               pb);
+  check_status(op(stream), "launch", pb);
+}
+
+// The tile shapes, in the order of cutlass_conv.py's TILES: (threadblock M x N x K, warp M x N,
+// stages). M counts output pixels (N*P*Q), N output channels. Warps of 64 x 32 at most: 3xTF32
+// holds two fragments per operand, and 64 x 64 warps spilled registers (ptxas, sm_90).
+void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView workspace) {
+  switch (pb.config) {
+    case 0: return launch<TileConfig<128, 128, 16, 64, 32, 3>::Op>(pb, x, w, y, workspace);
+    case 1: return launch<TileConfig<128, 64, 16, 64, 32, 3>::Op>(pb, x, w, y, workspace);
+    case 2: return launch<TileConfig<64, 64, 16, 32, 32, 4>::Op>(pb, x, w, y, workspace);
+    default:
+      TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: unknown tile config " << pb.config;
+  }
+}
+
+#endif
+
+void conv2d(TensorView x, TensorView w, Shape params, TensorView y, TensorView workspace) {
+  Problem pb = read_problem(x, w, params, y, workspace);
+  run(pb, x, w, y, workspace);
+}
+
+}  // namespace
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_v1, conv2d);

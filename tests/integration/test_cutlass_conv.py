@@ -1,0 +1,170 @@
+"""`cw compile --conv-algo cutlass` (cw/compile/cutlass_conv.py, cutlass_conv2d.cu).
+
+The CUTLASS kernels themselves run only on a GPU (tests/gpu). Everything around them is checked
+here: the same graph, compiled for the CPU and linked with the reference build of the same
+function (same argument checks and calling convention, plain loops instead of CUTLASS),
+computes what onnxruntime computes; and for sm_90 the bundle links the nvcc-built kernels."""
+
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from cw.compile import compiler, cutlass_conv, targets
+from cw.compile.compiler import CompileConfig, bind_batch, compile_model, import_graph
+from cw.compile.libcheck import check_device_binary
+from cw.errors import UsageError
+from cw.tvm_env import cuda_codegen_problem, load_tvm
+from cw.verify import max_relative_error, onnx_reference
+
+
+def _conv(name, x, cin, cout, kernel, rng, inits, nodes, **attrs):
+    w = rng.standard_normal((cout, cin // attrs.get("group", 1), *kernel)).astype(np.float32)
+    inits += [numpy_helper.from_array(w * 0.2, f"{name}_w"),
+              numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), f"{name}_b")]
+    nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [name],
+                                  kernel_shape=list(kernel), **attrs))
+    return name
+
+
+def conv_mix_model(path):
+    """Convolutions of every shape the offload must get right, and three it must leave to TVM:
+    strided with asymmetric padding, dilated, 1x1, a 5x3 window, a concat between convs; a
+    grouped one, one whose output channels are not a multiple of 4, one on 3 channels."""
+    rng = np.random.default_rng(7)
+    inits, nodes = [], []
+    x = _conv("c0", "x", 3, 8, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])  # TVM: 3 channels
+    a = _conv("c1", x, 8, 16, (3, 3), rng, inits, nodes, strides=[2, 2], pads=[0, 1, 1, 0])
+    nodes.append(helper.make_node("Relu", [a], ["a"]))
+    b = _conv("c2", "a", 16, 16, (3, 3), rng, inits, nodes, dilations=[2, 2], pads=[2, 2, 2, 2])
+    nodes.append(helper.make_node("Add", [b, "a"], ["ab"]))
+    c = _conv("c3", "ab", 16, 12, (1, 1), rng, inits, nodes)
+    d = _conv("c4", c, 12, 8, (5, 3), rng, inits, nodes, pads=[2, 1, 2, 1])
+    nodes.append(helper.make_node("Concat", [d, c], ["cat"], axis=1))
+    e = _conv("c5", "cat", 20, 6, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])  # TVM: 6 out
+    f = _conv("c6", "cat", 20, 8, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1], group=2)  # TVM
+    nodes.append(helper.make_node("Concat", [e, f], ["y"], axis=1))
+    graph = helper.make_graph(
+        nodes, "conv_mix",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 13, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 14, 6, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+    return path
+
+
+def run_offloaded_on_cpu(onnx_path, x, tmp_path):
+    """(output, convolutions offloaded, notes): the graph `cw compile --target cuda --conv-algo
+    cutlass` builds, compiled for the CPU and linked with the reference function."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    batch = x.shape[0]
+    config = CompileConfig(target="cuda", conv_algo="cutlass", batch_sizes=(batch,))
+    onnx_model, imported, _ = import_graph(onnx_path, config)
+    mod = bind_batch(imported.mod, onnx_model, batch)
+    target = targets.tvm_target("cpu", targets.GENERIC_CPU)
+    lowered, _, scheduled, _ = compiler._lower(mod, target, cutlass=True)
+    library = tmp_path / f"{onnx_path.stem}-b{batch}.so"
+    tvm.compile(lowered, target=target, relax_pipeline=None).export_library(
+        str(library), addons=[str(cutlass_conv.build_reference_object())])
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+    args = [tvm.runtime.tensor(x)] + [tvm.runtime.tensor(w) for w in imported.weights]
+    return vm["main"](*args).numpy(), scheduled[3], onnx_model.notes
+
+
+def test_offloaded_convolutions_compute_what_onnxruntime_does(tmp_path):
+    src = conv_mix_model(tmp_path / "conv_mix.onnx")
+    x = np.random.default_rng(1).standard_normal((2, 3, 13, 11)).astype(np.float32)
+    y, offloaded, notes = run_offloaded_on_cpu(src, x, tmp_path)
+    assert offloaded == 4
+    assert any("cutlass: 4 convolutions" in n and "3 left to TVM" in n for n in notes), notes
+    assert max_relative_error(y, onnx_reference(src, [x])[0]) < 1e-5
+
+
+def test_offloaded_resnet18_computes_what_onnxruntime_does(zoo_onnx, tmp_path):
+    src = zoo_onnx("resnet18")
+    x = np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    y, offloaded, _ = run_offloaded_on_cpu(src, x, tmp_path)
+    assert offloaded == 19  # all but the stem's 3-channel conv
+    assert max_relative_error(y, onnx_reference(src, [x])[0]) < 1e-5
+
+
+def test_the_function_checks_its_arguments(tmp_path):
+    """The checks shared by the CUDA and the reference build: one clear error, not a crash."""
+    tvm = load_tvm()
+    lib = tmp_path / "ref.so"
+    subprocess.run(["g++", "-shared", "-o", str(lib), str(cutlass_conv.build_reference_object())],
+                   check=True)
+    conv = tvm.runtime.load_module(str(lib))[cutlass_conv.SYMBOL]
+
+    def tensor(shape, dtype="float32"):
+        return tvm.runtime.tensor(np.zeros(shape, dtype))
+
+    params = tvm.runtime.ShapeTuple([0, 1, 1, 1, 1, 1, 1, 1])
+    ok = (tensor((1, 5, 5, 8)), tensor((4, 3, 3, 8)), params, tensor((1, 5, 5, 4)),
+          tensor((1,), "int32"))
+    conv(*ok)
+    with pytest.raises(Exception, match="multiples of 4"):
+        conv(tensor((1, 5, 5, 6)), tensor((4, 3, 3, 6)), params, tensor((1, 5, 5, 4)),
+             tensor((1,), "int32"))
+    with pytest.raises(Exception, match="shapes disagree"):
+        conv(ok[0], ok[1], params, tensor((1, 5, 5, 8)), ok[4])
+    with pytest.raises(Exception, match="expected 8 parameters"):
+        conv(ok[0], ok[1], tvm.runtime.ShapeTuple([0, 1]), ok[3], ok[4])
+    with pytest.raises(Exception, match="float32"):
+        conv(tensor((1, 5, 5, 8), "float16"), ok[1], params, ok[3], ok[4])
+
+
+def test_bad_combinations_are_refused_with_a_hint(cli, zoo_onnx, tmp_path):
+    with pytest.raises(UsageError, match="CUDA bundles"):
+        CompileConfig(conv_algo="cutlass")
+    with pytest.raises(UsageError, match="fp32 only"):
+        CompileConfig(target="cuda", conv_algo="cutlass", precision="fp16")
+    with pytest.raises(UsageError, match="sm_80 or newer"):
+        CompileConfig(target="cuda", conv_algo="cutlass", arch="sm_75")
+    r = cli("compile", zoo_onnx("small_cnn"), "-o", tmp_path / "x", "--conv-algo", "cutlass")
+    assert r.code == 2 and "--target cuda" in r.err and not (tmp_path / "x").exists()
+
+
+def test_plan_fills_the_gpu_with_the_largest_tile_or_splits_the_reduction():
+    sms = 132
+    # batch 16 at 56x56, 64 channels: 392 x 1 blocks of 128 x 128 already fill it
+    assert cutlass_conv.plan(16 * 56 * 56, 64, 64 * 9, sms) == (0, 1)
+    # batch 1 at 28x28, 128 channels: 7 x 1 / 7 x 2 / 13 x 2 blocks; the 64 x 64 tile split 4
+    assert cutlass_conv.plan(28 * 28, 128, 128 * 9, sms) == (2, 4)
+    # batch 1 at 7x7, 512 channels: 8 blocks, split 16 (4,608 products: 288 per slice)
+    assert cutlass_conv.plan(49, 512, 512 * 9, sms) == (2, 16)
+    # a short reduction is not split below MIN_SLICE products per slice
+    assert cutlass_conv.plan(49, 512, 256, sms) == (2, 1)
+    assert cutlass_conv.workspace_ints(49, 512, 2, 16) == 8
+    assert cutlass_conv.workspace_ints(49, 512, 2, 1) == 1
+
+
+@pytest.mark.slow
+def test_cuda_bundle_links_the_cutlass_kernels(zoo_onnx, tmp_path):
+    problem = cuda_codegen_problem()
+    if problem:
+        pytest.skip(f"no CUDA compile here: {problem}")
+    src = zoo_onnx("late_cnn")
+    m = compile_model(src, tmp_path / "cutlass",
+                      CompileConfig(target="cuda", batch_sizes=(1, 16), conv_algo="cutlass"))
+    compile_model(src, tmp_path / "direct", CompileConfig(target="cuda", batch_sizes=(1, 16)))
+    assert any("cutlass: 2 convolutions" in n for n in m.notes), m.notes
+    def dynamic(bundle, kernel):
+        return subprocess.run(["readelf", "-dW", "--dyn-syms", str(tmp_path / bundle / kernel)],
+                              capture_output=True, text=True, check=True).stdout
+
+    for k in m.kernels:
+        check_device_binary(tmp_path / "cutlass" / k.kernel_file, "late_cnn")
+        linked, plain = dynamic("cutlass", k.kernel_file), dynamic("direct", k.kernel_file)
+        assert "libcudart.so.13" in linked  # TVM's CUDA runtime has it loaded
+        assert f"__tvm_ffi_{cutlass_conv.SYMBOL}" in linked
+        # both convs are CUTLASS's: no TVM conv kernel is left (the direct bundle has them)
+        assert "conv2d" not in linked.replace(cutlass_conv.SYMBOL, "") and "conv2d" in plain
+    # NHWC filters in the bundle: OHWI
+    shapes = [tuple(t.shape) for t in m.weights.tensors]
+    assert (256, 3, 3, 64) in shapes and (256, 3, 3, 256) in shapes
