@@ -35,6 +35,7 @@ from cw.serve.transport import Malformed, ZmqDealer, tcp_unreachable
 from cw.units import format_bytes
 
 log = logging.getLogger("cw.client")
+SWEEP_S = 0.2  # how often the I/O thread looks for requests whose time to wait is up
 _WORKER_MESSAGES = p.Codec(p.ToWorker)  # what a controller's workers' address sends
 
 
@@ -51,6 +52,12 @@ class RequestFailed(CwError):
         super().__init__(f"request {status.name.lower()}: {message}" if message
                          else f"request {status.name.lower()}", hint)
         self.status = status
+
+
+class NoAnswer(CwError):
+    """No answer came within the request's SLO plus the client's `timeout_s`: the controller
+    went away, or never was at the address. (A live controller answers every request by its
+    deadline.)"""
 
 
 _HINTS = {
@@ -86,7 +93,9 @@ class Client:
         self._hello_done = False
         self._dealer = ZmqDealer(address, p.Codec(p.ToClient), p.Codec(p.FromClient), key=key)
         self._ids = itertools.count(1)
-        self._futures: dict[int, Future] = {}
+        # request id -> (future, decode, shared-memory slots, monotonic time to give up at)
+        self._futures: dict[int, tuple] = {}
+        self._swept_s = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._models: dict[str, p.ModelInfo] = {}
@@ -112,9 +121,9 @@ class Client:
                     self._read_foreign(msg)
                     continue
                 entry = self._futures.pop(msg.request_id, None)
-                if entry is None:
+                if entry is None:  # (or answered after the client gave up on it)
                     continue
-                future, decode, slots = entry
+                future, decode, slots, _ = entry
                 if slots:
                     self._arena.free(slots)  # the request is over: its input slots are free
                 if future.done():  # cancelled by close()
@@ -130,7 +139,27 @@ class Client:
                     future.set_exception(e)
                 else:
                     future.set_result(result)
+            now = time.monotonic()
+            if now - self._swept_s >= SWEEP_S:
+                self._swept_s = now
+                self._give_up(now)
         self._dealer.close()
+
+    def _give_up(self, now: float) -> None:
+        """Fail the requests whose time is up with NoAnswer, so that every future ends (an
+        `ainfer` or `result()` without a timeout would wait forever for a controller that
+        died) and none stays in the table. Their shared-memory slots are free again: the
+        controller never runs a request past its deadline, which is long gone."""
+        # (a list of the items is made in one step under the GIL: other threads may add)
+        for rid, (future, _, slots, give_up_at) in list(self._futures.items()):
+            if give_up_at > now or self._futures.pop(rid, None) is None:
+                continue
+            if slots:
+                self._arena.free(slots)
+            if not future.done():
+                future.set_exception(NoAnswer(
+                    f"no answer from the controller at {self.address} within "
+                    f"{give_up_at - future.sent_s:g} s", "is `cw serve` running there?"))
 
     def _decode_after_listing(self, model: str, decode, msg, future: Future) -> None:
         """Answered for a model this client knew nothing of when it sent the request (its
@@ -164,24 +193,34 @@ class Client:
         if isinstance(goodbye, p.Goodbye):
             self._wrong_address = goodbye.reason
 
-    def _send(self, make, decode=None, slots=None) -> Future:
+    def _send(self, make, decode=None, slots=None, slo_ns: int | None = None) -> Future:
         """Send `make(request id)`; the future gets the response, or `decode(response)`, set by
-        the I/O thread, which also frees the request's shared-memory `slots`. (A dict's get/set/
-        pop are atomic: no lock on this per-request path.)"""
+        the I/O thread, which also frees the request's shared-memory `slots`, and fails it with
+        NoAnswer `timeout_s` past its SLO (`slo_ns`, see `_patience_s`). (A dict's get/set/pop
+        are atomic: no lock on this per-request path.)"""
         if self._stop.is_set():  # (nothing would send it: the request would wait it out)
             raise UsageError(f"this client of {self.address} is closed",
                              "make a new Client (or use it inside its `with` block)")
         rid = next(self._ids)
         future: Future = Future()
-        self._futures[rid] = (future, decode, slots)
+        future.sent_s = time.monotonic()
+        self._futures[rid] = (future, decode, slots,
+                              future.sent_s + self._patience_s(slo_ns))
         self._dealer.send(make(rid))
         return future
+
+    def _patience_s(self, slo_ns: int | None) -> float:
+        """How long to wait for an answer: `timeout_s` past the SLO (0: the controller's
+        default; a minute from an older controller, which does not say it; None: not a request
+        to serve)."""
+        slo_s = 0.0 if slo_ns is None else (slo_ns or self._default_slo_ns or 60 * 10**9) / 1e9
+        return slo_s + self.timeout_s
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
         with self._lock:
-            for f, _, _ in list(self._futures.values()):
+            for f, _, _, _ in list(self._futures.values()):
                 f.cancel()
             self._futures.clear()
         if self._arena is not None:
@@ -269,7 +308,7 @@ class Client:
         n = inputs[0].shape[0]
         payload, slots = self._payload(inputs)
         return self._send(lambda rid: p.InferRequest(rid, model, payload, n, slo_ns),
-                          lambda msg: self._decode(model, msg, n), slots)
+                          lambda msg: self._decode(model, msg, n), slots, slo_ns)
 
     def infer(self, model: str, x, slo_ms: float | None = None):
         return self._wait(self.infer_async(model, x, slo_ms), _slo_ns(slo_ms))
@@ -282,14 +321,15 @@ class Client:
         return self._wait(self.infer_response_async(model, x, slo_ms), _slo_ns(slo_ms))
 
     def infer_response_async(self, model: str, x, slo_ms: float | None = None) -> Future:
-        """A future of the raw response, never of an exception: for load generators, which
-        count statuses and need not turn outputs into arrays. (An SLO ≤ 0 raises at once.)"""
+        """A future of the raw response, never of an exception but NoAnswer (no answer within
+        the SLO plus `timeout_s`): for load generators, which count statuses and need not turn
+        outputs into arrays. (An SLO ≤ 0 raises at once.)"""
         slo_ns = _slo_ns(slo_ms)
         _check_model_id(model)
         inputs = _input_list(model, x, self._info(model) if isinstance(x, dict) else None)
         payload, slots = self._payload(inputs)
         return self._send(lambda rid: p.InferRequest(rid, model, payload, inputs[0].shape[0],
-                                                     slo_ns), None, slots)
+                                                     slo_ns), None, slots, slo_ns)
 
     # --- helpers -------------------------------------------------------------------------
     def _info(self, model: str) -> p.ModelInfo | None:
@@ -301,11 +341,10 @@ class Client:
         return self._models.get(model)
 
     def _wait(self, future: Future, slo_ns: int | None = None):
-        """The future's result, waited for `timeout_s` past the request's SLO: `slo_ns` (0:
-        the controller's default; a minute from an older controller, which does not say it;
-        None: not a request to serve)."""
-        slo_s = 0.0 if slo_ns is None else (slo_ns or self._default_slo_ns or 60 * 10**9) / 1e9
-        deadline = time.monotonic() + slo_s + self.timeout_s
+        """The future's result, waited for `timeout_s` past the request's SLO (`_patience_s`),
+        saying why when it can (wrong address, key, nothing listening) before that."""
+        patience_s = self._patience_s(slo_ns)
+        deadline = future.sent_s + patience_s
         probed = False
         while True:
             left = deadline - time.monotonic()
@@ -318,10 +357,9 @@ class Client:
                                   f"{self._wrong_address}",
                                   "give the clients' address: cw serve prints both, and 7001 "
                                   "is the default port") from None
-                if time.monotonic() >= deadline:
-                    raise CwError(f"no answer from the controller at {self.address} within "
-                                  f"{slo_s + self.timeout_s:g} s",
-                                  "is `cw serve` running there?") from None
+                if time.monotonic() >= deadline:  # (the I/O thread fails it about now)
+                    raise NoAnswer(f"no answer from the controller at {self.address} within "
+                                   f"{patience_s:g} s", "is `cw serve` running there?") from None
                 probed = True  # a second without an answer: is anything there at all?
                 if time.monotonic() - self._last_heard_s < 1.0:
                     continue  # it answers other requests: this one is just slow

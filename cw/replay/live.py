@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from cw.client import Client
+from cw.client import Client, NoAnswer
 from cw.errors import CwError, HostError, UsageError
 from cw.replay.workloads import ClosedLoop
 from cw.serve.protocol import InferResponse, ModelInfo, describe_models
@@ -206,7 +206,9 @@ def client_rows(futures, sent_ns, names, slo_ns: int) -> list[RequestRow]:
     for i, (f, t0, model) in enumerate(zip(futures, sent_ns, names)):
         t0 = int(t0)
         batch, simulated = 0, False
-        if not f.done() or f.cancelled():  # (the client cancels what is pending at its close)
+        # (the client cancels what is pending at its close, and fails with NoAnswer what waited
+        # its timeout past the deadline)
+        if not f.done() or f.cancelled() or isinstance(f.exception(), NoAnswer):
             status, done = NO_ANSWER, t0 + slo_ns
         elif f.exception() is not None:  # the client failed, not the controller
             status, done = "ERROR", getattr(f, "done_ns", t0)

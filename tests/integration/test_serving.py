@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from cw.client import Client, RequestFailed
+from cw.client import Client, NoAnswer, RequestFailed
 from cw.engine import LocalModel
 from cw.errors import UsageError
 from cw.serve.controller import ControllerConfig
@@ -315,7 +315,7 @@ def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
             import msgspec
             from concurrent.futures import Future
             rid, future = next(client._ids), Future()
-            client._futures[rid] = (future, None, None)
+            client._futures[rid] = (future, None, None, time.monotonic() + 60)  # (give up at)
             client._dealer.send_raw(msgspec.msgpack.encode(
                 {"type": "infer", "request_id": rid, "model": 3, "inputs": [], "n": 1}))
             r = future.result(timeout=10)
@@ -1206,11 +1206,11 @@ def test_a_client_with_nothing_at_its_address_says_so_at_once():
     assert tcp_unreachable("ipc:///tmp/cw-none") is None
 
 
-def test_a_request_waits_for_its_slo_beyond_the_client_timeout():
-    """The controller answers by the deadline: a client waits the SLO plus its timeout, not
-    the timeout alone (a long SLO outlived it); a request naming no SLO waits the
-    controller's default, which the controller tells. Here a controller that lists models
-    and answers nothing else."""
+@contextlib.contextmanager
+def _controller_that_lists_only(answer_late_after_s: float | None = None):
+    """A fake controller at the yielded address: it lists no models (default SLO 3 s) and
+    answers no request, except, with `answer_late_after_s`, the first one, OK, that long
+    after it came."""
     import zmq
 
     router = zmq.Context.instance().socket(zmq.ROUTER)
@@ -1218,30 +1218,75 @@ def test_a_request_waits_for_its_slo_beyond_the_client_timeout():
     port = router.bind_to_random_port("tcp://127.0.0.1")
     decode, encode = p.Codec(p.FromClient), p.Codec(p.ToClient)
     stop = threading.Event()
+    late: list = []
 
-    def list_models_only():
+    def serve():
+        nonlocal answer_late_after_s
         while not stop.is_set():
+            if late and time.monotonic() >= late[0][0]:
+                _, peer, rid = late.pop()
+                router.send_multipart([peer, encode.encode(p.InferResponse(rid, RequestStatus.OK))])
             if router.poll(50):
                 peer, data = router.recv_multipart()
                 msg = decode.decode(data)
                 if isinstance(msg, p.ListModels):
                     router.send_multipart([peer, encode.encode(p.ModelsResponse(
                         msg.request_id, [], default_slo_ns=3 * 10**9))])
+                elif answer_late_after_s is not None and isinstance(msg, p.InferRequest):
+                    late.append((time.monotonic() + answer_late_after_s, peer, msg.request_id))
+                    answer_late_after_s = None
 
-    thread = threading.Thread(target=list_models_only, daemon=True)
+    thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        with Client(f"tcp://127.0.0.1:{port}", timeout_s=0.5, shared_memory=False) as client:
-            client.models()
-            for slo_ms, waited_s in ((2000, 2.5), (None, 3.5)):
-                began = time.monotonic()
-                with pytest.raises(Exception, match=f"no answer .* within {waited_s:g} s"):
-                    client.infer("mlp", random_input((1, 64)), slo_ms=slo_ms)
-                assert waited_s <= time.monotonic() - began < waited_s + 2
+        yield f"tcp://127.0.0.1:{port}"
     finally:
         stop.set()
         thread.join()
         router.close()
+
+
+def test_a_request_waits_for_its_slo_beyond_the_client_timeout():
+    """The controller answers by the deadline: a client waits the SLO plus its timeout, not
+    the timeout alone (a long SLO outlived it); a request naming no SLO waits the
+    controller's default, which the controller tells. Here a controller that lists models
+    and answers nothing else."""
+    with _controller_that_lists_only() as address, \
+            Client(address, timeout_s=0.5, shared_memory=False) as client:
+        client.models()
+        for slo_ms, waited_s in ((2000, 2.5), (None, 3.5)):
+            began = time.monotonic()
+            with pytest.raises(NoAnswer, match=f"no answer .* within {waited_s:g} s"):
+                client.infer("mlp", random_input((1, 64)), slo_ms=slo_ms)
+            assert waited_s <= time.monotonic() - began < waited_s + 2
+
+
+def test_every_future_ends_when_no_answer_comes():
+    """Requests in flight to a controller that went away end with NoAnswer at their SLO plus
+    the client's timeout, also those nobody waits on with a timeout (futures, asyncio), and
+    leave nothing behind in the client; an answer that comes after the client gave up is
+    dropped, and the client serves on."""
+    import asyncio
+
+    with _controller_that_lists_only(answer_late_after_s=1.5) as address, \
+            Client(address, timeout_s=0.3, shared_memory=False) as client:
+        client.models()
+        x = random_input((1, 64))
+        began = time.monotonic()
+        futures = [client.infer_async("mlp", x, slo_ms=200) for _ in range(3)]
+        futures.append(client.infer_response_async("mlp", x, slo_ms=200))
+
+        async def awaited():
+            return await client.ainfer("mlp", x, slo_ms=200)
+
+        with pytest.raises(NoAnswer, match=r"within 0\.5 s"):
+            asyncio.run(asyncio.wait_for(awaited(), 5))  # ended by the client, not wait_for
+        for f in futures:
+            assert isinstance(f.exception(timeout=5), NoAnswer)
+        assert 0.5 <= time.monotonic() - began < 2
+        assert not client._futures  # nothing pending is kept for ever
+        time.sleep(1.2)  # the first request's answer comes late, to a client that gave up
+        assert client.models() == [] and not client._futures
 
 
 def test_an_answer_for_a_model_the_client_did_not_know_yet_is_decoded():
