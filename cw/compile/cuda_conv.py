@@ -26,6 +26,8 @@ The sums are the same fp32 products added in another order.
 
 from __future__ import annotations
 
+from cw.compile.shapes import static_shape
+
 MAX_SPLIT = 16
 MIN_PART_PRODUCTS = 128   # per output of one part: 8 of the schedule's 16-wide reduction steps
 # Multiprocessors per arch (the largest part of each: H100 SXM and H200 132, A100 108, L40S
@@ -61,12 +63,6 @@ def split_count(pixels: int, out_channels: int, in_channels: int, window: int,
     return parts
 
 
-def _static(shape) -> list[int] | None:
-    try:
-        return [int(d) for d in shape]
-    except (TypeError, ValueError):
-        return None
-
 
 def plan(call, tile: tuple[int, int], sms: int) -> int:
     """The parts for one relax.nn.conv2d call (1 where it is not a plain static NCHW conv)."""
@@ -74,8 +70,8 @@ def plan(call, tile: tuple[int, int], sms: int) -> int:
     if (attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW"
             or attrs.out_layout not in ("", "NCHW")):
         return 1
-    data, weight = _static(call.args[0].ty.shape), _static(call.args[1].ty.shape)
-    out = _static(call.ty.shape)
+    data, weight = static_shape(call.args[0].ty.shape), static_shape(call.args[1].ty.shape)
+    out = static_shape(call.ty.shape)
     if data is None or weight is None or out is None:
         return 1
     batch, out_c, out_h, out_w = out

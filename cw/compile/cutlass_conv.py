@@ -31,6 +31,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from cw.compile.shapes import static_shape
 from cw.errors import DeviceError
 from cw.tvm_env import cache_dir, find_cuda_path, load_tvm
 
@@ -42,12 +43,6 @@ ALIGNMENT = 4       # fp32 elements per 16-byte access: channels must be multipl
 MAX_SPLIT = 16
 MIN_SLICE = 256     # reduction length (C*R*S) each split-K slice keeps at least: 16 steps of 16
 
-
-def _static(shape) -> list[int] | None:
-    try:
-        return [int(d) for d in shape]
-    except (TypeError, ValueError):
-        return None
 
 
 def _fp32(call) -> bool:
@@ -67,7 +62,7 @@ def conv_layout(call) -> dict[str, list[str]]:
     if (attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW"
             or attrs.out_layout not in ("", "NCHW") or not _fp32(call)):
         return {}
-    weight = _static(call.args[1].ty.shape)
+    weight = static_shape(call.args[1].ty.shape)
     if weight is None or len(weight) != 4:
         return {}
     if weight[0] % ALIGNMENT or weight[1] % ALIGNMENT:
@@ -112,7 +107,7 @@ def _prepared(call) -> bool:
     if (attrs.groups != 1 or attrs.data_layout != "NHWC" or attrs.kernel_layout != "OHWI"
             or attrs.out_layout not in ("", "NHWC") or not _fp32(call)):
         return False
-    weight = _static(call.args[1].ty.shape)
+    weight = static_shape(call.args[1].ty.shape)
     return (weight is not None and len(weight) == 4 and weight[0] % ALIGNMENT == 0
             and weight[3] % ALIGNMENT == 0)
 
@@ -121,7 +116,7 @@ def offloadable(call) -> bool:
     """A prepared convolution with static shapes: the batch must be bound already."""
     if not _prepared(call):
         return False
-    shapes = [_static(call.args[0].ty.shape), _static(call.ty.shape)]
+    shapes = [static_shape(call.args[0].ty.shape), static_shape(call.ty.shape)]
     return all(s is not None and len(s) == 4 for s in shapes)
 
 
@@ -142,8 +137,8 @@ def offload(mod, sms: int):
                 return call
             count += 1
             attrs = call.attrs
-            n, p, q, k = _static(call.ty.shape)
-            _, r, s, c = _static(call.args[1].ty.shape)
+            n, p, q, k = static_shape(call.ty.shape)
+            _, r, s, c = static_shape(call.args[1].ty.shape)
             pixels = n * p * q
             tile, split = plan(pixels, k, c * r * s, sms)
             top, left = int(attrs.padding[0]), int(attrs.padding[1])

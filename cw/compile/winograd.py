@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from fractions import Fraction as F
 
+from cw.compile.shapes import static_shape
 from cw.tvm_env import load_tvm
 
 ALGOS = {"direct": 0, "winograd2": 2, "winograd4": 4}
@@ -66,12 +67,6 @@ MATRICES = {
 }
 
 
-def _static(shape) -> list[int] | None:
-    try:
-        return [int(d) for d in shape]
-    except (TypeError, ValueError):
-        return None
-
 
 def eligible(call) -> bool:
     """A plain 3x3, stride-1, undilated, ungrouped NCHW fp32 convolution with static shapes but
@@ -90,7 +85,7 @@ def eligible(call) -> bool:
         return False
     if getattr(data, "ndim", None) != 4:
         return False
-    d, w = _static(list(data.shape)[1:]), _static(weight.shape)
+    d, w = static_shape(list(data.shape)[1:]), static_shape(weight.shape)
     return d is not None and w is not None and w[2:] == [3, 3] and w[1] == d[0]
 
 
