@@ -68,6 +68,17 @@ def stage(out: Path, models: list[str], batch_sizes: list[int], arch: str) -> No
 
             relax.analysis.post_order_visit(mod["main"].body, visit)
     shutil.rmtree(onnx_dir)
+    # shapes the zoo's CNNs lack but the offload takes (tests/integration/test_cutlass_conv.py
+    # checks them on the CPU): channels by 4 but not by 16, a 5x3 window, dilation, stride 2
+    # with asymmetric padding (the last input column unread), a 1x1 conv
+    odd = [([2, 13, 11, 8], [16, 3, 3, 8], [2, 6, 5, 16], (0, 1), (2, 2), (1, 1)),
+           ([2, 6, 5, 16], [16, 3, 3, 16], [2, 6, 5, 16], (2, 2), (1, 1), (2, 2)),
+           ([2, 6, 5, 16], [12, 1, 1, 16], [2, 6, 5, 12], (0, 0), (1, 1), (1, 1)),
+           ([2, 6, 5, 12], [8, 5, 3, 12], [2, 6, 5, 8], (2, 1), (1, 1), (1, 1))]
+    for x, w, y, pad, stride, dilation in odd:
+        tile, split = cutlass_conv.plan(y[0] * y[1] * y[2], y[3], w[1] * w[2] * w[3], sms)
+        convs.append({"model": "odd shapes", "batch": x[0], "x": x, "w": w, "y": y,
+                      "params": [tile, split, *pad, *stride, *dilation]})
     (out / SHAPES).write_text(json.dumps({"arch": arch, "sms": sms, "tiles": cutlass_conv.TILES,
                                           "convs": convs}, indent=1))
     print(f"staged {len(convs)} convolutions and {LIBRARY} in {out} "
