@@ -44,7 +44,6 @@ MAX_SPLIT = 16
 MIN_SLICE = 256     # reduction length (C*R*S) each split-K slice keeps at least: 16 steps of 16
 
 
-
 def _fp32(call) -> bool:
     data, weight = call.args[0].ty, call.args[1].ty
     out_dtype = call.attrs.out_dtype  # None or "" when it follows the input's
