@@ -1,6 +1,7 @@
 """Every convolution `--conv-algo cutlass` gives CUTLASS, alone: each tile shape and split-K
 count against cuDNN (PyTorch, fp32, TF32 off) on the same GPU, checked against it, and the tile
-`cutlass_conv.plan` chose against the fastest. What `bench/kernels.py` cannot say: which
+`cutlass_conv.plan` chose against the fastest; and the plan's tile with one TF32 product
+(`--precision tf32`) against cuDNN with TF32 on. What `bench/kernels.py` cannot say: which
 convolutions win or lose, and whether the plan picks well.
 
 Build machine (compiles the kernels into a library, lists the models' convolutions):
@@ -38,8 +39,9 @@ def stage(out: Path, models: list[str], batch_sizes: list[int], arch: str) -> No
 
     out.mkdir(parents=True, exist_ok=True)
     obj = cutlass_conv.build_object(arch)
-    subprocess.run(["g++", "-shared", "-o", str(out / LIBRARY), *cutlass_conv.link_inputs(obj)],
-                   check=True)
+    tf32 = cutlass_conv.build_object(arch, tf32=True)
+    subprocess.run(["g++", "-shared", "-o", str(out / LIBRARY), tf32,
+                    *cutlass_conv.link_inputs(obj)], check=True)
     sms = cuda_conv.sm_count(arch)
     convs, seen = [], set()
     onnx_dir = Path(tempfile.mkdtemp(prefix="cw-cutlass-convs-"))  # not in `out`: it travels
@@ -95,7 +97,8 @@ def run(stage_dir: Path, runs: int) -> None:
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     spec = json.loads((stage_dir / SHAPES).read_text())
-    conv = tvm.runtime.load_module(str(stage_dir / LIBRARY))["cw_cutlass_conv2d_v1"]
+    library = tvm.runtime.load_module(str(stage_dir / LIBRARY))
+    conv, conv_tf32 = library["cw_cutlass_conv2d_v1"], library["cw_cutlass_conv2d_tf32_v1"]
     tiles = [tuple(t) for t in spec["tiles"]]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
@@ -116,12 +119,14 @@ def run(stage_dir: Path, runs: int) -> None:
 
     print(f"device: {torch.cuda.get_device_name()}; GPU time per call, median of {runs} groups "
           "of 10 back-to-back calls; "
-          "cuDNN fp32 with TF32 off; err = max |cw - cuDNN| / max |cuDNN|")
+          "cuDNN fp32 with TF32 off; err = max |cw - cuDNN| / max |cuDNN|; TF32: the plan's "
+          "tile with one TF32 product against cuDNN with TF32 on, err against fp32 cuDNN")
     header = ["model", "batch", "x (NHWC)", "w (KRSC)", "stride", "cuDNN ms", "plan",
-              "plan ms", "plan / cuDNN", "best", "best ms", "max err"]
+              "plan ms", "plan / cuDNN", "best", "best ms", "max err", "TF32 cuDNN ms",
+              "TF32 plan ms", "TF32 plan / cuDNN", "TF32 err"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    totals = {"cudnn": 0.0, "plan": 0.0, "best": 0.0}
+    totals = {"cudnn": 0.0, "plan": 0.0, "best": 0.0, "cudnn_tf32": 0.0, "plan_tf32": 0.0}
     for c in spec["convs"]:
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(c["x"], device="cuda", generator=gen)
@@ -157,6 +162,21 @@ def run(stage_dir: Path, runs: int) -> None:
                 except Exception as e:  # CUTLASS refuses some splits: say which, go on
                     results[(tile, split)] = (float("inf"), str(e).splitlines()[-1][:60])
         plan_ms, plan_err = results[(plan_tile, plan_split)]
+        tile_m, tile_n = tiles[plan_tile]
+        blocks = -(-c["y"][0] * c["y"][1] * c["y"][2] // tile_m) * -(-c["y"][3] // tile_n)
+        ws = torch.zeros(blocks if plan_split > 1 else 1, dtype=torch.int32, device="cuda")
+        args = [tvm.runtime.from_dlpack(t) for t in (x, w)] + \
+            [tvm.runtime.ShapeTuple(c["params"])] + [tvm.runtime.from_dlpack(t) for t in (y, ws)]
+        y.zero_()
+        conv_tf32(*args)
+        torch.cuda.synchronize()
+        tf32_err = float((y - ref).abs().max() / ref.abs().max())
+        tf32_ms = timed(lambda: conv_tf32(*args))
+        torch.backends.cudnn.allow_tf32 = True  # read when cuDNN picks its algorithm
+        cudnn_tf32_ms = timed(cudnn)
+        torch.backends.cudnn.allow_tf32 = False
+        totals["cudnn_tf32"] += cudnn_tf32_ms
+        totals["plan_tf32"] += tf32_ms
         best = min(results, key=lambda k: results[k][0])
         worst_err = max((e for _, e in results.values() if isinstance(e, float)), default=-1)
         totals["cudnn"] += t_cudnn
@@ -168,12 +188,16 @@ def run(stage_dir: Path, runs: int) -> None:
 
         print(f"| {c['model']} | {c['batch']} | {c['x']} | {c['w']} | {sh} | {t_cudnn:.3f} | "
               f"{label((plan_tile, plan_split))} | {plan_ms:.3f} | ×{plan_ms / t_cudnn:.2f} | "
-              f"{label(best)} | {results[best][0]:.3f} | {worst_err:.1e} |", flush=True)
+              f"{label(best)} | {results[best][0]:.3f} | {worst_err:.1e} | "
+              f"{cudnn_tf32_ms:.3f} | {tf32_ms:.3f} | ×{tf32_ms / cudnn_tf32_ms:.2f} | "
+              f"{tf32_err:.1e} |", flush=True)
         if not isinstance(plan_err, float) or plan_err > 1e-4:
             print(f"  !! the plan's choice failed or is inaccurate: {plan_err}", flush=True)
     print(f"sum over distinct convolutions: cuDNN {totals['cudnn']:.2f} ms, plan "
           f"{totals['plan']:.2f} ms (×{totals['plan'] / totals['cudnn']:.2f}), best tile per "
-          f"conv {totals['best']:.2f} ms (×{totals['best'] / totals['cudnn']:.2f})")
+          f"conv {totals['best']:.2f} ms (×{totals['best'] / totals['cudnn']:.2f}); TF32: "
+          f"cuDNN {totals['cudnn_tf32']:.2f} ms, plan {totals['plan_tf32']:.2f} ms "
+          f"(×{totals['plan_tf32'] / totals['cudnn_tf32']:.2f})")
 
 
 def main() -> None:

@@ -13,8 +13,9 @@
 #                                        # also with clockwork:ahead=2ms) and the Azure
 #                                        # trace against the TVM-CUDA worker (#5, #6)
 #   3. bash bench/gpu_session.sh kernels # bench/cutlass_convs.py (each CUTLASS conv and tile
-#                                        # vs cuDNN), then bench/kernels.py: fp32 and fp16 vs
-#                                        # PyTorch, CUTLASS convs (fp32-cutlass), split-K
+#                                        # vs cuDNN, and TF32), then bench/kernels.py: fp32 and
+#                                        # fp16 vs PyTorch, CUTLASS convs (fp32-cutlass, tf32
+#                                        # against cuDNN's TF32), split-K
 #                                        # convs against none, Winograd against direct (#7)
 # Tuning (issue 7), without the TVM compiler on the device: candidates are compiled here into a
 # kit, the device only checks and times them (cw tune-stage / tune-measure / tune-ingest):
@@ -52,7 +53,8 @@
 #                    16), NAME-nosplit (compiled with --conv-split off) of the fp32 ones, and
 #                    NAME-winograd2 / NAME-winograd4 (--conv-algo; winograd4 for resnet18 and
 #                    resnet50 only, with 64 MiB pages for their transformed filters) and
-#                    NAME-cutlass (--conv-algo cutlass: CUTLASS 3xTF32 convolutions). The
+#                    NAME-cutlass (--conv-algo cutlass: CUTLASS 3xTF32 convolutions) and
+#                    NAME-tf32 (--precision tf32: the same with one TF32 product). The
 #                    weights of all but resnet18-fp16 stay here (they would not fit a call): the
 #                    device refills them with a pattern that times exactly like the real ones
 #                    (kernels.py prints no accuracy for those; tests/gpu checks accuracy on real
@@ -106,6 +108,8 @@ stage)
     --batch-sizes 1,4,16 --conv-algo winograd4 --page-size 64MiB
   $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
     --batch-sizes 1,4,16 --conv-algo cutlass
+  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
+    --batch-sizes 1,4,16 --precision tf32
   $PY bench/cutlass_convs.py stage .gpucheck.tmp/cutlass --models resnet18,resnet50 \
     --batch-sizes 1,4,16
   if [ -f cw/tuning/cuda-sm_90/database_tuning_record.json ]; then
@@ -154,7 +158,7 @@ kernels)
     | tee "$OUT/cutlass-convs.txt"
   step 450 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
     --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
-    --precision fp32,fp32-cutlass,fp32-nosplit,fp32-untuned,fp32-winograd2,fp16,fp32-winograd4 \
+    --precision fp32,fp32-cutlass,tf32,fp32-nosplit,fp32-untuned,fp32-winograd2,fp16,fp32-winograd4 \
     --rounds 3 \
     --runs 20 2>&1 | tee "$OUT/kernels.txt"
   ;;

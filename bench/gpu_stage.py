@@ -51,7 +51,8 @@ def refill(path: Path) -> None:
 TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
                 ("small_cnn", (1, 4), "fp16"), ("late_cnn", (1, 4), "fp32"),
                 ("small_cnn", (1, 4), "winograd2"), ("small_cnn", (1, 4), "winograd4"),
-                ("small_cnn", (1, 4), "cutlass"), ("late_cnn", (1, 4), "cutlass")]
+                ("small_cnn", (1, 4), "cutlass"), ("late_cnn", (1, 4), "cutlass"),
+                ("small_cnn", (1, 4), "tf32")]
 
 
 def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
@@ -94,8 +95,8 @@ def main() -> None:
     ap.add_argument("--batch-sizes", default="1,2,4,8,16")
     ap.add_argument("--arch", default=None, help="default: cw's CUDA default (sm_90)")
     ap.add_argument("--precision", default="fp32",
-                    help="fp32,fp16: --models and --hollow bundles to stage (fp16 ones as "
-                         "NAME-fp16)")
+                    help="fp32,fp16,tf32: --models and --hollow bundles to stage (fp16 ones "
+                         "as NAME-fp16, tf32 ones as NAME-tf32)")
     ap.add_argument("--conv-split", default="auto",
                     help="off: --models and --hollow bundles without split-K convolutions, "
                          "named NAME-nosplit (the A/B for cw/compile/cuda_conv.py)")

@@ -9,7 +9,7 @@ CPU, on the build machine (compiles the bundles, then measures):
 
 GPU, on the GPU machine, with bundles compiled on the build machine for sm_90:
     python bench/kernels.py --device cuda --bundles DIR --models resnet18,resnet50,densenet121 \\
-        --batch-sizes 1,4,16 [--precision fp32,fp16,fp32-nosplit,fp32-cutlass]
+        --batch-sizes 1,4,16 [--precision fp32,fp16,tf32,fp32-nosplit,fp32-cutlass]
 
 Variants (CPU): `generic` = x86-64 code, NCHW convolutions, no tuning records (what cw first
 did), `avx2-untuned` = the same as x86-64-v3 code, `default` = what `cw compile` does (NCHWc
@@ -136,8 +136,9 @@ def gpu_main(args) -> None:
     torch.backends.cudnn.allow_tf32 = False
     print(f"device: {torch.cuda.get_device_name(0)}; {args.rounds} rounds × {args.runs} runs, "
           "median GPU time; ratio = cw / PyTorch CUDA graph at the same precision (fp16: "
-          "PyTorch runs the graph in half, cw's bundle from `cw compile --precision fp16`); "
-          "error vs PyTorch fp32; TF32 off")
+          "PyTorch runs the graph in half, cw's bundle from `cw compile --precision fp16`; "
+          "tf32: PyTorch with cuDNN's TF32 convolutions, cw's from `--precision tf32`); "
+          "error vs PyTorch fp32; TF32 off elsewhere")
     header = ["model", "precision", "batch", "PyTorch eager ms", "PyTorch CUDA graph ms",
               "cw ms", "cw / graph", "cw max rel. err"]
     print("| " + " | ".join(header) + " |")
@@ -157,6 +158,7 @@ def gpu_main(args) -> None:
                 continue
             cw_model = LocalModel(bundle, device="cuda:0")
             half = precision.startswith("fp16")
+            tf32 = precision.startswith("tf32")  # convolutions only, in both
             dtype = torch.float16 if half else torch.float32
             ref_model = TorchOnnx(onnx_path, "cuda", dtype) if half else fp32_model
             for batch in args.batch_sizes:
@@ -170,6 +172,7 @@ def gpu_main(args) -> None:
                 err = "n/a (pattern weights)" if (bundle / "PATTERN_WEIGHTS").exists() else \
                     f"{max(max_relative_error(y, r) for y, r in zip(outputs, ref)):.0e}"
                 xt = xt.to(dtype)
+                torch.backends.cudnn.allow_tf32 = tf32  # read when cuDNN picks an algorithm
                 replay, _ = capture_cuda_graph(ref_model, xt)
                 times = {"eager": [], "graph": [], "cw": []}
                 start = torch.cuda.Event(enable_timing=True)
@@ -184,6 +187,7 @@ def gpu_main(args) -> None:
                                 end.synchronize()
                                 times[kind].append(start.elapsed_time(end) / 1e3)
                     times["cw"] += time_cw(cw_model, x, args.runs)
+                torch.backends.cudnn.allow_tf32 = False
                 eager, graph, cw = (median_ms(times[k]) for k in ("eager", "graph", "cw"))
                 print(f"| {name} | {precision} | {batch} | {eager:.2f} | {graph:.2f} | "
                       f"{cw:.2f} | ×{cw / graph:.2f} | {err} |", flush=True)
@@ -198,8 +202,9 @@ def main() -> None:
     ap.add_argument("--tune-db", help="CPU: also a variant compiled with this tuning database")
     ap.add_argument("--bundles", help="GPU: directory with one CUDA bundle per model")
     ap.add_argument("--precision", default="fp32",
-                    help="GPU: fp32,fp16,fp32-nosplit,fp32-cutlass,... — which bundles to time "
-                         "(NAME, NAME-fp16, NAME-nosplit, NAME-cutlass in --bundles)")
+                    help="GPU: fp32,fp16,tf32,fp32-nosplit,fp32-cutlass,... — which bundles "
+                         "to time (NAME, NAME-fp16, NAME-tf32, NAME-nosplit, NAME-cutlass in "
+                         "--bundles)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--out", default="/tmp/cw-kernels")

@@ -13,6 +13,14 @@ import numpy as np
 from cw.errors import ModelError, UsageError
 
 VERIFY_TOLERANCE = 1e-3
+# reduced precisions keep 10 bits of mantissa in their products (fp16 and TF32 alike): about
+# three decimal digits, so an fp32 tolerance would fail bundles that are right
+REDUCED_PRECISION_TOLERANCE = 1e-2
+
+
+def verify_tolerance(precision: str) -> float:
+    """The max relative error `cw run --verify` accepts for a bundle of this precision."""
+    return VERIFY_TOLERANCE if precision == "fp32" else REDUCED_PRECISION_TOLERANCE
 
 
 def max_relative_error(y: np.ndarray, ref: np.ndarray) -> float:

@@ -83,13 +83,14 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Run one inference locally, no server: pads the batch up to the next compiled batch size,
-    runs, unpads. With --verify, exits non-zero when the max relative error exceeds 1e-3.
+    runs, unpads. With --verify, exits non-zero when the max relative error exceeds 1e-3
+    (1e-2 for tf32 and fp16 bundles).
 
     Example: [bold]cw run r50 --input x.npy -o y.npy --verify r50.onnx[/]
     """
     from cw.bundle import read_manifest
     from cw.engine import check_output_path, load_inputs, run_bundle, save_outputs
-    from cw.verify import VERIFY_TOLERANCE
+    from cw.verify import verify_tolerance
 
     manifest = read_manifest(bundle)
     if output is not None:
@@ -98,7 +99,8 @@ def run_cmd(
     result = run_bundle(bundle, inputs, device, verify)
     if output is not None:
         save_outputs(output, manifest.outputs, result.outputs)
-    failed = result.relative_error is not None and not result.relative_error <= VERIFY_TOLERANCE
+    tolerance = verify_tolerance(manifest.target.precision)
+    failed = result.relative_error is not None and not result.relative_error <= tolerance
     if as_json:
         print_json(result.to_dict())
     else:
@@ -110,11 +112,13 @@ def run_cmd(
             out.print(f"wrote {output}")
         if result.relative_error is not None:
             style = "red" if failed else "green"
+            precision = manifest.target.precision
             out.print(f"[{style}]max relative error vs onnxruntime: "
-                      f"{result.relative_error:.3g}[/] (tolerance {VERIFY_TOLERANCE:g})")
+                      f"{result.relative_error:.3g}[/] (tolerance {tolerance:g}"
+                      f"{'' if precision == 'fp32' else ' for ' + precision})")
     if failed:
         from cw.verify import non_finite_hint
 
         raise CwError(f"verification failed: max relative error {result.relative_error:.3g} "
-                      f"exceeds {VERIFY_TOLERANCE:g}",
+                      f"exceeds {tolerance:g}",
                       non_finite_hint(inputs) or "the compiled model disagrees with onnxruntime")

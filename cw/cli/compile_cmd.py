@@ -37,9 +37,10 @@ def compile_cmd(
                                     help="CPU convolutions: nchwc (blocked channels, cw's "
                                          "schedule) or nchw (TVM's loops)."),
     precision: str = typer.Option(_DEFAULTS.precision, "--precision",
-                                  help="fp32, or fp16: convolutions and matmuls with fp16 "
-                                       "weights and inputs, fp32 sums (check it with `cw run "
-                                       "--verify`)."),
+                                  help="fp32; tf32 (CUDA, sm_80+): convolutions on tensor "
+                                       "cores with TF32 operands, fp32 sums (CUTLASS); or fp16: "
+                                       "convolutions and matmuls with fp16 weights and inputs, "
+                                       "fp32 sums. Check either with `cw run --verify`."),
     conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split",
                                    help="CUDA convolutions too small to fill the GPU: auto "
                                         "(split their reduction across thread blocks) or off."),

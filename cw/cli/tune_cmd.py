@@ -40,8 +40,8 @@ def tune_cmd(
     input_shape: list[str] = typer.Option(None, "--input-shape",
                                           help="NAME=DIMS, N for the batch (repeatable)."),
     precision: str = typer.Option(_DEFAULTS.precision, "--precision",
-                                  help="Tune the kernels of `cw compile --precision` fp32 or "
-                                       "fp16."),
+                                  help="Tune the kernels of `cw compile --precision` fp32, "
+                                       "tf32 or fp16."),
     conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split",
                                    help="Tune the kernels of `cw compile --conv-split` auto or "
                                         "off (CUDA)."),
@@ -160,7 +160,8 @@ def tune_stage_cmd(
                                     help="Start no kernel after this long, e.g. 60m."),
     input_shape: list[str] = typer.Option(None, "--input-shape",
                                           help="NAME=DIMS, N for the batch (repeatable)."),
-    precision: str = typer.Option(_DEFAULTS.precision, "--precision", help="fp32 or fp16."),
+    precision: str = typer.Option(_DEFAULTS.precision, "--precision",
+                                  help="fp32, tf32 or fp16."),
     conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split", help="auto or off."),
     conv_algo: str = typer.Option(_DEFAULTS.conv_algo, "--conv-algo",
                                   help="direct, winograd2, winograd4 or cutlass."),

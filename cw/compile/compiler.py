@@ -25,6 +25,7 @@ from cw.units import MAX_BATCH
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
 CONV_ALGOS = ("direct", "winograd2", "winograd4", "cutlass")
+PRECISIONS = ("fp32", "tf32", "fp16")
 DEFAULT_PAGE_SIZE = 16 * paging.MIB
 LARGE_KERNEL_LIBRARY_BYTES = 8 * paging.MIB  # ResNet-152's kernels are < 1 MiB
 
@@ -42,7 +43,8 @@ class CompileConfig:
     tune_dbs: tuple[str, ...] = ()   # MetaSchedule databases from `cw tune`, before cw's own
     use_committed_records: bool = True
     conv_layout: str = "nchwc"       # CPU: "nchwc" (blocked, cw's schedule) or "nchw" (TVM's)
-    precision: str = "fp32"          # "fp32" | "fp16" (convolutions and matmuls, fp32 sums)
+    precision: str = "fp32"          # "fp32" | "fp16" (convolutions and matmuls, fp32 sums) |
+                                     # "tf32" (CUDA: CUTLASS convolutions, one TF32 product)
     conv_split: str = "auto"         # CUDA: "auto" (split-K where a conv leaves SMs idle) | "off"
     conv_algo: str = "direct"        # "direct" | "winograd2" | "winograd4" (3x3 convs) |
                                      # "cutlass" (CUDA: CUTLASS 3xTF32 implicit GEMMs)
@@ -67,25 +69,35 @@ class CompileConfig:
         if self.conv_algo not in CONV_ALGOS:
             raise UsageError(f"unknown convolution algorithm '{self.conv_algo}'",
                              "use --conv-algo direct (default), winograd2, winograd4 or cutlass")
+        if self.precision not in PRECISIONS:
+            raise UsageError(f"unknown precision '{self.precision}'",
+                             "use --precision fp32 (default), tf32 or fp16")
+        if self.precision == "tf32":
+            # TF32 is the tensor cores' format, and CUTLASS's convolutions are cw's only path to
+            # them: --precision tf32 means those, with one TF32 product instead of three
+            if self.target != "cuda":
+                raise UsageError("--precision tf32 applies to CUDA bundles (TF32 is an NVIDIA "
+                                 "tensor-core format)",
+                                 "compile with --target cuda, or use --precision fp32 or fp16")
+            if self.conv_algo not in ("direct", "cutlass"):
+                raise UsageError(f"--precision tf32 runs convolutions with CUTLASS, not "
+                                 f"{self.conv_algo}",
+                                 "drop --conv-algo (tf32 implies cutlass), or use --precision "
+                                 "fp32")
+            object.__setattr__(self, "conv_algo", "cutlass")
         if self.conv_algo == "cutlass" and self.target != "cuda":
             raise UsageError("--conv-algo cutlass applies to CUDA bundles (CUTLASS runs on "
                              "NVIDIA tensor cores)",
                              "compile with --target cuda, or drop --conv-algo")
-        if self.conv_algo == "cutlass" and self.precision != "fp32":
-            raise UsageError("--conv-algo cutlass is fp32 only (3xTF32 products: fp32 "
-                             "accuracy on tensor cores)",
-                             "use --precision fp32 with it, or --conv-algo direct")
-        if self.conv_algo != "direct" and self.precision != "fp32":
+        if self.conv_algo == "cutlass" and self.precision == "fp16":
+            raise UsageError("--conv-algo cutlass takes fp32 operands (3xTF32 products: fp32 "
+                             "accuracy on tensor cores; or one TF32 product with --precision "
+                             "tf32), not fp16",
+                             "use --precision fp32 or tf32 with it, or --conv-algo direct")
+        if self.conv_algo not in ("direct", "cutlass") and self.precision != "fp32":
             raise UsageError(f"--conv-algo {self.conv_algo} is fp32 only: its transforms "
                              "round too coarsely in fp16",
                              "use --precision fp32 with it, or --conv-algo direct")
-        if self.precision == "tf32":
-            raise UsageError("--precision tf32 is not offered: TVM 0.27's CUDA schedules have no "
-                             "TF32 tensor-core path, so it would compute exactly as fp32",
-                             "use --precision fp32 (default) or fp16")
-        if self.precision not in ("fp32", "fp16"):
-            raise UsageError(f"unknown precision '{self.precision}'",
-                             "use --precision fp32 (default) or fp16")
         if not self.batch_sizes or min(self.batch_sizes) < 1 or max(self.batch_sizes) > MAX_BATCH:
             raise UsageError(f"batch sizes must be within 1..{MAX_BATCH}",
                              "e.g. --batch-sizes 1,2,4,8,16")
@@ -99,9 +111,10 @@ class CompileConfig:
                              "write it like sm_90 (H100), sm_80 (A100) or sm_89 (L40S)")
         if self.conv_algo == "cutlass" and \
                 int(re.sub(r"\D", "", self.resolved_arch or "sm_90")) < 80:
-            raise UsageError(f"--conv-algo cutlass needs sm_80 or newer, not {self.resolved_arch} "
+            what = "--precision tf32" if self.precision == "tf32" else "--conv-algo cutlass"
+            raise UsageError(f"{what} needs sm_80 or newer, not {self.resolved_arch} "
                              "(its kernels use Ampere's tensor-core instructions)",
-                             "use --conv-algo direct for older GPUs")
+                             "use --precision fp32 --conv-algo direct for older GPUs")
 
     @property
     def resolved_arch(self) -> str | None:
@@ -212,18 +225,21 @@ def _pass_name(p) -> str:
     return getattr(getattr(p, "info", None), "name", "") or type(p).__name__
 
 
-def legalized(mod, target, fuse: bool = True, conv_split: bool = True, cutlass: bool = False):
+def legalized(mod, target, fuse: bool = True, conv_split: bool = True, cutlass: bool = False,
+              tf32: bool = False):
     """The graph lowered to fused TIR kernels, before any default schedule: exactly the kernels
     `cw tune` extracts and a tuning database is matched against. `conv_split`: on CUDA, split
     the reduction of convolutions too small to fill the GPU (cuda_conv). `cutlass`: the NHWC
     convolutions the front end prepared become calls of CUTLASS kernels (cutlass_conv), which
-    are not TIR kernels. Returns (module, the remaining legalization passes)."""
+    are not TIR kernels (the TF32 ones with `tf32`). Returns (module, the remaining legalization
+    passes)."""
     from tvm import transform
 
     from tvm import relax
 
     if cutlass:
-        mod, _ = cutlass_conv.offload(mod, cuda_conv.sm_count(str(target.attrs.get("arch", ""))))
+        mod, _ = cutlass_conv.offload(mod, cuda_conv.sm_count(str(target.attrs.get("arch", ""))),
+                                      tf32)
     pipeline = _pipeline(target)
     passes = pipeline.library_dispatch_passes(target) + pipeline.legalize_passes(target)
     names = [_pass_name(p) for p in passes]
@@ -243,7 +259,7 @@ def legalized(mod, target, fuse: bool = True, conv_split: bool = True, cutlass: 
 
 
 def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = True,
-           cutlass: bool = False):
+           cutlass: bool = False, tf32: bool = False):
     """The target's default pipeline with the tuning database applied before the default
     schedules, stopped after static memory planning so that the plan can be read, then finished.
     Returns (lowered module, memory plan, (kernels tuned, kernels given cw's convolution
@@ -259,7 +275,7 @@ def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = Tru
     # dlight's tensor-core rule (fp16 on CUDA) imports tvm.s_tir.tensor_intrin on first use:
     # 70-90 s of TVMScript parsing here without the fast stack (resnet18 fp16 at batch 1)
     with fast_tvmscript.fast_inspect_stack(), target:
-        mod, rest = legalized(mod, target, fuse, conv_split, cutlass)
+        mod, rest = legalized(mod, target, fuse, conv_split, cutlass, tf32)
         split = cuda_conv.count_split(mod) if target.kind.name == "cuda" else 0
         offloaded = cutlass_conv.count_offloaded(mod)
         mod, tuned, total = tuning.apply_database(mod, database)
@@ -319,11 +335,16 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
     progress("stage", {"text": "importing into TVM Relax"})
     imported = frontend.import_model(onnx_model, blocked_convs=blocked,
                                      fp16=config.precision == "fp16", conv_algo=config.conv_algo,
-                                     page_size=config.page_size)
+                                     page_size=config.page_size,
+                                     tf32=config.precision == "tf32")
     if config.conv_algo != "direct" and config.target == "cpu":
         onnx_model.notes.append(f"{config.conv_algo} on the CPU: Winograd's kernels get TVM's "
                                 "default loops, far slower than cw's NCHWc convolutions (it is "
                                 "meant for CUDA)")
+    if config.precision == "tf32":
+        onnx_model.notes.append("precision tf32: the convolutions CUTLASS takes multiply "
+                                "operands rounded to TF32 (10-bit mantissa) on tensor cores "
+                                "and sum in fp32; everything else computes in fp32")
     if config.precision == "fp16":
         onnx_model.notes.append("precision fp16: convolutions and matrix products take fp16 "
                                 "inputs and weights and sum in fp32; inputs and outputs stay "
@@ -375,10 +396,10 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         output_names = [o.name for o in onnx_model.model.graph.output]
         kernels, inputs_spec, outputs_spec = [], None, None
         split_convs = config.conv_split == "auto"
-        cutlass = config.conv_algo == "cutlass"
+        cutlass, tf32 = config.conv_algo == "cutlass", config.precision == "tf32"
         if cutlass:
             progress("stage", {"text": "compiling the CUTLASS convolutions (nvcc, cached)"})
-            cutlass_inputs = cutlass_conv.link_inputs(cutlass_conv.build_object(arch))
+            cutlass_inputs = cutlass_conv.link_inputs(cutlass_conv.build_object(arch, tf32))
         for batch in batch_sizes:
             progress("batch_start", {"batch_size": batch, "total": len(batch_sizes)})
             start = time.perf_counter()
@@ -391,7 +412,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                 try:
                     lowered, plan, scheduled, total = _lower(mod, target, database=database,
                                                              conv_split=split_convs,
-                                                             cutlass=cutlass)
+                                                             cutlass=cutlass, tf32=tf32)
                 except Exception as e:
                     # TVM 0.27's FuseTIR rejects some graphs ("Inconsistent buffers ... mapped
                     # to the same relax var": MobileNetV2 on CUDA until bind_batch specialized
@@ -399,7 +420,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                     lowered, plan, scheduled, total = _lower(mod, target, fuse=False,
                                                          database=database,
                                                          conv_split=split_convs,
-                                                         cutlass=cutlass)
+                                                         cutlass=cutlass, tf32=tf32)
                     note = (f"batch {batch}: operator fusion failed in TVM ("
                             f"{(str(e).strip().splitlines() or ['?'])[-1][:120]}); "
                             "compiled without fusion")

@@ -16,10 +16,11 @@ CUTLASS itself:
   semaphores that the static memory plan holds, so nothing is allocated per inference. The
   convolution's epilogue (bias, BatchNorm's scale and shift, residual add, ReLU) stays one TVM
   elementwise kernel after it.
-- The kernels (3xTF32: fp32 accuracy from three TF32 tensor-core products, fp32 sums) are
-  compiled by nvcc once per source, arch and toolkit into an object file cached under cw's cache
-  directory, and linked into every batch size's kernel library (`build_object`). The library
-  then needs libcudart.so.13, which TVM's own CUDA runtime already loads.
+- The kernels (3xTF32: fp32 accuracy from three TF32 tensor-core products, fp32 sums; or, for
+  `--precision tf32`, one TF32 product: 10-bit mantissas, fp32 sums) are compiled by nvcc once
+  per source, math, arch and toolkit into an object file cached under cw's cache directory, and
+  linked into every batch size's kernel library (`build_object`). The library then needs
+  libcudart.so.13, which TVM's own CUDA runtime already loads.
 
 Opt-in until timed on a GPU (docs/tuning.md).
 """
@@ -35,7 +36,8 @@ from cw.compile.shapes import static_shape
 from cw.errors import DeviceError
 from cw.tvm_env import cache_dir, find_cuda_path, load_tvm
 
-SYMBOL = "cw_cutlass_conv2d_v1"
+SYMBOL = "cw_cutlass_conv2d_v1"            # 3xTF32: fp32 accuracy
+SYMBOL_TF32 = "cw_cutlass_conv2d_tf32_v1"  # one TF32 product (--precision tf32)
 SOURCE = Path(__file__).with_name("cutlass_conv2d.cu")
 # (output pixels, output channels) per thread block, in the order of the .cu's `run` switch
 TILES = ((128, 128), (128, 64), (64, 64))
@@ -119,9 +121,10 @@ def offloadable(call) -> bool:
     return all(s is not None and len(s) == 4 for s in shapes)
 
 
-def offload(mod, sms: int):
-    """Every offloadable convolution of `main` as a call of the CUTLASS function; returns
-    (module, convolutions offloaded). After bind_batch: the plan depends on the batch."""
+def offload(mod, sms: int, tf32: bool = False):
+    """Every offloadable convolution of `main` as a call of the CUTLASS function (the TF32 one
+    with `tf32`); returns (module, convolutions offloaded). After bind_batch: the plan depends
+    on the batch."""
     tvm = load_tvm()
     from tvm import relax
 
@@ -146,7 +149,8 @@ def offload(mod, sms: int):
             out = relax.TensorType([n, p, q, k], "float32")
             workspace = relax.TensorType([workspace_ints(pixels, k, tile, split)], "int32")
             both = self.builder_.emit(relax.call_dps_packed(
-                SYMBOL, [call.args[0], call.args[1], relax.ShapeExpr(params)],
+                SYMBOL_TF32 if tf32 else SYMBOL,
+                [call.args[0], call.args[1], relax.ShapeExpr(params)],
                 out_ty=[out, workspace]))
             return relax.TupleGetItem(both, 0)
 
@@ -161,7 +165,7 @@ def offload(mod, sms: int):
 
 
 def count_offloaded(mod) -> int:
-    """Calls of the CUTLASS function in `main`."""
+    """Calls of either CUTLASS function in `main`."""
     from tvm import relax
 
     count = 0
@@ -170,7 +174,7 @@ def count_offloaded(mod) -> int:
         nonlocal count
         if (isinstance(expr, relax.Call) and isinstance(expr.args[0] if expr.args else None,
                                                           relax.ExternFunc)
-                and str(expr.args[0].global_symbol) == SYMBOL):
+                and str(expr.args[0].global_symbol) in (SYMBOL, SYMBOL_TF32)):
             count += 1
 
     relax.analysis.post_order_visit(mod["main"].body, visit)
@@ -223,9 +227,10 @@ def _run(cmd: list[str], what: str) -> None:
                           "run with CW_DEBUG=1 to keep TVM's messages; check the CUDA toolkit")
 
 
-def build_object(arch: str) -> Path:
+def build_object(arch: str, tf32: bool = False) -> Path:
     """The CUTLASS convolutions compiled for `arch` (sm_80 or newer: the kernels use Ampere's
-    tensor-core instructions; CompileConfig checks), cached."""
+    tensor-core instructions; CompileConfig checks), cached: the 3xTF32 function, or with `tf32`
+    the TF32 one (each object holds one, so a bundle links only what it calls)."""
     toolkit = find_cuda_path()
     if toolkit is None:
         raise DeviceError("--conv-algo cutlass needs nvcc (the CUDA 13 toolkit)",
@@ -235,6 +240,8 @@ def build_object(arch: str) -> Path:
     number = arch.removeprefix("sm_")
     flags = ["-std=c++17", "-O3", "-DNDEBUG", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr",
              "-w", f"-gencode=arch=compute_{number},code=sm_{number}"]
+    if tf32:
+        flags.append("-DCW_CONV_TF32")
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256("\0".join([SOURCE.read_text(), arch, version, *flags, *includes])
                          .encode()).hexdigest()[:16]
@@ -244,8 +251,9 @@ def build_object(arch: str) -> Path:
 
 
 def build_reference_object() -> Path:
-    """The same function as plain host loops (g++, no CUDA): for tests of the graph rewrite and
-    the calling convention on a CPU. Never part of a bundle."""
+    """Both functions as plain host loops (g++, no CUDA; the TF32 one rounds its operands as the
+    tensor cores do): for tests of the graph rewrite, the calling convention and TF32's accuracy
+    on a CPU. Never part of a bundle."""
     includes = _include_dirs()[1:]
     flags = ["-std=c++17", "-O2", "-fPIC", "-DCW_CONV_REFERENCE"]
     key = hashlib.sha256("\0".join([SOURCE.read_text(), "reference", *flags, *includes])

@@ -9,14 +9,21 @@
 //
 // Products are 3xTF32 (CUTLASS's OpMultiplyAddFastF32): each fp32 operand is split into a
 // TF32 high part and a TF32 remainder, and three tensor-core products recover fp32 accuracy,
-// with fp32 accumulation. Plain TF32 would lose ~3 decimal digits.
+// with fp32 accumulation. Built with -DCW_CONV_TF32 the object exports
+// `cw_cutlass_conv2d_tf32_v1` instead (same arguments): one TF32 product per fp32 product
+// (operands rounded to 10 bits of mantissa, fp32 sums), for `cw compile --precision tf32`.
 //
 // Built with -DCW_CONV_REFERENCE (by g++, no CUDA), the same checks and ABI run plain loops on
-// the host: the tests use it to check the graph rewrite and the calling convention on a CPU.
+// the host, and both functions are exported; the TF32 one rounds its operands as the tensor
+// cores do. The tests use it to check the graph rewrite, the calling convention and TF32's
+// accuracy on a CPU.
 
 #include <cstdint>
+#include <cstring>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include <tvm/ffi/container/shape.h>
 #include <tvm/ffi/container/tensor.h>
@@ -110,9 +117,32 @@ Problem read_problem(const TensorView& x, const TensorView& w, const Shape& para
 
 #ifdef CW_CONV_REFERENCE
 
+// fp32 to TF32 as CUTLASS converts operands on sm_90 (cvt.rn.tf32.f32: to nearest, ties to
+// even; sm_80's ties away differs only on exact ties), kept in an fp32: 10 bits of mantissa
+float to_tf32(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  if ((bits & 0x7f800000u) != 0x7f800000u) {  // NaN and infinities stay as they are
+    bits = (bits + 0xfffu + ((bits >> 13) & 1u)) & 0xffffe000u;
+  }
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+std::vector<float> operand(const TensorView& t, bool tf32) {
+  const float* d = static_cast<const float*>(t.data_ptr());
+  std::vector<float> out(d, d + t.numel());
+  if (tf32) {
+    for (float& v : out) v = to_tf32(v);
+  }
+  return out;
+}
+
+template <bool kTf32>
 void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView) {
-  const float* xd = static_cast<const float*>(x.data_ptr());
-  const float* wd = static_cast<const float*>(w.data_ptr());
+  const std::vector<float> xv = operand(x, kTf32), wv = operand(w, kTf32);
+  const float* xd = xv.data();
+  const float* wd = wv.data();
   float* yd = static_cast<float*>(y.data_ptr());
   for (int n = 0; n < pb.n; ++n)
     for (int p = 0; p < pb.p; ++p)
@@ -136,7 +166,7 @@ void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView
 
 #else
 
-template <int TM, int TN, int TK, int WM, int WN, int Stages>
+template <typename MathOp, int TM, int TN, int TK, int WM, int WN, int Stages>
 struct TileConfig {
   using Kernel = typename cutlass::conv::kernel::DefaultConv2dFprop<
       float, cutlass::layout::TensorNHWC, float, cutlass::layout::TensorNHWC, float,
@@ -145,7 +175,7 @@ struct TileConfig {
       cutlass::gemm::GemmShape<16, 8, 8>,
       cutlass::epilogue::thread::LinearCombination<float, kAlignment, float, float>,
       cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, Stages,
-      cutlass::arch::OpMultiplyAddFastF32, cutlass::conv::IteratorAlgorithm::kOptimized,
+      MathOp, cutlass::conv::IteratorAlgorithm::kOptimized,
       cutlass::conv::StrideSupport::kStrided, kAlignment, kAlignment>::Kernel;
   using Op = cutlass::conv::device::ImplicitGemmConvolution<Kernel>;
 };
@@ -194,11 +224,17 @@ void launch(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorV
 // The tile shapes, in the order of cutlass_conv.py's TILES: (threadblock M x N x K, warp M x N,
 // stages). M counts output pixels (N*P*Q), N output channels. Warps of 64 x 32 at most: 3xTF32
 // holds two fragments per operand, and 64 x 64 warps spilled registers (ptxas, sm_90).
+template <bool kTf32>
 void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView workspace) {
+  using MathOp = typename std::conditional<kTf32, cutlass::arch::OpMultiplyAdd,
+                                           cutlass::arch::OpMultiplyAddFastF32>::type;
+  using Tile0 = TileConfig<MathOp, 128, 128, 16, 64, 32, 3>;
+  using Tile1 = TileConfig<MathOp, 128, 64, 16, 64, 32, 3>;
+  using Tile2 = TileConfig<MathOp, 64, 64, 16, 32, 32, 4>;
   switch (pb.config) {
-    case 0: return launch<TileConfig<128, 128, 16, 64, 32, 3>::Op>(pb, x, w, y, workspace);
-    case 1: return launch<TileConfig<128, 64, 16, 64, 32, 3>::Op>(pb, x, w, y, workspace);
-    case 2: return launch<TileConfig<64, 64, 16, 32, 32, 4>::Op>(pb, x, w, y, workspace);
+    case 0: return launch<typename Tile0::Op>(pb, x, w, y, workspace);
+    case 1: return launch<typename Tile1::Op>(pb, x, w, y, workspace);
+    case 2: return launch<typename Tile2::Op>(pb, x, w, y, workspace);
     default:
       TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: unknown tile config " << pb.config;
   }
@@ -206,11 +242,18 @@ void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView
 
 #endif
 
+template <bool kTf32>
 void conv2d(TensorView x, TensorView w, Shape params, TensorView y, TensorView workspace) {
   Problem pb = read_problem(x, w, params, y, workspace);
-  run(pb, x, w, y, workspace);
+  run<kTf32>(pb, x, w, y, workspace);
 }
 
 }  // namespace
 
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_v1, conv2d);
+// one math per CUDA object, so that a bundle links only the kernels it calls
+#if defined(CW_CONV_REFERENCE) || !defined(CW_CONV_TF32)
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_v1, conv2d<false>);
+#endif
+#if defined(CW_CONV_REFERENCE) || defined(CW_CONV_TF32)
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_tf32_v1, conv2d<true>);
+#endif

@@ -185,13 +185,14 @@ def _check_operators(path: Path, model: onnx.ModelProto) -> None:
 
 def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
                  fp16: bool = False, conv_algo: str = "direct",
-                 page_size: int | None = None) -> ImportedModel:
+                 page_size: int | None = None, tf32: bool = False) -> ImportedModel:
     """Import into Relax and evaluate the weight-only computation once, on the CPU.
     `blocked_convs`: convolutions in NCHWc layouts (CPU targets, cw/compile/cpu_conv.py).
     `conv_algo`: winograd2 / winograd4 for 3x3 convolutions (cw/compile/winograd.py), those
     whose transformed filter fits in a weights page of `page_size` bytes; cutlass for NHWC
     convolutions that CUTLASS runs (cw/compile/cutlass_conv.py).
-    `fp16`: convolutions and matrix products in fp16 with fp32 sums (TVM's ToMixedPrecision)."""
+    `fp16`: convolutions and matrix products in fp16 with fp32 sums (TVM's ToMixedPrecision).
+    `tf32`: the CUTLASS convolutions will multiply in TF32 (only the note says so here)."""
     tvm = load_tvm()
     from tvm import relax
     from tvm.relax.frontend import onnx as relax_onnx
@@ -229,7 +230,7 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
         raw_names = onnx_names
     mod = relax.transform.DecomposeOpsForInference()(mod)
     if conv_algo == "cutlass":
-        mod = _cutlass_layouts(mod, onnx_model)
+        mod = _cutlass_layouts(mod, onnx_model, tf32)
     elif conv_algo != "direct":
         from cw.compile import winograd
         # before lifting, so that the filter transform is lifted (the bundle stores U);
@@ -281,7 +282,7 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
     return ImportedModel(mod, num_inputs, names, sources, weights)
 
 
-def _cutlass_layouts(mod, onnx_model: OnnxModel):
+def _cutlass_layouts(mod, onnx_model: OnnxModel, tf32: bool):
     """Convolutions CUTLASS takes in NHWC / OHWI (cw/compile/cutlass_conv.py), before lifting,
     so that the filters' relayout is lifted with the rest."""
     from tvm import relax
@@ -300,7 +301,8 @@ def _cutlass_layouts(mod, onnx_model: OnnxModel):
                  f"{cutlass_conv.ALIGNMENT})" if left else "")
     onnx_model.notes.append(
         f"cutlass: {taken} convolution{'s' if taken != 1 else ''} as CUTLASS implicit GEMMs "
-        f"(3xTF32 tensor-core products, fp32 accuracy, NHWC){left_note}")
+        + ("(TF32 tensor-core products, NHWC)" if tf32 else
+           "(3xTF32 tensor-core products, fp32 accuracy, NHWC)") + left_note)
     return converted
 
 

@@ -231,7 +231,8 @@ def extract_work(onnx_path, config: TuneConfig, database, progress: Progress):
         fused, rest = legalized(bind_batch(imported.mod, onnx_model, batch),
                                 targets.tvm_target(config.target, arch),
                                 conv_split=compile_config.conv_split == "auto",
-                                cutlass=compile_config.conv_algo == "cutlass")
+                                cutlass=compile_config.conv_algo == "cutlass",
+                                tf32=compile_config.precision == "tf32")
         rules = rules or _default_rules(rest)
         for task in ms.relax_integration.extract_tasks(fused, target):
             workload = database.commit_workload(task.dispatched[0])

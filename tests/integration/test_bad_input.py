@@ -247,7 +247,7 @@ def test_bad_flag_values(cli, zoo_onnx, tmp_path):
                        (("--page-size", "lots"), "page size"),
                        (("--target", "tpu"), "unknown target"),
                        (("--input-shape", "nope"), "--input-shape"),
-                       (("--precision", "tf32"), "tf32 is not offered"),
+                       (("--precision", "tf32"), "tf32 applies to CUDA bundles"),
                        (("--precision", "int8"), "unknown precision"),
                        (("--target", "cuda", "--arch", "sm_5"), "unknown CUDA --arch 'sm_5'"),
                        (("--target", "cuda", "--conv-layout", "nchw"),

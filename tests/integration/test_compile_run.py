@@ -49,6 +49,16 @@ def test_fp16_bundle_stores_fp16_weights_and_stays_close_to_onnxruntime(cpu_bund
     assert err["fp16"] > 10 * err["fp32"]  # it did compute in fp16
 
 
+def test_run_verify_holds_each_precision_to_its_tolerance(cli, cpu_bundle, zoo_onnx, tmp_path):
+    """`cw run --verify`: 1e-3 for fp32 bundles, 1e-2 for reduced precisions (10-bit
+    mantissas: fp16 and tf32), and the line says which."""
+    np.save(tmp_path / "x.npy", random_input((2, 3, 32, 32), seed=3))
+    for precision, shown in (("fp32", "(tolerance 0.001)"), ("fp16", "(tolerance 0.01 for fp16)")):
+        r = cli("run", cpu_bundle("small_cnn", precision=precision), "--input",
+                tmp_path / "x.npy", "--verify", zoo_onnx("small_cnn"))
+        assert r.code == 0 and shown in r.out, (r.out, r.err)
+
+
 def test_manifest_describes_the_bundle(cpu_bundle):
     path = cpu_bundle("small_cnn")
     m = open_bundle(path).manifest

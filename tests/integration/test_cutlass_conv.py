@@ -17,7 +17,7 @@ from cw.compile.compiler import CompileConfig, bind_batch, compile_model, import
 from cw.compile.libcheck import check_device_binary
 from cw.errors import UsageError
 from cw.tvm_env import cuda_codegen_problem, load_tvm
-from cw.verify import max_relative_error, onnx_reference
+from cw.verify import max_relative_error, onnx_reference, verify_tolerance
 
 
 def _conv(name, x, cin, cout, kernel, rng, inits, nodes, **attrs):
@@ -56,19 +56,22 @@ def conv_mix_model(path):
     return path
 
 
-def run_offloaded_on_cpu(onnx_path, x, tmp_path):
+def run_offloaded_on_cpu(onnx_path, x, tmp_path, precision="fp32"):
     """(output, convolutions offloaded, notes): the graph `cw compile --target cuda --conv-algo
-    cutlass` builds, compiled for the CPU and linked with the reference function."""
+    cutlass` (or `--precision tf32`) builds, compiled for the CPU and linked with the reference
+    functions."""
     tvm = load_tvm()
     from tvm import relax
 
     batch = x.shape[0]
-    config = CompileConfig(target="cuda", conv_algo="cutlass", batch_sizes=(batch,))
+    config = CompileConfig(target="cuda", precision=precision, batch_sizes=(batch,),
+                           conv_algo="cutlass" if precision == "fp32" else "direct")
     onnx_model, imported, _ = import_graph(onnx_path, config)
     mod = bind_batch(imported.mod, onnx_model, batch)
     target = targets.tvm_target("cpu", targets.GENERIC_CPU)
-    lowered, _, scheduled, _ = compiler._lower(mod, target, cutlass=True)
-    library = tmp_path / f"{onnx_path.stem}-b{batch}.so"
+    lowered, _, scheduled, _ = compiler._lower(mod, target, cutlass=True,
+                                               tf32=precision == "tf32")
+    library = tmp_path / f"{onnx_path.stem}-{precision}-b{batch}.so"
     tvm.compile(lowered, target=target, relax_pipeline=None).export_library(
         str(library), addons=[str(cutlass_conv.build_reference_object())])
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
@@ -88,9 +91,48 @@ def test_offloaded_convolutions_compute_what_onnxruntime_does(tmp_path):
 def test_offloaded_resnet18_computes_what_onnxruntime_does(zoo_onnx, tmp_path):
     src = zoo_onnx("resnet18")
     x = np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    ref = onnx_reference(src, [x])[0]
     y, offloaded, _ = run_offloaded_on_cpu(src, x, tmp_path)
     assert offloaded == 19  # all but the stem's 3-channel conv
-    assert max_relative_error(y, onnx_reference(src, [x])[0]) < 1e-5
+    fp32_error = max_relative_error(y, ref)
+    assert fp32_error < 1e-5
+    # --precision tf32: the same convolutions with operands rounded as the tensor cores round
+    # them; within the reduced-precision tolerance, and really rounded (far from fp32's error)
+    y32, offloaded, notes = run_offloaded_on_cpu(src, x, tmp_path, precision="tf32")
+    assert offloaded == 19 and any("precision tf32" in n for n in notes), notes
+    assert any("19 convolutions as CUTLASS implicit GEMMs (TF32 tensor-core" in n
+               for n in notes), notes
+    tf32_error = max_relative_error(y32, ref)
+    assert 30 * fp32_error < tf32_error < verify_tolerance("tf32"), (fp32_error, tf32_error)
+
+
+def test_the_tf32_function_rounds_operands_to_ten_bits_of_mantissa(tmp_path):
+    """The reference TF32 function rounds as sm_90's cvt.rn.tf32.f32 does: to nearest, ties to
+    even; the 3xTF32 one keeps fp32."""
+    tvm = load_tvm()
+    lib = tmp_path / "ref.so"
+    subprocess.run(["g++", "-shared", "-o", str(lib), str(cutlass_conv.build_reference_object())],
+                   check=True)
+    module = tvm.runtime.load_module(str(lib))
+    ulp = 2.0 ** -10  # TF32's, at 1.0
+    values = [1 + ulp / 4,        # under half an ulp: down to 1
+              1 + ulp * 3 / 4,    # over half: up to 1 + ulp
+              1 + ulp / 2,        # a tie, 1 even: stays 1
+              1 + ulp * 3 / 2]    # a tie, 1 + ulp odd: up to 1 + 2 ulp
+    rounded = [1.0, 1 + ulp, 1.0, 1 + 2 * ulp]
+    x = np.array(values, np.float32).reshape(1, 1, 1, 4)
+    params = tvm.runtime.ShapeTuple([0, 1, 0, 0, 1, 1, 1, 1])
+    for k in range(4):  # output channel k reads input channel k alone, times 1
+        w = np.zeros((4, 1, 1, 4), np.float32)
+        w[:, 0, 0, :] = np.eye(4)
+        outputs = {}
+        for symbol in (cutlass_conv.SYMBOL, cutlass_conv.SYMBOL_TF32):
+            y = tvm.runtime.tensor(np.zeros((1, 1, 1, 4), np.float32))
+            module[symbol](tvm.runtime.tensor(x), tvm.runtime.tensor(w), params, y,
+                           tvm.runtime.tensor(np.zeros(1, np.int32)))
+            outputs[symbol] = y.numpy().ravel()
+        assert outputs[cutlass_conv.SYMBOL][k] == np.float32(values[k])
+        assert outputs[cutlass_conv.SYMBOL_TF32][k] == np.float32(rounded[k])
 
 
 def test_the_function_checks_its_arguments(tmp_path):
@@ -122,11 +164,21 @@ def test_the_function_checks_its_arguments(tmp_path):
 def test_bad_combinations_are_refused_with_a_hint(cli, zoo_onnx, tmp_path):
     with pytest.raises(UsageError, match="CUDA bundles"):
         CompileConfig(conv_algo="cutlass")
-    with pytest.raises(UsageError, match="fp32 only"):
+    with pytest.raises(UsageError, match="not fp16"):
         CompileConfig(target="cuda", conv_algo="cutlass", precision="fp16")
     with pytest.raises(UsageError, match="sm_80 or newer"):
         CompileConfig(target="cuda", conv_algo="cutlass", arch="sm_75")
+    # --precision tf32 means CUTLASS's convolutions: CUDA, sm_80+, no other algorithm
+    assert CompileConfig(target="cuda", precision="tf32").conv_algo == "cutlass"
+    with pytest.raises(UsageError, match="tf32 applies to CUDA bundles"):
+        CompileConfig(precision="tf32")
+    with pytest.raises(UsageError, match="--precision tf32 needs sm_80 or newer"):
+        CompileConfig(target="cuda", precision="tf32", arch="sm_75")
+    with pytest.raises(UsageError, match="not winograd2"):
+        CompileConfig(target="cuda", precision="tf32", conv_algo="winograd2")
     r = cli("compile", zoo_onnx("small_cnn"), "-o", tmp_path / "x", "--conv-algo", "cutlass")
+    assert r.code == 2 and "--target cuda" in r.err and not (tmp_path / "x").exists()
+    r = cli("compile", zoo_onnx("small_cnn"), "-o", tmp_path / "x", "--precision", "tf32")
     assert r.code == 2 and "--target cuda" in r.err and not (tmp_path / "x").exists()
 
 
@@ -168,3 +220,10 @@ def test_cuda_bundle_links_the_cutlass_kernels(zoo_onnx, tmp_path):
     # NHWC filters in the bundle: OHWI
     shapes = [tuple(t.shape) for t in m.weights.tensors]
     assert (256, 3, 3, 64) in shapes and (256, 3, 3, 256) in shapes
+    # --precision tf32 links the TF32 function alone
+    t = compile_model(src, tmp_path / "tf32",
+                      CompileConfig(target="cuda", batch_sizes=(1,), precision="tf32"))
+    assert t.target.precision == "tf32" and any("precision tf32" in n for n in t.notes)
+    linked = dynamic("tf32", t.kernels[0].kernel_file)
+    assert f"__tvm_ffi_{cutlass_conv.SYMBOL_TF32}" in linked
+    assert f"__tvm_ffi_{cutlass_conv.SYMBOL}" not in linked  # (not a prefix of the TF32 one)

@@ -126,8 +126,11 @@ def test_fp16_tuning_serves_fp16_bundles_only(mlp_db, zoo_onnx, tmp_path, cli):
                          CompileConfig(batch_sizes=(1,), use_committed_records=False,
                                        tune_dbs=(str(db),)))
     assert fp32.kernels[0].kernels_tuned == 0
-    with pytest.raises(UsageError, match="tf32"):
+    # tf32 is CUDA's (CUTLASS convolutions): refused for the CPU as cw compile refuses it
+    with pytest.raises(UsageError, match="tf32 applies to CUDA bundles"):
         TuneConfig(db=str(tmp_path / "x"), precision="tf32")
+    assert TuneConfig(db=str(tmp_path / "x"), precision="tf32",
+                      target="cuda").compile_config().conv_algo == "cutlass"
 
 
 def test_bad_tune_db_is_one_clear_error(zoo_onnx, tmp_path, cli):
