@@ -57,11 +57,13 @@ def stage(out: Path, models: list[str], batch_sizes: list[int], arch: str) -> No
             def visit(expr):
                 if not (isinstance(expr, relax.Call) and expr.args
                         and isinstance(expr.args[0], relax.ExternFunc)
-                        and str(expr.args[0].global_symbol) == cutlass_conv.SYMBOL):
+                        and str(expr.args[0].global_symbol) in cutlass_conv.SYMBOLS):
                     return
-                x, w, params = expr.args[1]
+                # (x, w, params) or, with the epilogue, (x, w, bias, params): timed without it
+                x, w, *_, params = expr.args[1]
                 shape = ([int(d) for d in x.ty.shape], [int(d) for d in w.ty.shape],
-                         [int(d) for d in expr.ty.fields[0].shape], [int(v) for v in params.values])
+                         [int(d) for d in expr.ty.fields[0].shape],
+                         [int(v) for v in params.values][:8])
                 key = json.dumps(shape)
                 if key not in seen:  # one row per distinct convolution
                     seen.add(key)

@@ -13,9 +13,11 @@ CUTLASS itself:
 - Per batch size (`offload`, before legalization), each NHWC convolution becomes a
   `call_dps_packed` of `cw_cutlass_conv2d_v1` (cutlass_conv2d.cu) with the tile shape and
   split-K count chosen here (`plan`), and a small int32 workspace for CUTLASS's split-K
-  semaphores that the static memory plan holds, so nothing is allocated per inference. The
-  convolution's epilogue (bias, BatchNorm's scale and shift, residual add, ReLU) stays one TVM
-  elementwise kernel after it.
+  semaphores that the static memory plan holds, so nothing is allocated per inference. A bias
+  added to the convolution's output alone (a conv's own, or BatchNorm's shift once folded),
+  and a ReLU right after it, go into CUTLASS's epilogue (`cw_cutlass_conv2d_bias_v1`): one pass
+  over the output less, one kernel less. Anything else after it (a residual add) stays one TVM
+  elementwise kernel.
 - The kernels (3xTF32: fp32 accuracy from three TF32 tensor-core products, fp32 sums; or, for
   `--precision tf32`, one TF32 product: 10-bit mantissas, fp32 sums) are compiled by nvcc once
   per source, math, arch and toolkit into an object file cached under cw's cache directory, and
@@ -38,6 +40,10 @@ from cw.tvm_env import cache_dir, find_cuda_path, load_tvm
 
 SYMBOL = "cw_cutlass_conv2d_v1"            # 3xTF32: fp32 accuracy
 SYMBOL_TF32 = "cw_cutlass_conv2d_tf32_v1"  # one TF32 product (--precision tf32)
+# the same with a per-channel bias, and ReLU if asked, in the epilogue
+SYMBOL_BIAS = "cw_cutlass_conv2d_bias_v1"
+SYMBOL_BIAS_TF32 = "cw_cutlass_conv2d_bias_tf32_v1"
+SYMBOLS = (SYMBOL, SYMBOL_TF32, SYMBOL_BIAS, SYMBOL_BIAS_TF32)
 SOURCE = Path(__file__).with_name("cutlass_conv2d.cu")
 # (output pixels, output channels) per thread block, in the order of the .cu's `run` switch
 TILES = ((128, 128), (128, 64), (64, 64))
@@ -121,38 +127,119 @@ def offloadable(call) -> bool:
     return all(s is not None and len(s) == 4 for s in shapes)
 
 
+def _op(expr) -> str:
+    return str(getattr(getattr(expr, "op", None), "name", ""))
+
+
+def _channel_bias(expr, channels: int) -> bool:
+    """A float32 tensor of one value per output channel that broadcasts over N, H and W: shape
+    (K,) or (1, 1, 1, K)."""
+    ty = getattr(expr, "ty", None)
+    shape = static_shape(getattr(ty, "shape", None)) if ty is not None else None
+    return (shape is not None and getattr(ty, "dtype", "") == "float32"
+            and shape in ([channels], [1, 1, 1, channels]))
+
+
+def epilogues(func) -> dict:
+    """{convolution's var: (bias, var of the add, var of the ReLU or None)} for each offloadable
+    convolution whose output goes to one add of a per-channel bias and nowhere else, then
+    (optionally) to one ReLU and nowhere else: what CUTLASS's epilogue computes in the same
+    kernel. Found on the whole function first, since the rewrite must know at the convolution
+    whether to emit it."""
+    from tvm import relax
+
+    bindings, users = {}, {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            bindings[binding.var] = value
+            for var in relax.analysis.free_vars(value):
+                users.setdefault(var, []).append(binding.var)
+    for var in relax.analysis.free_vars(func.body.body):
+        users.setdefault(var, []).append(None)  # the function's result: never absorbed
+
+    groups = {}
+    for add_var, value in bindings.items():
+        if _op(value) != "relax.add":
+            continue
+        for conv_var, bias in (tuple(value.args), tuple(reversed(value.args))):
+            conv = bindings.get(conv_var)
+            if (conv is None or not offloadable(conv) or users.get(conv_var) != [add_var]
+                    or static_shape(value.ty.shape) != static_shape(conv.ty.shape)):
+                continue
+            if not _channel_bias(bias, static_shape(conv.ty.shape)[3]):
+                continue
+            after = users.get(add_var, [])
+            relu = after[0] if (len(after) == 1 and after[0] is not None
+                                and _op(bindings[after[0]]) == "relax.nn.relu") else None
+            groups[conv_var] = (bias, add_var, relu)
+            break
+    return groups
+
+
 def offload(mod, sms: int, tf32: bool = False):
-    """Every offloadable convolution of `main` as a call of the CUTLASS function (the TF32 one
-    with `tf32`); returns (module, convolutions offloaded). After bind_batch: the plan depends
-    on the batch."""
+    """Every offloadable convolution of `main` as a call of a CUTLASS function (the TF32 ones
+    with `tf32`), with its bias and ReLU where `epilogues` finds them; returns (module,
+    convolutions offloaded). After bind_batch: the plan depends on the batch."""
     tvm = load_tvm()
     from tvm import relax
 
     count = 0
+    groups = epilogues(mod["main"])
+    absorbed = set(groups)  # bindings the fused call replaces
+    fused_at = {}           # the binding a fused call takes the place of -> its convolution
+    for conv_var, (_, add_var, relu_var) in groups.items():
+        if relu_var is not None:
+            absorbed.add(add_var)
+        fused_at[relu_var if relu_var is not None else add_var] = conv_var
+    original = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
+
+    def cutlass_call(builder, conv, x, w, bias=None, relu=False):
+        """Emit the CUTLASS call for `conv` (its arguments already rewritten: x, w, bias) and
+        return its output."""
+        nonlocal count
+        count += 1
+        attrs = conv.attrs
+        n, p, q, k = static_shape(conv.ty.shape)
+        _, r, s, c = static_shape(conv.args[1].ty.shape)
+        pixels = n * p * q
+        tile, split = plan(pixels, k, c * r * s, sms)
+        top, left = int(attrs.padding[0]), int(attrs.padding[1])
+        params = [tile, split, top, left, *[int(v) for v in attrs.strides],
+                  *[int(v) for v in attrs.dilation]]
+        out = relax.TensorType([n, p, q, k], "float32")
+        workspace = relax.TensorType([workspace_ints(pixels, k, tile, split)], "int32")
+        if bias is None:
+            symbol, args = (SYMBOL_TF32 if tf32 else SYMBOL), [x, w]
+        else:
+            symbol, args = (SYMBOL_BIAS_TF32 if tf32 else SYMBOL_BIAS), [x, w, bias]
+            params.append(int(relu))
+        both = builder.emit(relax.call_dps_packed(symbol, [*args, relax.ShapeExpr(params)],
+                                                  out_ty=[out, workspace]))
+        return relax.TupleGetItem(both, 0)
 
     @relax.expr_functor.mutator
     class Offloader(relax.PyExprMutator):
+        def visit_var_binding_(self, binding):
+            if binding.var in absorbed:
+                return  # computed inside the fused call emitted at its last binding
+            conv_var = fused_at.get(binding.var)
+            if conv_var is None:
+                return super().visit_var_binding_(binding)
+            conv = original[conv_var]
+            bias, _, relu_var = groups[conv_var]
+            out = cutlass_call(self.builder_, conv, self.visit_expr(conv.args[0]),
+                               self.visit_expr(conv.args[1]), self.visit_expr(bias),
+                               relu=relu_var is not None)
+            # the original var keeps its place (and DataflowVar or not) for its users
+            self.builder_.emit_normalized(
+                relax.VarBinding(binding.var, self.builder_.normalize(out)))
+
         def visit_call_(self, call):
-            nonlocal count
             call = self.visit_expr_post_order(call)
             if not offloadable(call):
                 return call
-            count += 1
-            attrs = call.attrs
-            n, p, q, k = static_shape(call.ty.shape)
-            _, r, s, c = static_shape(call.args[1].ty.shape)
-            pixels = n * p * q
-            tile, split = plan(pixels, k, c * r * s, sms)
-            top, left = int(attrs.padding[0]), int(attrs.padding[1])
-            params = [tile, split, top, left, *[int(v) for v in attrs.strides],
-                      *[int(v) for v in attrs.dilation]]
-            out = relax.TensorType([n, p, q, k], "float32")
-            workspace = relax.TensorType([workspace_ints(pixels, k, tile, split)], "int32")
-            both = self.builder_.emit(relax.call_dps_packed(
-                SYMBOL_TF32 if tf32 else SYMBOL,
-                [call.args[0], call.args[1], relax.ShapeExpr(params)],
-                out_ty=[out, workspace]))
-            return relax.TupleGetItem(both, 0)
+            return cutlass_call(self.builder_, call, call.args[0], call.args[1])
 
     offloader = Offloader(mod)
     main_gv = mod.get_global_var("main")
@@ -164,8 +251,12 @@ def offload(mod, sms: int, tf32: bool = False):
     return tvm.IRModule(dict(new_mod.functions), attrs=mod.attrs), count
 
 
-def count_offloaded(mod) -> int:
-    """Calls of either CUTLASS function in `main`."""
+def count_fused(mod) -> int:
+    """Calls of the CUTLASS functions with a bias in `main` (ReLU or not)."""
+    return _count_calls(mod, (SYMBOL_BIAS, SYMBOL_BIAS_TF32))
+
+
+def _count_calls(mod, symbols) -> int:
     from tvm import relax
 
     count = 0
@@ -174,11 +265,16 @@ def count_offloaded(mod) -> int:
         nonlocal count
         if (isinstance(expr, relax.Call) and isinstance(expr.args[0] if expr.args else None,
                                                           relax.ExternFunc)
-                and str(expr.args[0].global_symbol) in (SYMBOL, SYMBOL_TF32)):
+                and str(expr.args[0].global_symbol) in symbols):
             count += 1
 
     relax.analysis.post_order_visit(mod["main"].body, visit)
     return count
+
+
+def count_offloaded(mod) -> int:
+    """Calls of any CUTLASS function in `main`."""
+    return _count_calls(mod, SYMBOLS)
 
 
 def count_layouts(mod) -> tuple[int, int]:

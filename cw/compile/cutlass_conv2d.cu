@@ -7,15 +7,22 @@
 // and `split_k` the number of slices of the reduction; both are chosen at compile time by
 // cw/compile/cutlass_conv.py (plan), which must list the same tile shapes.
 //
+// `cw_cutlass_conv2d_bias_v1(x, w, bias, params, y, workspace)` is the same convolution with
+// its epilogue: y = conv + bias (one value per output channel), then ReLU when params has a
+// ninth entry of 1, in CUTLASS's epilogue instead of a pass of their own over y. The bias is read
+// as a C operand whose strides are all 0; with serial split-K the first slice adds it and only
+// the last applies ReLU (LinearCombinationRelu's set_k_partition).
+//
 // Products are 3xTF32 (CUTLASS's OpMultiplyAddFastF32): each fp32 operand is split into a
 // TF32 high part and a TF32 remainder, and three tensor-core products recover fp32 accuracy,
 // with fp32 accumulation. Built with -DCW_CONV_TF32 the object exports
-// `cw_cutlass_conv2d_tf32_v1` instead (same arguments): one TF32 product per fp32 product
-// (operands rounded to 10 bits of mantissa, fp32 sums), for `cw compile --precision tf32`.
+// `cw_cutlass_conv2d_tf32_v1` and `cw_cutlass_conv2d_bias_tf32_v1` instead (same arguments):
+// one TF32 product per fp32 product (operands rounded to 10 bits of mantissa, fp32 sums), for
+// `cw compile --precision tf32`.
 //
 // Built with -DCW_CONV_REFERENCE (by g++, no CUDA), the same checks and ABI run plain loops on
-// the host, and both functions are exported; the TF32 one rounds its operands as the tensor
-// cores do. The tests use it to check the graph rewrite, the calling convention and TF32's
+// the host, and all four functions are exported; the TF32 ones round their operands as the
+// tensor cores do. The tests use it to check the graph rewrite, the calling convention and TF32's
 // accuracy on a CPU.
 
 #include <cstdint>
@@ -39,6 +46,7 @@
 #include "cutlass/conv/kernel/default_conv2d_fprop.h"
 #include "cutlass/conv/device/implicit_gemm_convolution.h"
 #include "cutlass/epilogue/thread/linear_combination.h"
+#include "cutlass/epilogue/thread/linear_combination_relu.h"
 #endif
 
 namespace {
@@ -52,7 +60,12 @@ struct Problem {
   int n, h, w, c, k, r, s, p, q;
   int pad_h, pad_w, stride_h, stride_w, dil_h, dil_w;
   int config, split_k;
+  const float* bias = nullptr;  // one per output channel, or none
+  bool relu = false;
 };
+
+// what follows the products in the same kernel
+enum class Epilogue { kNone, kBias, kBiasRelu };
 
 void check_tensor(const TensorView& t, const char* name, int dtype_code) {
   if (t.ndim() != 4 && !(dtype_code == kDLInt && t.ndim() == 1)) {
@@ -72,14 +85,16 @@ void check_tensor(const TensorView& t, const char* name, int dtype_code) {
 }
 
 Problem read_problem(const TensorView& x, const TensorView& w, const Shape& params,
-                     const TensorView& y, const TensorView& workspace) {
+                     const TensorView& y, const TensorView& workspace,
+                     const TensorView* bias = nullptr) {
   check_tensor(x, "x", kDLFloat);
   check_tensor(w, "w", kDLFloat);
   check_tensor(y, "y", kDLFloat);
   check_tensor(workspace, "workspace", kDLInt);
-  if (params.size() != 8) {
-    TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: expected 8 parameters, got "
-                              << params.size();
+  const size_t expected = bias ? 9 : 8;  // with a bias: whether ReLU follows
+  if (params.size() != expected) {
+    TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: expected " << expected
+                              << " parameters, got " << params.size();
   }
   Problem pb;
   pb.n = static_cast<int>(x.size(0));
@@ -112,6 +127,20 @@ Problem read_problem(const TensorView& x, const TensorView& w, const Shape& para
   if (pb.split_k < 1 || pb.stride_h < 1 || pb.stride_w < 1 || pb.dil_h < 1 || pb.dil_w < 1) {
     TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: bad split, stride or dilation";
   }
+  if (bias) {
+    const TensorView& b = *bias;
+    if (b.dtype().code != kDLFloat || b.dtype().bits != 32 || b.dtype().lanes != 1 ||
+        !b.IsContiguous() || reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 != 0) {
+      TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: bias must be contiguous, 16-byte "
+                                   "aligned float32";
+    }
+    if (b.numel() != pb.k) {
+      TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: bias has " << b.numel()
+                                << " values for " << pb.k << " output channels";
+    }
+    pb.bias = static_cast<const float*>(b.data_ptr());
+    pb.relu = params[8] != 0;
+  }
   return pb;
 }
 
@@ -138,7 +167,7 @@ std::vector<float> operand(const TensorView& t, bool tf32) {
   return out;
 }
 
-template <bool kTf32>
+template <bool kTf32, Epilogue>  // the epilogue is read from pb here
 void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView) {
   const std::vector<float> xv = operand(x, kTf32), wv = operand(w, kTf32);
   const float* xd = xv.data();
@@ -160,21 +189,23 @@ void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView
               for (int c = 0; c < pb.c; ++c) sum += xp[c] * wp[c];
             }
           }
+          if (pb.bias) sum += pb.bias[k];
+          if (pb.relu && sum < 0.f) sum = 0.f;
           yd[((static_cast<int64_t>(n) * pb.p + p) * pb.q + q) * pb.k + k] = sum;
         }
 }
 
 #else
 
-template <typename MathOp, int TM, int TN, int TK, int WM, int WN, int Stages>
+template <typename MathOp, typename EpilogueOp, int TM, int TN, int TK, int WM, int WN,
+          int Stages>
 struct TileConfig {
   using Kernel = typename cutlass::conv::kernel::DefaultConv2dFprop<
       float, cutlass::layout::TensorNHWC, float, cutlass::layout::TensorNHWC, float,
       cutlass::layout::TensorNHWC, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
       cutlass::gemm::GemmShape<TM, TN, TK>, cutlass::gemm::GemmShape<WM, WN, TK>,
       cutlass::gemm::GemmShape<16, 8, 8>,
-      cutlass::epilogue::thread::LinearCombination<float, kAlignment, float, float>,
-      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, Stages,
+      EpilogueOp, cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, Stages,
       MathOp, cutlass::conv::IteratorAlgorithm::kOptimized,
       cutlass::conv::StrideSupport::kStrided, kAlignment, kAlignment>::Kernel;
   using Op = cutlass::conv::device::ImplicitGemmConvolution<Kernel>;
@@ -202,8 +233,12 @@ void launch(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorV
         TensorNHWC::packed({static_cast<int>(t.size(0)), static_cast<int>(t.size(1)),
                             static_cast<int>(t.size(2)), static_cast<int>(t.size(3))}));
   };
-  // beta = 0: y is only written; with serial split-K the later slices add to it
-  typename Op::Arguments args(problem, ref(x), ref(w), ref(y), ref(y), {1.0f, 0.0f},
+  // without a bias, beta = 0: y is only written; with one, C is the bias broadcast over every
+  // pixel (all strides 0) and added unscaled. With serial split-K the later slices add to y.
+  auto source = pb.bias ? cutlass::TensorRef<float, TensorNHWC>(const_cast<float*>(pb.bias),
+                                                                 TensorNHWC::Stride(0))
+                        : ref(y);
+  typename Op::Arguments args(problem, ref(x), ref(w), source, ref(y), {1.0f, 0.0f},
                               cutlass::conv::SplitKMode::kSerial);
   Op op;
   check_status(op.can_implement(args), "can_implement", pb);
@@ -224,13 +259,21 @@ void launch(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorV
 // The tile shapes, in the order of cutlass_conv.py's TILES: (threadblock M x N x K, warp M x N,
 // stages). M counts output pixels (N*P*Q), N output channels. Warps of 64 x 32 at most: 3xTF32
 // holds two fragments per operand, and 64 x 64 warps spilled registers (ptxas, sm_90).
-template <bool kTf32>
+template <bool kTf32, Epilogue kEpilogue>
 void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView workspace) {
   using MathOp = typename std::conditional<kTf32, cutlass::arch::OpMultiplyAdd,
                                            cutlass::arch::OpMultiplyAddFastF32>::type;
-  using Tile0 = TileConfig<MathOp, 128, 128, 16, 64, 32, 3>;
-  using Tile1 = TileConfig<MathOp, 128, 64, 16, 64, 32, 3>;
-  using Tile2 = TileConfig<MathOp, 64, 64, 16, 32, 32, 4>;
+  using Plain = cutlass::epilogue::thread::LinearCombination<float, kAlignment, float, float>;
+  using Bias = cutlass::epilogue::thread::LinearCombination<
+      float, kAlignment, float, float, cutlass::epilogue::thread::ScaleType::NoBetaScaling>;
+  using BiasRelu = cutlass::epilogue::thread::LinearCombinationRelu<
+      float, kAlignment, float, float, cutlass::epilogue::thread::ScaleType::NoBetaScaling>;
+  using EpilogueOp = typename std::conditional<
+      kEpilogue == Epilogue::kNone, Plain,
+      typename std::conditional<kEpilogue == Epilogue::kBias, Bias, BiasRelu>::type>::type;
+  using Tile0 = TileConfig<MathOp, EpilogueOp, 128, 128, 16, 64, 32, 3>;
+  using Tile1 = TileConfig<MathOp, EpilogueOp, 128, 64, 16, 64, 32, 3>;
+  using Tile2 = TileConfig<MathOp, EpilogueOp, 64, 64, 16, 32, 32, 4>;
   switch (pb.config) {
     case 0: return launch<typename Tile0::Op>(pb, x, w, y, workspace);
     case 1: return launch<typename Tile1::Op>(pb, x, w, y, workspace);
@@ -245,7 +288,18 @@ void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView
 template <bool kTf32>
 void conv2d(TensorView x, TensorView w, Shape params, TensorView y, TensorView workspace) {
   Problem pb = read_problem(x, w, params, y, workspace);
-  run<kTf32>(pb, x, w, y, workspace);
+  run<kTf32, Epilogue::kNone>(pb, x, w, y, workspace);
+}
+
+template <bool kTf32>
+void conv2d_bias(TensorView x, TensorView w, TensorView bias, Shape params, TensorView y,
+                 TensorView workspace) {
+  Problem pb = read_problem(x, w, params, y, workspace, &bias);
+  if (pb.relu) {
+    run<kTf32, Epilogue::kBiasRelu>(pb, x, w, y, workspace);
+  } else {
+    run<kTf32, Epilogue::kBias>(pb, x, w, y, workspace);
+  }
 }
 
 }  // namespace
@@ -253,7 +307,9 @@ void conv2d(TensorView x, TensorView w, Shape params, TensorView y, TensorView w
 // one math per CUDA object, so that a bundle links only the kernels it calls
 #if defined(CW_CONV_REFERENCE) || !defined(CW_CONV_TF32)
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_v1, conv2d<false>);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_bias_v1, conv2d_bias<false>);
 #endif
 #if defined(CW_CONV_REFERENCE) || defined(CW_CONV_TF32)
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_tf32_v1, conv2d<true>);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_bias_tf32_v1, conv2d_bias<true>);
 #endif

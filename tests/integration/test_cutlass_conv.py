@@ -57,9 +57,9 @@ def conv_mix_model(path):
 
 
 def run_offloaded_on_cpu(onnx_path, x, tmp_path, precision="fp32"):
-    """(output, convolutions offloaded, notes): the graph `cw compile --target cuda --conv-algo
-    cutlass` (or `--precision tf32`) builds, compiled for the CPU and linked with the reference
-    functions."""
+    """(output, (convolutions offloaded, of them with a fused bias), notes): the graph `cw
+    compile --target cuda --conv-algo cutlass` (or `--precision tf32`) builds, compiled for the
+    CPU and linked with the reference functions."""
     tvm = load_tvm()
     from tvm import relax
 
@@ -69,6 +69,7 @@ def run_offloaded_on_cpu(onnx_path, x, tmp_path, precision="fp32"):
     onnx_model, imported, _ = import_graph(onnx_path, config)
     mod = bind_batch(imported.mod, onnx_model, batch)
     target = targets.tvm_target("cpu", targets.GENERIC_CPU)
+    fused = cutlass_conv.count_fused(cutlass_conv.offload(mod, 132)[0])
     lowered, _, scheduled, _ = compiler._lower(mod, target, cutlass=True,
                                                tf32=precision == "tf32")
     library = tmp_path / f"{onnx_path.stem}-{precision}-b{batch}.so"
@@ -76,16 +77,66 @@ def run_offloaded_on_cpu(onnx_path, x, tmp_path, precision="fp32"):
         str(library), addons=[str(cutlass_conv.build_reference_object())])
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
     args = [tvm.runtime.tensor(x)] + [tvm.runtime.tensor(w) for w in imported.weights]
-    return vm["main"](*args).numpy(), scheduled[3], onnx_model.notes
+    return vm["main"](*args).numpy(), (scheduled[3], fused), onnx_model.notes
 
 
 def test_offloaded_convolutions_compute_what_onnxruntime_does(tmp_path):
     src = conv_mix_model(tmp_path / "conv_mix.onnx")
     x = np.random.default_rng(1).standard_normal((2, 3, 13, 11)).astype(np.float32)
     y, offloaded, notes = run_offloaded_on_cpu(src, x, tmp_path)
-    assert offloaded == 4
+    # every one with its bias in the epilogue; c1 with its ReLU too (c2's Add is a residual)
+    assert offloaded == (4, 4)
     assert any("cutlass: 4 convolutions" in n and "3 left to TVM" in n for n in notes), notes
     assert max_relative_error(y, onnx_reference(src, [x])[0]) < 1e-5
+
+
+def epilogue_model(path):
+    """Convolutions whose epilogue CUTLASS may or may not take: c1 (bias, ReLU: both), c2 (no
+    bias, then a residual add: nothing), c3 (a bias added by hand, but the conv's own output is
+    also used elsewhere: nothing), c4 (a bias, then ReLU, whose input is also used elsewhere:
+    the bias alone)."""
+    rng = np.random.default_rng(3)
+    inits, nodes = [], []
+    a = _conv("c1", "x", 4, 8, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])
+    nodes.append(helper.make_node("Relu", [a], ["a"]))
+    w2 = rng.standard_normal((8, 8, 1, 1)).astype(np.float32) * 0.2
+    inits.append(numpy_helper.from_array(w2, "c2_w"))
+    nodes.append(helper.make_node("Conv", ["a", "c2_w"], ["c2"], kernel_shape=[1, 1]))
+    nodes.append(helper.make_node("Add", ["c2", "a"], ["b"]))
+    inits.append(numpy_helper.from_array(w2 * 0.5, "c3_w"))
+    inits.append(numpy_helper.from_array(rng.standard_normal((1, 8, 1, 1)).astype(np.float32),
+                                         "c3_b"))
+    nodes.append(helper.make_node("Conv", ["b", "c3_w"], ["c3"], kernel_shape=[1, 1]))
+    nodes.append(helper.make_node("Add", ["c3", "c3_b"], ["c3b"]))
+    nodes.append(helper.make_node("Mul", ["c3", "c3b"], ["c"]))
+    d = _conv("c4", "c", 8, 8, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])
+    nodes.append(helper.make_node("Relu", [d], ["dr"]))
+    nodes.append(helper.make_node("Add", ["dr", d], ["y"]))
+    graph = helper.make_graph(
+        nodes, "epilogues",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 6, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+    return path
+
+
+def test_biases_and_relus_go_into_the_epilogue_only_where_nothing_else_reads_the_conv(tmp_path):
+    src = epilogue_model(tmp_path / "epilogues.onnx")
+    config = CompileConfig(target="cuda", conv_algo="cutlass", batch_sizes=(2,))
+    onnx_model, imported, _ = import_graph(src, config)
+    mod = bind_batch(imported.mod, onnx_model, 2)
+    groups = cutlass_conv.epilogues(mod["main"])
+    assert sorted(relu is not None for _, _, relu in groups.values()) == [False, True]
+    offloaded, n = cutlass_conv.offload(mod, 132)
+    assert (n, cutlass_conv.count_fused(offloaded)) == (4, 2)
+    # and it computes what onnxruntime does, with the reference functions
+    x = np.random.default_rng(4).standard_normal((2, 4, 6, 5)).astype(np.float32)
+    for precision, bound in (("fp32", 1e-5), ("tf32", verify_tolerance("tf32"))):
+        y, counts, _ = run_offloaded_on_cpu(src, x, tmp_path, precision)
+        assert counts == (4, 2)
+        assert max_relative_error(y, onnx_reference(src, [x])[0]) < bound, precision
 
 
 def test_offloaded_resnet18_computes_what_onnxruntime_does(zoo_onnx, tmp_path):
@@ -93,13 +144,13 @@ def test_offloaded_resnet18_computes_what_onnxruntime_does(zoo_onnx, tmp_path):
     x = np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype(np.float32)
     ref = onnx_reference(src, [x])[0]
     y, offloaded, _ = run_offloaded_on_cpu(src, x, tmp_path)
-    assert offloaded == 19  # all but the stem's 3-channel conv
+    assert offloaded == (19, 19)  # all but the stem's 3-channel conv, each with its bias
     fp32_error = max_relative_error(y, ref)
     assert fp32_error < 1e-5
     # --precision tf32: the same convolutions with operands rounded as the tensor cores round
     # them; within the reduced-precision tolerance, and really rounded (far from fp32's error)
     y32, offloaded, notes = run_offloaded_on_cpu(src, x, tmp_path, precision="tf32")
-    assert offloaded == 19 and any("precision tf32" in n for n in notes), notes
+    assert offloaded == (19, 19) and any("precision tf32" in n for n in notes), notes
     assert any("19 convolutions as CUTLASS implicit GEMMs (TF32 tensor-core" in n
                for n in notes), notes
     tf32_error = max_relative_error(y32, ref)
@@ -159,6 +210,13 @@ def test_the_function_checks_its_arguments(tmp_path):
         conv(ok[0], ok[1], tvm.runtime.ShapeTuple([0, 1]), ok[3], ok[4])
     with pytest.raises(Exception, match="float32"):
         conv(tensor((1, 5, 5, 8), "float16"), ok[1], params, ok[3], ok[4])
+    biased = tvm.runtime.load_module(str(lib))[cutlass_conv.SYMBOL_BIAS]
+    relu = tvm.runtime.ShapeTuple([0, 1, 1, 1, 1, 1, 1, 1, 1])
+    biased(ok[0], ok[1], tensor((1, 1, 1, 4)), relu, ok[3], ok[4])
+    with pytest.raises(Exception, match="bias has 8 values for 4 output channels"):
+        biased(ok[0], ok[1], tensor((8,)), relu, ok[3], ok[4])
+    with pytest.raises(Exception, match="expected 9 parameters"):
+        biased(ok[0], ok[1], tensor((4,)), params, ok[3], ok[4])
 
 
 def test_bad_combinations_are_refused_with_a_hint(cli, zoo_onnx, tmp_path):
@@ -216,7 +274,10 @@ def test_cuda_bundle_links_the_cutlass_kernels(zoo_onnx, tmp_path):
         assert "libcudart.so.13" in linked  # TVM's CUDA runtime has it loaded
         assert f"__tvm_ffi_{cutlass_conv.SYMBOL}" in linked
         # both convs are CUTLASS's: no TVM conv kernel is left (the direct bundle has them)
-        assert "conv2d" not in linked.replace(cutlass_conv.SYMBOL, "") and "conv2d" in plain
+        names = linked
+        for symbol in cutlass_conv.SYMBOLS:
+            names = names.replace(symbol, "")
+        assert "conv2d" not in names and "conv2d" in plain
     # NHWC filters in the bundle: OHWI
     shapes = [tuple(t.shape) for t in m.weights.tensors]
     assert (256, 3, 3, 64) in shapes and (256, 3, 3, 256) in shapes
