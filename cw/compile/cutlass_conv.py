@@ -141,11 +141,11 @@ def _channel_bias(expr, channels: int) -> bool:
 
 
 def epilogues(func) -> dict:
-    """{convolution's var: (bias, var of the add, var of the ReLU or None)} for each offloadable
-    convolution whose output goes to one add of a per-channel bias and nowhere else, then
-    (optionally) to one ReLU and nowhere else: what CUTLASS's epilogue computes in the same
-    kernel. Found on the whole function first, since the rewrite must know at the convolution
-    whether to emit it."""
+    """{convolution's var: (its call, bias, var of the add, var of the ReLU or None)} for each
+    offloadable convolution whose output goes to one add of a per-channel bias and nowhere
+    else, then (optionally) to one ReLU and nowhere else: what CUTLASS's epilogue computes in
+    the same kernel. Found on the whole function first, since the rewrite must know at the
+    convolution whether to emit it."""
     from tvm import relax
 
     bindings, users = {}, {}
@@ -172,7 +172,7 @@ def epilogues(func) -> dict:
             after = users.get(add_var, [])
             relu = after[0] if (len(after) == 1 and after[0] is not None
                                 and _op(bindings[after[0]]) == "relax.nn.relu") else None
-            groups[conv_var] = (bias, add_var, relu)
+            groups[conv_var] = (conv, bias, add_var, relu)
             break
     return groups
 
@@ -188,11 +188,10 @@ def offload(mod, sms: int, tf32: bool = False):
     groups = epilogues(mod["main"])
     absorbed = set(groups)  # bindings the fused call replaces
     fused_at = {}           # the binding a fused call takes the place of -> its convolution
-    for conv_var, (_, add_var, relu_var) in groups.items():
+    for conv_var, (_, _, add_var, relu_var) in groups.items():
         if relu_var is not None:
             absorbed.add(add_var)
         fused_at[relu_var if relu_var is not None else add_var] = conv_var
-    original = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
 
     def cutlass_call(builder, conv, x, w, bias=None, relu=False):
         """Emit the CUTLASS call for `conv` (its arguments already rewritten: x, w, bias) and
@@ -226,8 +225,7 @@ def offload(mod, sms: int, tf32: bool = False):
             conv_var = fused_at.get(binding.var)
             if conv_var is None:
                 return super().visit_var_binding_(binding)
-            conv = original[conv_var]
-            bias, _, relu_var = groups[conv_var]
+            conv, bias, _, relu_var = groups[conv_var]
             out = cutlass_call(self.builder_, conv, self.visit_expr(conv.args[0]),
                                self.visit_expr(conv.args[1]), self.visit_expr(bias),
                                relu=relu_var is not None)

@@ -128,7 +128,7 @@ def test_biases_and_relus_go_into_the_epilogue_only_where_nothing_else_reads_the
     onnx_model, imported, _ = import_graph(src, config)
     mod = bind_batch(imported.mod, onnx_model, 2)
     groups = cutlass_conv.epilogues(mod["main"])
-    assert sorted(relu is not None for _, _, relu in groups.values()) == [False, True]
+    assert sorted(relu is not None for *_, relu in groups.values()) == [False, True]
     offloaded, n = cutlass_conv.offload(mod, 132)
     assert (n, cutlass_conv.count_fused(offloaded)) == (4, 2)
     # and it computes what onnxruntime does, with the reference functions
