@@ -29,6 +29,17 @@ def _conv(name, x, cin, cout, kernel, rng, inits, nodes, **attrs):
     return name
 
 
+def _save(path, name, nodes, inits, x_shape, y_shape):
+    """A graph from x (N, *x_shape) to y (N, *y_shape), checked and saved at `path`."""
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", *x_shape])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", *y_shape])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+    return path
+
+
 def conv_mix_model(path):
     """Convolutions of every shape the offload must get right, and three it must leave to TVM:
     strided with asymmetric padding, dilated, 1x1, a 5x3 window, a concat between convs; a
@@ -46,14 +57,7 @@ def conv_mix_model(path):
     e = _conv("c5", "cat", 20, 6, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])  # TVM: 6 out
     f = _conv("c6", "cat", 20, 8, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1], group=2)  # TVM
     nodes.append(helper.make_node("Concat", [e, f], ["y"], axis=1))
-    graph = helper.make_graph(
-        nodes, "conv_mix",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 13, 11])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 14, 6, 5])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, path)
-    return path
+    return _save(path, "conv_mix", nodes, inits, [3, 13, 11], [14, 6, 5])
 
 
 def run_offloaded_on_cpu(onnx_path, x, tmp_path, precision="fp32"):
@@ -112,14 +116,7 @@ def epilogue_model(path):
     d = _conv("c4", "c", 8, 8, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])
     nodes.append(helper.make_node("Relu", [d], ["dr"]))
     nodes.append(helper.make_node("Add", ["dr", d], ["y"]))
-    graph = helper.make_graph(
-        nodes, "epilogues",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 6, 5])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, path)
-    return path
+    return _save(path, "epilogues", nodes, inits, [4, 6, 5], [8, 6, 5])
 
 
 def test_biases_and_relus_go_into_the_epilogue_only_where_nothing_else_reads_the_conv(tmp_path):
