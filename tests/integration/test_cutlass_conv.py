@@ -217,20 +217,19 @@ def test_the_function_checks_its_arguments(tmp_path):
 
 
 def test_bad_combinations_are_refused_with_a_hint(cli, zoo_onnx, tmp_path):
-    with pytest.raises(UsageError, match="CUDA bundles"):
-        CompileConfig(conv_algo="cutlass")
-    with pytest.raises(UsageError, match="not fp16"):
-        CompileConfig(target="cuda", conv_algo="cutlass", precision="fp16")
-    with pytest.raises(UsageError, match="sm_80 or newer"):
-        CompileConfig(target="cuda", conv_algo="cutlass", arch="sm_75")
+    cuda = {"target": "cuda"}
     # --precision tf32 means CUTLASS's convolutions: CUDA, sm_80+, no other algorithm
-    assert CompileConfig(target="cuda", precision="tf32").conv_algo == "cutlass"
-    with pytest.raises(UsageError, match="tf32 applies to CUDA bundles"):
-        CompileConfig(precision="tf32")
-    with pytest.raises(UsageError, match="--precision tf32 needs sm_80 or newer"):
-        CompileConfig(target="cuda", precision="tf32", arch="sm_75")
-    with pytest.raises(UsageError, match="not winograd2"):
-        CompileConfig(target="cuda", precision="tf32", conv_algo="winograd2")
+    for fields, match in [({"conv_algo": "cutlass"}, "CUDA bundles"),
+                          ({**cuda, "conv_algo": "cutlass", "precision": "fp16"}, "not fp16"),
+                          ({**cuda, "conv_algo": "cutlass", "arch": "sm_75"}, "sm_80 or newer"),
+                          ({"precision": "tf32"}, "tf32 applies to CUDA bundles"),
+                          ({**cuda, "precision": "tf32", "arch": "sm_75"},
+                           "--precision tf32 needs sm_80 or newer"),
+                          ({**cuda, "precision": "tf32", "conv_algo": "winograd2"},
+                           "not winograd2")]:
+        with pytest.raises(UsageError, match=match):
+            CompileConfig(**fields)
+    assert CompileConfig(**cuda, precision="tf32").conv_algo == "cutlass"
     r = cli("compile", zoo_onnx("small_cnn"), "-o", tmp_path / "x", "--conv-algo", "cutlass")
     assert r.code == 2 and "--target cuda" in r.err and not (tmp_path / "x").exists()
     r = cli("compile", zoo_onnx("small_cnn"), "-o", tmp_path / "x", "--precision", "tf32")
