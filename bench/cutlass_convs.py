@@ -59,7 +59,8 @@ def stage(out: Path, models: list[str], batch_sizes: list[int], arch: str) -> No
                         and isinstance(expr.args[0], relax.ExternFunc)
                         and str(expr.args[0].global_symbol) in cutlass_conv.SYMBOLS):
                     return
-                # (x, w, params) or, with the epilogue, (x, w, bias, params): timed without it
+                # (x, w, params) or, with the epilogue, (x, w, bias[, residual], params): timed
+                # without it
                 x, w, *_, params = expr.args[1]
                 shape = ([int(d) for d in x.ty.shape], [int(d) for d in w.ty.shape],
                          [int(d) for d in expr.ty.fields[0].shape],

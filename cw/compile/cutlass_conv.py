@@ -16,8 +16,9 @@ CUTLASS itself:
   semaphores that the static memory plan holds, so nothing is allocated per inference. A bias
   added to the convolution's output alone (a conv's own, or BatchNorm's shift once folded),
   and a ReLU right after it, go into CUTLASS's epilogue (`cw_cutlass_conv2d_bias_v1`): one pass
-  over the output less, one kernel less. Anything else after it (a residual add) stays one TVM
-  elementwise kernel.
+  over the output less, one kernel less. So does a residual added after the bias, and the ReLU
+  after that (`cw_cutlass_conv2d_residual_v1`): a residual block's ending, which otherwise is one
+  more TVM elementwise kernel reading two tensors.
 - The kernels (3xTF32: fp32 accuracy from three TF32 tensor-core products, fp32 sums; or, for
   `--precision tf32`, one TF32 product: 10-bit mantissas, fp32 sums) are compiled by nvcc once
   per source, math, arch and toolkit into an object file cached under cw's cache directory, and
@@ -32,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from cw.compile.shapes import static_shape
@@ -43,7 +45,11 @@ SYMBOL_TF32 = "cw_cutlass_conv2d_tf32_v1"  # one TF32 product (--precision tf32)
 # the same with a per-channel bias, and ReLU if asked, in the epilogue
 SYMBOL_BIAS = "cw_cutlass_conv2d_bias_v1"
 SYMBOL_BIAS_TF32 = "cw_cutlass_conv2d_bias_tf32_v1"
-SYMBOLS = (SYMBOL, SYMBOL_TF32, SYMBOL_BIAS, SYMBOL_BIAS_TF32)
+# ... and a residual (a tensor shaped like the output) added before the ReLU
+SYMBOL_RESIDUAL = "cw_cutlass_conv2d_residual_v1"
+SYMBOL_RESIDUAL_TF32 = "cw_cutlass_conv2d_residual_tf32_v1"
+SYMBOLS = (SYMBOL, SYMBOL_TF32, SYMBOL_BIAS, SYMBOL_BIAS_TF32, SYMBOL_RESIDUAL,
+           SYMBOL_RESIDUAL_TF32)
 SOURCE = Path(__file__).with_name("cutlass_conv2d.cu")
 # (output pixels, output channels) per thread block, in the order of the .cu's `run` switch
 TILES = ((128, 128), (128, 64), (64, 64))
@@ -140,12 +146,26 @@ def _channel_bias(expr, channels: int) -> bool:
             and shape in ([channels], [1, 1, 1, channels]))
 
 
+@dataclass(frozen=True)
+class Fused:
+    """A convolution and what CUTLASS's epilogue computes after it in the same kernel:
+    relu?(conv + bias [+ residual])."""
+    conv: object              # the relax.nn.conv2d call
+    bias: object              # one value per output channel
+    residual: object | None   # a tensor shaped like the output, added after the bias
+    relu: bool
+    absorbed: tuple           # the vars of the bindings the fused call replaces, in order
+    # (the last keeps its name and place for its users: the fused call is emitted there)
+
+
 def epilogues(func) -> dict:
-    """{convolution's var: (its call, bias, var of the add, var of the ReLU or None)} for each
-    offloadable convolution whose output goes to one add of a per-channel bias and nowhere
-    else, then (optionally) to one ReLU and nowhere else: what CUTLASS's epilogue computes in
-    the same kernel. Found on the whole function first, since the rewrite must know at the
-    convolution whether to emit it."""
+    """{convolution's var: Fused} for each offloadable convolution whose output goes to one add
+    of a per-channel bias and nowhere else; then, each step optionally and only where the step
+    before has no other user, to one add of a tensor shaped like the output (a residual) and to
+    one ReLU. A binding goes into one group at most: where a residual add sums two biased
+    convolutions (a downsampling block), the first one's group takes the add, with the second's
+    output as its residual. Found on the whole function first, since the rewrite must know at
+    the convolution whether to emit it."""
     from tvm import relax
 
     bindings, users = {}, {}
@@ -158,44 +178,68 @@ def epilogues(func) -> dict:
     for var in relax.analysis.free_vars(func.body.body):
         users.setdefault(var, []).append(None)  # the function's result: never absorbed
 
-    groups = {}
+    def only_user(var, op):
+        """The binding that alone reads `var`, if it is a call of `op`."""
+        after = users.get(var, [])
+        if len(after) == 1 and after[0] is not None and _op(bindings[after[0]]) == op:
+            return after[0]
+        return None
+
+    groups, claimed = {}, set()
     for add_var, value in bindings.items():
-        if _op(value) != "relax.add":
+        if _op(value) != "relax.add" or add_var in claimed:
             continue
         for conv_var, bias in (tuple(value.args), tuple(reversed(value.args))):
             conv = bindings.get(conv_var)
             if (conv is None or not offloadable(conv) or users.get(conv_var) != [add_var]
                     or static_shape(value.ty.shape) != static_shape(conv.ty.shape)):
                 continue
-            if not _channel_bias(bias, static_shape(conv.ty.shape)[3]):
+            shape = static_shape(conv.ty.shape)
+            if not _channel_bias(bias, shape[3]):
                 continue
-            after = users.get(add_var, [])
-            relu = after[0] if (len(after) == 1 and after[0] is not None
-                                and _op(bindings[after[0]]) == "relax.nn.relu") else None
-            groups[conv_var] = (conv, bias, add_var, relu)
+            absorbed, residual = [add_var], None
+            second = only_user(add_var, "relax.add")
+            if second is not None and second not in claimed:
+                other = [a for a in bindings[second].args if not a.same_as(add_var)]
+                if (len(other) == 1 and _full_tensor(other[0], shape)
+                        and static_shape(bindings[second].ty.shape) == shape):
+                    residual = other[0]
+                    absorbed.append(second)
+            relu = only_user(absorbed[-1], "relax.nn.relu")
+            if relu is not None and relu not in claimed:
+                absorbed.append(relu)
+            claimed.update(absorbed)
+            groups[conv_var] = Fused(conv, bias, residual, _op(bindings[absorbed[-1]])
+                                     == "relax.nn.relu", tuple(absorbed))
             break
     return groups
 
 
+def _full_tensor(expr, shape: list[int]) -> bool:
+    """A float32 tensor of exactly `shape` (no broadcasting)."""
+    ty = getattr(expr, "ty", None)
+    return (ty is not None and getattr(ty, "dtype", "") == "float32"
+            and static_shape(getattr(ty, "shape", None)) == shape)
+
+
 def offload(mod, sms: int, tf32: bool = False):
     """Every offloadable convolution of `main` as a call of a CUTLASS function (the TF32 ones
-    with `tf32`), with its bias and ReLU where `epilogues` finds them; returns (module,
-    convolutions offloaded). After bind_batch: the plan depends on the batch."""
+    with `tf32`), with its bias, residual and ReLU where `epilogues` finds them; returns
+    (module, convolutions offloaded). After bind_batch: the plan depends on the batch."""
     tvm = load_tvm()
     from tvm import relax
 
     count = 0
     groups = epilogues(mod["main"])
-    absorbed = set(groups)  # bindings the fused call replaces
-    fused_at = {}           # the binding a fused call takes the place of -> its convolution
-    for conv_var, (_, _, add_var, relu_var) in groups.items():
-        if relu_var is not None:
-            absorbed.add(add_var)
-        fused_at[relu_var if relu_var is not None else add_var] = conv_var
+    absorbed = set(groups)  # bindings the fused calls replace
+    fused_at = {}           # the binding a fused call takes the place of -> its group
+    for group in groups.values():
+        absorbed.update(group.absorbed[:-1])
+        fused_at[group.absorbed[-1]] = group
 
-    def cutlass_call(builder, conv, x, w, bias=None, relu=False):
-        """Emit the CUTLASS call for `conv` (its arguments already rewritten: x, w, bias) and
-        return its output."""
+    def cutlass_call(builder, conv, x, w, bias=None, residual=None, relu=False):
+        """Emit the CUTLASS call for `conv` (its arguments already rewritten: x, w, bias,
+        residual) and return its output."""
         nonlocal count
         count += 1
         attrs = conv.attrs
@@ -210,8 +254,12 @@ def offload(mod, sms: int, tf32: bool = False):
         workspace = relax.TensorType([workspace_ints(pixels, k, tile, split)], "int32")
         if bias is None:
             symbol, args = (SYMBOL_TF32 if tf32 else SYMBOL), [x, w]
-        else:
+        elif residual is None:
             symbol, args = (SYMBOL_BIAS_TF32 if tf32 else SYMBOL_BIAS), [x, w, bias]
+            params.append(int(relu))
+        else:
+            symbol = SYMBOL_RESIDUAL_TF32 if tf32 else SYMBOL_RESIDUAL
+            args = [x, w, bias, residual]
             params.append(int(relu))
         both = builder.emit(relax.call_dps_packed(symbol, [*args, relax.ShapeExpr(params)],
                                                   out_ty=[out, workspace]))
@@ -222,13 +270,14 @@ def offload(mod, sms: int, tf32: bool = False):
         def visit_var_binding_(self, binding):
             if binding.var in absorbed:
                 return  # computed inside the fused call emitted at its last binding
-            conv_var = fused_at.get(binding.var)
-            if conv_var is None:
+            group = fused_at.get(binding.var)
+            if group is None:
                 return super().visit_var_binding_(binding)
-            conv, bias, _, relu_var = groups[conv_var]
+            conv = group.conv
+            residual = None if group.residual is None else self.visit_expr(group.residual)
             out = cutlass_call(self.builder_, conv, self.visit_expr(conv.args[0]),
-                               self.visit_expr(conv.args[1]), self.visit_expr(bias),
-                               relu=relu_var is not None)
+                               self.visit_expr(conv.args[1]), self.visit_expr(group.bias),
+                               residual, group.relu)
             # the original var keeps its place (and DataflowVar or not) for its users
             self.builder_.emit_normalized(
                 relax.VarBinding(binding.var, self.builder_.normalize(out)))
@@ -250,8 +299,13 @@ def offload(mod, sms: int, tf32: bool = False):
 
 
 def count_fused(mod) -> int:
-    """Calls of the CUTLASS functions with a bias in `main` (ReLU or not)."""
-    return _count_calls(mod, (SYMBOL_BIAS, SYMBOL_BIAS_TF32))
+    """Calls of the CUTLASS functions with a bias in `main` (residual or ReLU or not)."""
+    return _count_calls(mod, SYMBOLS[2:])
+
+
+def count_residual(mod) -> int:
+    """Calls of the CUTLASS functions that also add a residual in `main`."""
+    return _count_calls(mod, (SYMBOL_RESIDUAL, SYMBOL_RESIDUAL_TF32))
 
 
 def _count_calls(mod, symbols) -> int:

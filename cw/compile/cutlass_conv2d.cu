@@ -13,15 +13,22 @@
 // as a C operand whose strides are all 0; with serial split-K the first slice adds it and only
 // the last applies ReLU (LinearCombinationRelu's set_k_partition).
 //
+// `cw_cutlass_conv2d_residual_v1(x, w, bias, residual, params, y, workspace)` adds a residual
+// too: y = conv + bias + residual (residual NPQK like y), then ReLU when params[8] is 1: a
+// residual network's block ending, CUTLASS's LinearCombinationResidualBlock on the
+// with-broadcast kernel. The residual is the C operand and the bias the broadcast vector; with
+// serial split-K the first slice adds the residual, later slices read the partial sum from y,
+// and only the last adds the bias and applies ReLU (ImplicitGemmConvolutionWithFusedEpilogue).
+//
 // Products are 3xTF32 (CUTLASS's OpMultiplyAddFastF32): each fp32 operand is split into a
 // TF32 high part and a TF32 remainder, and three tensor-core products recover fp32 accuracy,
 // with fp32 accumulation. Built with -DCW_CONV_TF32 the object exports
-// `cw_cutlass_conv2d_tf32_v1` and `cw_cutlass_conv2d_bias_tf32_v1` instead (same arguments):
+// `cw_cutlass_conv2d_tf32_v1`, `..._bias_tf32_v1` and `..._residual_tf32_v1` instead (same arguments):
 // one TF32 product per fp32 product (operands rounded to 10 bits of mantissa, fp32 sums), for
 // `cw compile --precision tf32`.
 //
 // Built with -DCW_CONV_REFERENCE (by g++, no CUDA), the same checks and ABI run plain loops on
-// the host, and all four functions are exported; the TF32 ones round their operands as the
+// the host, and all six functions are exported; the TF32 ones round their operands as the
 // tensor cores do. The tests use it to check the graph rewrite, the calling convention and TF32's
 // accuracy on a CPU.
 
@@ -44,9 +51,13 @@
 // order matters: the device adapter uses helpers the kernel headers declare
 #include "cutlass/cutlass.h"
 #include "cutlass/conv/kernel/default_conv2d_fprop.h"
+#include "cutlass/conv/kernel/default_conv2d_fprop_with_broadcast.h"
 #include "cutlass/conv/device/implicit_gemm_convolution.h"
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/epilogue/thread/linear_combination_relu.h"
+#include "cutlass/epilogue/thread/linear_combination_residual_block.h"
+#include "cutlass/epilogue/thread/activation.h"
+#include "cutlass/functional.h"
 #endif
 
 namespace {
@@ -61,11 +72,16 @@ struct Problem {
   int pad_h, pad_w, stride_h, stride_w, dil_h, dil_w;
   int config, split_k;
   const float* bias = nullptr;  // one per output channel, or none
+  const float* residual = nullptr;  // shaped like y, or none
   bool relu = false;
 };
 
 // what follows the products in the same kernel
-enum class Epilogue { kNone, kBias, kBiasRelu };
+enum class Epilogue { kNone, kBias, kBiasRelu, kResidual, kResidualRelu };
+
+constexpr bool has_residual(Epilogue e) {
+  return e == Epilogue::kResidual || e == Epilogue::kResidualRelu;
+}
 
 void check_tensor(const TensorView& t, const char* name, int dtype_code) {
   if (t.ndim() != 4 && !(dtype_code == kDLInt && t.ndim() == 1)) {
@@ -86,7 +102,7 @@ void check_tensor(const TensorView& t, const char* name, int dtype_code) {
 
 Problem read_problem(const TensorView& x, const TensorView& w, const Shape& params,
                      const TensorView& y, const TensorView& workspace,
-                     const TensorView* bias = nullptr) {
+                     const TensorView* bias = nullptr, const TensorView* residual = nullptr) {
   check_tensor(x, "x", kDLFloat);
   check_tensor(w, "w", kDLFloat);
   check_tensor(y, "y", kDLFloat);
@@ -141,6 +157,19 @@ Problem read_problem(const TensorView& x, const TensorView& w, const Shape& para
     pb.bias = static_cast<const float*>(b.data_ptr());
     pb.relu = params[8] != 0;
   }
+  if (residual) {
+    const TensorView& r = *residual;
+    check_tensor(r, "residual", kDLFloat);
+    for (int i = 0; i < 4; ++i) {
+      if (r.size(i) != y.size(i)) {
+        TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: residual (" << r.size(0) << ", "
+                                  << r.size(1) << ", " << r.size(2) << ", " << r.size(3)
+                                  << ") is not shaped like y (" << y.size(0) << ", "
+                                  << y.size(1) << ", " << y.size(2) << ", " << y.size(3) << ")";
+      }
+    }
+    pb.residual = static_cast<const float*>(r.data_ptr());
+  }
   return pb;
 }
 
@@ -189,25 +218,47 @@ void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView
               for (int c = 0; c < pb.c; ++c) sum += xp[c] * wp[c];
             }
           }
+          const int64_t out = ((static_cast<int64_t>(n) * pb.p + p) * pb.q + q) * pb.k + k;
           if (pb.bias) sum += pb.bias[k];
+          if (pb.residual) sum += pb.residual[out];
           if (pb.relu && sum < 0.f) sum = 0.f;
-          yd[((static_cast<int64_t>(n) * pb.p + p) * pb.q + q) * pb.k + k] = sum;
+          yd[out] = sum;
         }
 }
 
 #else
 
+// the arguments both kernel generators take: the plain one and the one with a broadcast vector
+// (for the residual epilogue), which builds the plain one's mainloop and replaces its epilogue
+#define CW_FPROP_ARGUMENTS                                                                     \
+  float, cutlass::layout::TensorNHWC, float, cutlass::layout::TensorNHWC, float,               \
+      cutlass::layout::TensorNHWC, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80, \
+      cutlass::gemm::GemmShape<TM, TN, TK>, cutlass::gemm::GemmShape<WM, WN, TK>,              \
+      cutlass::gemm::GemmShape<16, 8, 8>, EpilogueOp,                                          \
+      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, Stages, MathOp,            \
+      cutlass::conv::IteratorAlgorithm::kOptimized, cutlass::conv::StrideSupport::kStrided,    \
+      kAlignment, kAlignment
+
+template <bool kResidual, typename MathOp, typename EpilogueOp, int TM, int TN, int TK, int WM,
+          int WN, int Stages>
+struct FpropKernel {
+  using type = typename cutlass::conv::kernel::DefaultConv2dFprop<CW_FPROP_ARGUMENTS>::Kernel;
+};
+
 template <typename MathOp, typename EpilogueOp, int TM, int TN, int TK, int WM, int WN,
           int Stages>
+struct FpropKernel<true, MathOp, EpilogueOp, TM, TN, TK, WM, WN, Stages> {
+  using type =
+      typename cutlass::conv::kernel::DefaultConv2dFpropWithBroadcast<CW_FPROP_ARGUMENTS>::Kernel;
+};
+
+#undef CW_FPROP_ARGUMENTS
+
+template <bool kResidual, typename MathOp, typename EpilogueOp, int TM, int TN, int TK, int WM,
+          int WN, int Stages>
 struct TileConfig {
-  using Kernel = typename cutlass::conv::kernel::DefaultConv2dFprop<
-      float, cutlass::layout::TensorNHWC, float, cutlass::layout::TensorNHWC, float,
-      cutlass::layout::TensorNHWC, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
-      cutlass::gemm::GemmShape<TM, TN, TK>, cutlass::gemm::GemmShape<WM, WN, TK>,
-      cutlass::gemm::GemmShape<16, 8, 8>,
-      EpilogueOp, cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, Stages,
-      MathOp, cutlass::conv::IteratorAlgorithm::kOptimized,
-      cutlass::conv::StrideSupport::kStrided, kAlignment, kAlignment>::Kernel;
+  using Kernel =
+      typename FpropKernel<kResidual, MathOp, EpilogueOp, TM, TN, TK, WM, WN, Stages>::type;
   using Op = cutlass::conv::device::ImplicitGemmConvolution<Kernel>;
 };
 
@@ -221,25 +272,34 @@ void check_status(cutlass::Status status, const char* what, const Problem& pb) {
   }
 }
 
-template <typename Op>
+template <typename Op, bool kResidual>
 void launch(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView workspace) {
   using cutlass::layout::TensorNHWC;
   cutlass::conv::Conv2dProblemSize problem(
       pb.n, pb.h, pb.w, pb.c, pb.k, pb.r, pb.s, pb.p, pb.q, pb.pad_h, pb.pad_w, pb.stride_h,
       pb.stride_w, pb.dil_h, pb.dil_w, cutlass::conv::Mode::kCrossCorrelation, pb.split_k);
-  auto ref = [](const TensorView& t) {
+  auto ref = [](const TensorView& t, const float* data = nullptr) {
     return cutlass::TensorRef<float, TensorNHWC>(
-        static_cast<float*>(t.data_ptr()),
+        const_cast<float*>(data ? data : static_cast<const float*>(t.data_ptr())),
         TensorNHWC::packed({static_cast<int>(t.size(0)), static_cast<int>(t.size(1)),
                             static_cast<int>(t.size(2)), static_cast<int>(t.size(3))}));
   };
-  // without a bias, beta = 0: y is only written; with one, C is the bias broadcast over every
-  // pixel (all strides 0) and added unscaled. With serial split-K the later slices add to y.
-  auto source = pb.bias ? cutlass::TensorRef<float, TensorNHWC>(const_cast<float*>(pb.bias),
-                                                                 TensorNHWC::Stride(0))
-                        : ref(y);
-  typename Op::Arguments args(problem, ref(x), ref(w), source, ref(y), {1.0f, 0.0f},
-                              cutlass::conv::SplitKMode::kSerial);
+  typename Op::Arguments args;
+  if constexpr (kResidual) {
+    // C is the residual (shaped like y, checked), added with beta = 1; the bias is the vector
+    // broadcast over the rows (ldr 0: the same for every tile of pixels)
+    args = typename Op::Arguments(problem, ref(x), ref(w), ref(y, pb.residual), ref(y),
+                                  {1.0f, 1.0f}, cutlass::conv::SplitKMode::kSerial,
+                                  const_cast<float*>(pb.bias), nullptr, 0, pb.k);
+  } else {
+    // without a bias, beta = 0: y is only written; with one, C is the bias broadcast over every
+    // pixel (all strides 0) and added unscaled. With serial split-K the later slices add to y.
+    auto source = pb.bias ? cutlass::TensorRef<float, TensorNHWC>(const_cast<float*>(pb.bias),
+                                                                   TensorNHWC::Stride(0))
+                          : ref(y);
+    args = typename Op::Arguments(problem, ref(x), ref(w), source, ref(y), {1.0f, 0.0f},
+                                  cutlass::conv::SplitKMode::kSerial);
+  }
   Op op;
   check_status(op.can_implement(args), "can_implement", pb);
   size_t need = Op::get_workspace_size(args);
@@ -268,16 +328,30 @@ void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView
       float, kAlignment, float, float, cutlass::epilogue::thread::ScaleType::NoBetaScaling>;
   using BiasRelu = cutlass::epilogue::thread::LinearCombinationRelu<
       float, kAlignment, float, float, cutlass::epilogue::thread::ScaleType::NoBetaScaling>;
+  // relu(conv + bias + residual): the activation inside is the identity (CUTLASS's serial
+  // split-K needs that), the sum with the residual is `plus`, the ReLU comes last
+  using ResidualPlain = cutlass::epilogue::thread::LinearCombinationResidualBlock<
+      float, float, float, float, kAlignment, cutlass::epilogue::thread::Identity, cutlass::plus,
+      cutlass::epilogue::thread::Identity>;
+  using ResidualRelu = cutlass::epilogue::thread::LinearCombinationResidualBlock<
+      float, float, float, float, kAlignment, cutlass::epilogue::thread::Identity, cutlass::plus,
+      cutlass::epilogue::thread::ReLu>;
+  using Residual = typename std::conditional<kEpilogue == Epilogue::kResidualRelu, ResidualRelu,
+                                             ResidualPlain>::type;
   using EpilogueOp = typename std::conditional<
-      kEpilogue == Epilogue::kNone, Plain,
-      typename std::conditional<kEpilogue == Epilogue::kBias, Bias, BiasRelu>::type>::type;
-  using Tile0 = TileConfig<MathOp, EpilogueOp, 128, 128, 16, 64, 32, 3>;
-  using Tile1 = TileConfig<MathOp, EpilogueOp, 128, 64, 16, 64, 32, 3>;
-  using Tile2 = TileConfig<MathOp, EpilogueOp, 64, 64, 16, 32, 32, 4>;
+      has_residual(kEpilogue), Residual,
+      typename std::conditional<
+          kEpilogue == Epilogue::kNone, Plain,
+          typename std::conditional<kEpilogue == Epilogue::kBias, Bias, BiasRelu>::type>::type>::
+      type;
+  constexpr bool kResidual = has_residual(kEpilogue);
+  using Tile0 = TileConfig<kResidual, MathOp, EpilogueOp, 128, 128, 16, 64, 32, 3>;
+  using Tile1 = TileConfig<kResidual, MathOp, EpilogueOp, 128, 64, 16, 64, 32, 3>;
+  using Tile2 = TileConfig<kResidual, MathOp, EpilogueOp, 64, 64, 16, 32, 32, 4>;
   switch (pb.config) {
-    case 0: return launch<typename Tile0::Op>(pb, x, w, y, workspace);
-    case 1: return launch<typename Tile1::Op>(pb, x, w, y, workspace);
-    case 2: return launch<typename Tile2::Op>(pb, x, w, y, workspace);
+    case 0: return launch<typename Tile0::Op, kResidual>(pb, x, w, y, workspace);
+    case 1: return launch<typename Tile1::Op, kResidual>(pb, x, w, y, workspace);
+    case 2: return launch<typename Tile2::Op, kResidual>(pb, x, w, y, workspace);
     default:
       TVM_FFI_THROW(ValueError) << "cw_cutlass_conv2d: unknown tile config " << pb.config;
   }
@@ -302,14 +376,27 @@ void conv2d_bias(TensorView x, TensorView w, TensorView bias, Shape params, Tens
   }
 }
 
+template <bool kTf32>
+void conv2d_residual(TensorView x, TensorView w, TensorView bias, TensorView residual,
+                     Shape params, TensorView y, TensorView workspace) {
+  Problem pb = read_problem(x, w, params, y, workspace, &bias, &residual);
+  if (pb.relu) {
+    run<kTf32, Epilogue::kResidualRelu>(pb, x, w, y, workspace);
+  } else {
+    run<kTf32, Epilogue::kResidual>(pb, x, w, y, workspace);
+  }
+}
+
 }  // namespace
 
 // one math per CUDA object, so that a bundle links only the kernels it calls
 #if defined(CW_CONV_REFERENCE) || !defined(CW_CONV_TF32)
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_v1, conv2d<false>);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_bias_v1, conv2d_bias<false>);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_residual_v1, conv2d_residual<false>);
 #endif
 #if defined(CW_CONV_REFERENCE) || defined(CW_CONV_TF32)
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_tf32_v1, conv2d<true>);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_bias_tf32_v1, conv2d_bias<true>);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(cw_cutlass_conv2d_residual_tf32_v1, conv2d_residual<true>);
 #endif

@@ -175,8 +175,10 @@ def test_cutlass_convs_on_gpu_match_onnxruntime(cuda_bundle, zoo_onnx, name, sha
     onnxruntime does in fp32: small_cnn's second conv (its first, on 3 channels, stays TVM's),
     and late_cnn's two at 7x7, which run split-K 16 at batch 1 (serial split-K: the workspace's
     semaphores) and with another tile at batch 4 (3, padded). All three take their bias in the
-    epilogue, small_cnn's and one of late_cnn's their ReLU too, which split-K must apply in the
-    last slice only. Twice, so that the split-K semaphores are seen to be reset between runs."""
+    epilogue, small_cnn's and late_cnn's first their ReLU too, which split-K must apply in the
+    last slice only; late_cnn's second takes the residual add and the ReLU after it (the
+    with-broadcast kernel: the first slice adds the residual, the last the bias and ReLU).
+    Twice, so that the split-K semaphores are seen to be reset between runs."""
     from cw.engine import run_bundle
 
     bundle = cuda_bundle(name, precision="cutlass")

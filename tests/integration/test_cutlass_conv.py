@@ -61,7 +61,8 @@ def conv_mix_model(path):
 
 
 def run_offloaded_on_cpu(onnx_path, x, tmp_path, precision="fp32"):
-    """(output, (convolutions offloaded, of them with a fused bias), notes): the graph `cw
+    """(output, (convolutions offloaded, of them with a fused bias, of those with a fused
+    residual), notes): the graph `cw
     compile --target cuda --conv-algo cutlass` (or `--precision tf32`) builds, compiled for the
     CPU and linked with the reference functions."""
     tvm = load_tvm()
@@ -73,7 +74,8 @@ def run_offloaded_on_cpu(onnx_path, x, tmp_path, precision="fp32"):
     onnx_model, imported, _ = import_graph(onnx_path, config)
     mod = bind_batch(imported.mod, onnx_model, batch)
     target = targets.tvm_target("cpu", targets.GENERIC_CPU)
-    fused = cutlass_conv.count_fused(cutlass_conv.offload(mod, 132)[0])
+    offloaded = cutlass_conv.offload(mod, 132)[0]
+    fused = cutlass_conv.count_fused(offloaded), cutlass_conv.count_residual(offloaded)
     lowered, _, scheduled, _ = compiler._lower(mod, target, cutlass=True,
                                                tf32=precision == "tf32")
     library = tmp_path / f"{onnx_path.stem}-{precision}-b{batch}.so"
@@ -81,15 +83,15 @@ def run_offloaded_on_cpu(onnx_path, x, tmp_path, precision="fp32"):
         str(library), addons=[str(cutlass_conv.build_reference_object())])
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
     args = [tvm.runtime.tensor(x)] + [tvm.runtime.tensor(w) for w in imported.weights]
-    return vm["main"](*args).numpy(), (scheduled[3], fused), onnx_model.notes
+    return vm["main"](*args).numpy(), (scheduled[3], *fused), onnx_model.notes
 
 
 def test_offloaded_convolutions_compute_what_onnxruntime_does(tmp_path):
     src = conv_mix_model(tmp_path / "conv_mix.onnx")
     x = np.random.default_rng(1).standard_normal((2, 3, 13, 11)).astype(np.float32)
     y, offloaded, notes = run_offloaded_on_cpu(src, x, tmp_path)
-    # every one with its bias in the epilogue; c1 with its ReLU too (c2's Add is a residual)
-    assert offloaded == (4, 4)
+    # every one with its bias in the epilogue; c1 with its ReLU too, c2 with the residual
+    assert offloaded == (4, 4, 1)
     assert any("cutlass: 4 convolutions" in n and "3 left to TVM" in n for n in notes), notes
     assert max_relative_error(y, onnx_reference(src, [x])[0]) < 1e-5
 
@@ -98,7 +100,9 @@ def epilogue_model(path):
     """Convolutions whose epilogue CUTLASS may or may not take: c1 (bias, ReLU: both), c2 (no
     bias, then a residual add: nothing), c3 (a bias added by hand, but the conv's own output is
     also used elsewhere: nothing), c4 (a bias, then ReLU, whose input is also used elsewhere:
-    the bias alone)."""
+    the bias alone), c5 (bias, residual, ReLU: all three), c6 (bias, then a residual added on
+    the left, whose sum is also used elsewhere: bias and residual), c7 (bias, then a residual,
+    but the biased output is also used elsewhere: the bias alone)."""
     rng = np.random.default_rng(3)
     inits, nodes = [], []
     a = _conv("c1", "x", 4, 8, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])
@@ -115,24 +119,38 @@ def epilogue_model(path):
     nodes.append(helper.make_node("Mul", ["c3", "c3b"], ["c"]))
     d = _conv("c4", "c", 8, 8, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])
     nodes.append(helper.make_node("Relu", [d], ["dr"]))
-    nodes.append(helper.make_node("Add", ["dr", d], ["y"]))
+    nodes.append(helper.make_node("Add", ["dr", d], ["y4"]))
+    e = _conv("c5", "y4", 8, 8, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])
+    nodes.append(helper.make_node("Add", [e, "y4"], ["e"]))
+    nodes.append(helper.make_node("Relu", ["e"], ["er"]))
+    f = _conv("c6", "er", 8, 8, (1, 1), rng, inits, nodes)
+    nodes.append(helper.make_node("Add", ["er", f], ["f"]))
+    nodes.append(helper.make_node("Relu", ["f"], ["fr"]))
+    nodes.append(helper.make_node("Add", ["fr", "f"], ["g"]))
+    h = _conv("c7", "g", 8, 8, (1, 1), rng, inits, nodes)
+    nodes.append(helper.make_node("Add", [h, "g"], ["h"]))
+    nodes.append(helper.make_node("Mul", [h, "h"], ["y"]))
     return _save(path, "epilogues", nodes, inits, [4, 6, 5], [8, 6, 5])
 
 
-def test_biases_and_relus_go_into_the_epilogue_only_where_nothing_else_reads_the_conv(tmp_path):
+def test_epilogues_take_what_nothing_else_reads_bias_residual_relu(tmp_path):
     src = epilogue_model(tmp_path / "epilogues.onnx")
     config = CompileConfig(target="cuda", conv_algo="cutlass", batch_sizes=(2,))
     onnx_model, imported, _ = import_graph(src, config)
     mod = bind_batch(imported.mod, onnx_model, 2)
     groups = cutlass_conv.epilogues(mod["main"])
-    assert sorted(relu is not None for *_, relu in groups.values()) == [False, True]
+    # (residual?, relu?, bindings absorbed) of c1, c4, c5, c6, c7
+    taken = sorted((g.residual is not None, g.relu, len(g.absorbed)) for g in groups.values())
+    assert taken == [(False, False, 1), (False, False, 1), (False, True, 2), (True, False, 2),
+                     (True, True, 3)]
     offloaded, n = cutlass_conv.offload(mod, 132)
-    assert (n, cutlass_conv.count_fused(offloaded)) == (4, 2)
+    assert (n, cutlass_conv.count_fused(offloaded), cutlass_conv.count_residual(offloaded)) == \
+        (7, 5, 2)
     # and it computes what onnxruntime does, with the reference functions
     x = np.random.default_rng(4).standard_normal((2, 4, 6, 5)).astype(np.float32)
     for precision, bound in (("fp32", 1e-5), ("tf32", verify_tolerance("tf32"))):
         y, counts, _ = run_offloaded_on_cpu(src, x, tmp_path, precision)
-        assert counts == (4, 2)
+        assert counts == (7, 5, 2)
         assert max_relative_error(y, onnx_reference(src, [x])[0]) < bound, precision
 
 
@@ -141,13 +159,15 @@ def test_offloaded_resnet18_computes_what_onnxruntime_does(zoo_onnx, tmp_path):
     x = np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype(np.float32)
     ref = onnx_reference(src, [x])[0]
     y, offloaded, _ = run_offloaded_on_cpu(src, x, tmp_path)
-    assert offloaded == (19, 19)  # all but the stem's 3-channel conv, each with its bias
+    # all but the stem's 3-channel conv, each with its bias; each of the 8 blocks' last (or,
+    # where it downsamples, the first of the two summed) with the residual and the ReLU
+    assert offloaded == (19, 19, 8)
     fp32_error = max_relative_error(y, ref)
     assert fp32_error < 1e-5
     # --precision tf32: the same convolutions with operands rounded as the tensor cores round
     # them; within the reduced-precision tolerance, and really rounded (far from fp32's error)
     y32, offloaded, notes = run_offloaded_on_cpu(src, x, tmp_path, precision="tf32")
-    assert offloaded == (19, 19) and any("precision tf32" in n for n in notes), notes
+    assert offloaded == (19, 19, 8) and any("precision tf32" in n for n in notes), notes
     assert any("19 convolutions as CUTLASS implicit GEMMs (TF32 tensor-core" in n
                for n in notes), notes
     tf32_error = max_relative_error(y32, ref)
@@ -214,6 +234,10 @@ def test_the_function_checks_its_arguments(tmp_path):
         biased(ok[0], ok[1], tensor((8,)), relu, ok[3], ok[4])
     with pytest.raises(Exception, match="expected 9 parameters"):
         biased(ok[0], ok[1], tensor((4,)), params, ok[3], ok[4])
+    residual = tvm.runtime.load_module(str(lib))[cutlass_conv.SYMBOL_RESIDUAL]
+    residual(ok[0], ok[1], tensor((4,)), tensor((1, 5, 5, 4)), relu, ok[3], ok[4])
+    with pytest.raises(Exception, match=r"residual \(1, 5, 4, 4\) is not shaped like y"):
+        residual(ok[0], ok[1], tensor((4,)), tensor((1, 5, 4, 4)), relu, ok[3], ok[4])
 
 
 def test_bad_combinations_are_refused_with_a_hint(cli, zoo_onnx, tmp_path):
@@ -268,7 +292,8 @@ def test_cuda_bundle_links_the_cutlass_kernels(zoo_onnx, tmp_path):
         check_device_binary(tmp_path / "cutlass" / k.kernel_file, "late_cnn")
         linked, plain = dynamic("cutlass", k.kernel_file), dynamic("direct", k.kernel_file)
         assert "libcudart.so.13" in linked  # TVM's CUDA runtime has it loaded
-        assert f"__tvm_ffi_{cutlass_conv.SYMBOL}" in linked
+        for symbol in cutlass_conv.SYMBOLS[::2]:  # the 3xTF32 object: plain, bias, residual
+            assert f"__tvm_ffi_{symbol}" in linked
         # both convs are CUTLASS's: no TVM conv kernel is left (the direct bundle has them)
         names = linked
         for symbol in cutlass_conv.SYMBOLS:
