@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -354,17 +355,42 @@ def _include_dirs() -> list[str]:
     return [str(cutlass), ffi_info.find_include_path(), ffi_info.find_dlpack_include_path()]
 
 
-def _cached(key: str, suffix: str, build) -> Path:
-    out = cache_dir() / "cutlass" / f"{SYMBOL}-{key}{suffix}"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+STALE_DAYS = 14  # a cached object of a kind unused this long, once another replaced it, goes
+
+
+def _cached(kind: str, key: str, suffix: str, build) -> Path:
+    """The object `build` writes, cached as SYMBOL-KIND-KEY.SUFFIX (KIND: arch and math; KEY:
+    a hash of everything that goes into it). Each use marks it used; a build removes the
+    objects of the same kind that nothing used for STALE_DAYS (older sources or toolkits),
+    so that the cache does not grow with every cw release, while two cw versions used side by
+    side keep theirs."""
+    folder = cache_dir() / "cutlass"
+    out = folder / f"{SYMBOL}-{kind}-{key}{suffix}"
+    if out.exists():
         try:
-            build(tmp)
-            os.replace(tmp, out)  # another process may have built the same; either is whole
-        finally:
-            tmp.unlink(missing_ok=True)
+            os.utime(out)
+        except OSError:
+            pass  # a read-only cache still serves
+        return out
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    try:
+        build(tmp)
+        os.replace(tmp, out)  # another process may have built the same; either is whole
+    finally:
+        tmp.unlink(missing_ok=True)
+    _prune(folder, f"{SYMBOL}-{kind}-", suffix, keep=out)
     return out
+
+
+def _prune(folder: Path, prefix: str, suffix: str, keep: Path) -> None:
+    cutoff = time.time() - STALE_DAYS * 86400
+    for old in folder.glob(f"{prefix}*{suffix}"):
+        try:
+            if old != keep and old.name.endswith(suffix) and old.stat().st_mtime < cutoff:
+                old.unlink()
+        except OSError:
+            pass  # another process pruned it, or it is not ours to remove
 
 
 def _run(cmd: list[str], what: str) -> None:
@@ -393,7 +419,7 @@ def build_object(arch: str, tf32: bool = False) -> Path:
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256("\0".join([SOURCE.read_text(), arch, version, *flags, *includes])
                          .encode()).hexdigest()[:16]
-    return _cached(key, ".o", lambda tmp: _run(
+    return _cached(f"{arch}-{'tf32' if tf32 else '3xtf32'}", key, ".o", lambda tmp: _run(
         [nvcc, *flags, *[f"-I{d}" for d in includes], "-c", str(SOURCE), "-o", str(tmp)],
         "compiling the CUTLASS convolutions (nvcc)"))
 
@@ -406,7 +432,7 @@ def build_reference_object() -> Path:
     flags = ["-std=c++17", "-O2", "-fPIC", "-DCW_CONV_REFERENCE"]
     key = hashlib.sha256("\0".join([SOURCE.read_text(), "reference", *flags, *includes])
                          .encode()).hexdigest()[:16]
-    return _cached(key, ".ref.o", lambda tmp: _run(
+    return _cached("reference", key, ".ref.o", lambda tmp: _run(
         ["g++", *flags, *[f"-I{d}" for d in includes], "-x", "c++", "-c", str(SOURCE), "-o",
          str(tmp)], "compiling the reference convolution (g++)"))
 
