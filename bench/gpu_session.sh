@@ -4,7 +4,7 @@
 # call, 64 MiB carried per call, and a machine that stays warm (its /tmp with it) ~30 s between
 # calls; its image has no TVM compiler, so everything is compiled here first.
 #
-#   bash bench/gpu_session.sh stage    # build machine, ~10 min: .device/ (runtime-only TVM and
+#   bash bench/gpu_session.sh stage    # build machine, ~35 min: .device/ (runtime-only TVM and
 #                                      # wheels, ../shared/device/prepare.sh) and .gpucheck/
 # Then three device calls, back to back, each with carry [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and
@@ -92,31 +92,45 @@ stage)
   PY=${PYTHON:-.venv/bin/python}
   PYTHON=$PY bash ../shared/device/prepare.sh
   rm -rf .gpucheck.tmp && mkdir -p .gpucheck.tmp
-  $PY bench/gpu_stage.py --out .gpucheck.tmp/tests --tests
-  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --models resnet18 --precision fp16 \
-    --batch-sizes 1,4,16
-  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet50 --precision fp16 \
-    --batch-sizes 1,4,16
-  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18 --batch-sizes 1,4,16
-  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet50 --batch-sizes 1,2,4,8,16
-  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow densenet121 --batch-sizes 1,4,16
-  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
-    --batch-sizes 1,4,16 --conv-split off
-  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
-    --batch-sizes 1,4,16 --conv-algo winograd2
-  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50 \
-    --batch-sizes 1,4,16 --conv-algo winograd4 --page-size 64MiB
-  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
-    --batch-sizes 1,4,16 --conv-algo cutlass
-  $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50,densenet121 \
-    --batch-sizes 1,4,16 --precision tf32
-  $PY bench/cutlass_convs.py stage .gpucheck.tmp/cutlass --models resnet18,resnet50 \
-    --batch-sizes 1,4,16
-  if [ -f cw/tuning/cuda-sm_90/database_tuning_record.json ]; then
-    # the A/B for the committed records: NAME-untuned beside NAME (which applies them)
-    $PY bench/gpu_stage.py --out .gpucheck.tmp/kernels --hollow resnet18,resnet50 \
-      --batch-sizes 1,4,16 --untuned
-  fi
+  # two lanes, one per core (each TVM compile keeps one busy): ~half the wall time. Each writes
+  # its own bundles; a lane's failure fails the stage after both have ended.
+  K=.gpucheck.tmp/kernels
+  (
+    set -e
+    $PY bench/gpu_stage.py --out .gpucheck.tmp/tests --tests
+    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
+      --conv-algo cutlass
+    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
+      --precision tf32
+    $PY bench/cutlass_convs.py stage .gpucheck.tmp/cutlass --models resnet18,resnet50 \
+      --batch-sizes 1,4,16
+    $PY bench/gpu_stage.py --out $K --models resnet18 --precision fp16 --batch-sizes 1,4,16
+    $PY bench/gpu_stage.py --out $K --hollow resnet50 --precision fp16 --batch-sizes 1,4,16
+    $PY bench/gpu_stage.py --out $K --hollow resnet18 --batch-sizes 1,4,16
+    $PY bench/gpu_stage.py --out $K --hollow resnet50 --batch-sizes 1,2,4,8,16
+  ) > .gpucheck.tmp/lane-a.log 2>&1 &
+  lane_a=$!
+  (
+    set -e
+    $PY bench/gpu_stage.py --out $K --hollow densenet121 --batch-sizes 1,4,16
+    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
+      --conv-split off
+    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
+      --conv-algo winograd2
+    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50 --batch-sizes 1,4,16 \
+      --conv-algo winograd4 --page-size 64MiB
+    if [ -f cw/tuning/cuda-sm_90/database_tuning_record.json ]; then
+      # the A/B for the committed records: NAME-untuned beside NAME (which applies them)
+      $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50 --batch-sizes 1,4,16 --untuned
+    fi
+  ) > .gpucheck.tmp/lane-b.log 2>&1 &
+  lane_b=$!
+  failed=0
+  wait $lane_a || { echo "stage lane A failed: .gpucheck.tmp/lane-a.log" >&2; failed=1; }
+  wait $lane_b || { echo "stage lane B failed: .gpucheck.tmp/lane-b.log" >&2; failed=1; }
+  tail -n 3 .gpucheck.tmp/lane-a.log .gpucheck.tmp/lane-b.log
+  [ "$failed" = 0 ] || exit 1
+  rm -f .gpucheck.tmp/lane-a.log .gpucheck.tmp/lane-b.log
   bash "$0" pack
   ;;
 pack)  # the end of stage: compress the benchmark bundles, check the size, put them in place
