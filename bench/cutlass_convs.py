@@ -30,7 +30,7 @@ SPLITS = (1, 2, 4, 8, 16)
 
 def stage(out: Path, models: list[str], batch_sizes: list[int], arch: str) -> None:
     import model_zoo
-    from cw.compile import cutlass_conv, cuda_conv
+    from cw.compile import cuda_conv, cutlass_build, cutlass_conv
     from cw.compile.compiler import CompileConfig, bind_batch, import_graph
     from cw.tvm_env import load_tvm
 
@@ -38,10 +38,10 @@ def stage(out: Path, models: list[str], batch_sizes: list[int], arch: str) -> No
     from tvm import relax
 
     out.mkdir(parents=True, exist_ok=True)
-    obj = cutlass_conv.build_object(arch)
-    tf32 = cutlass_conv.build_object(arch, tf32=True)
+    obj = cutlass_build.build_object(arch)
+    tf32 = cutlass_build.build_object(arch, tf32=True)
     subprocess.run(["g++", "-shared", "-o", str(out / LIBRARY), tf32,
-                    *cutlass_conv.link_inputs(obj)], check=True)
+                    *cutlass_build.link_inputs(obj)], check=True)
     sms = cuda_conv.sm_count(arch)
     convs, seen = [], set()
     onnx_dir = Path(tempfile.mkdtemp(prefix="cw-cutlass-convs-"))  # not in `out`: it travels

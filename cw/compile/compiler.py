@@ -14,8 +14,8 @@ import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
                        check_model_name, model_name_from,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
-from cw.compile import (cpu_conv, cuda_conv, cutlass_conv, fast_tvmscript, frontend, normalize,
-                        paging, rebatch, targets, tuning)
+from cw.compile import (cpu_conv, cuda_conv, cutlass_build, cutlass_conv, fast_tvmscript,
+                        frontend, normalize, paging, rebatch, targets, tuning)
 from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
                                  check_device_binary)
 from cw.compile.memory import memory_plan
@@ -399,7 +399,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         cutlass, tf32 = config.conv_algo == "cutlass", config.precision == "tf32"
         if cutlass:
             progress("stage", {"text": "compiling the CUTLASS convolutions (nvcc, cached)"})
-            cutlass_inputs = cutlass_conv.link_inputs(cutlass_conv.build_object(arch, tf32))
+            cutlass_inputs = cutlass_build.link_inputs(cutlass_build.build_object(arch, tf32))
         for batch in batch_sizes:
             progress("batch_start", {"batch_size": batch, "total": len(batch_sizes)})
             start = time.perf_counter()

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from cw.compile import compiler, cutlass_conv, targets
+from cw.compile import compiler, cutlass_build, cutlass_conv, targets
 from cw.compile.compiler import CompileConfig, bind_batch, compile_model, import_graph
 from cw.compile.libcheck import check_device_binary
 from cw.errors import UsageError
@@ -80,7 +80,7 @@ def run_offloaded_on_cpu(onnx_path, x, tmp_path, precision="fp32"):
                                                tf32=precision == "tf32")
     library = tmp_path / f"{onnx_path.stem}-{precision}-b{batch}.so"
     tvm.compile(lowered, target=target, relax_pipeline=None).export_library(
-        str(library), addons=[str(cutlass_conv.build_reference_object())])
+        str(library), addons=[str(cutlass_build.build_reference_object())])
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
     args = [tvm.runtime.tensor(x)] + [tvm.runtime.tensor(w) for w in imported.weights]
     return vm["main"](*args).numpy(), (scheduled[3], *fused), onnx_model.notes
@@ -179,7 +179,7 @@ def test_the_tf32_function_rounds_operands_to_ten_bits_of_mantissa(tmp_path):
     even; the 3xTF32 one keeps fp32."""
     tvm = load_tvm()
     lib = tmp_path / "ref.so"
-    subprocess.run(["g++", "-shared", "-o", str(lib), str(cutlass_conv.build_reference_object())],
+    subprocess.run(["g++", "-shared", "-o", str(lib), str(cutlass_build.build_reference_object())],
                    check=True)
     module = tvm.runtime.load_module(str(lib))
     ulp = 2.0 ** -10  # TF32's, at 1.0
@@ -207,7 +207,7 @@ def test_the_function_checks_its_arguments(tmp_path):
     """The checks shared by the CUDA and the reference build: one clear error, not a crash."""
     tvm = load_tvm()
     lib = tmp_path / "ref.so"
-    subprocess.run(["g++", "-shared", "-o", str(lib), str(cutlass_conv.build_reference_object())],
+    subprocess.run(["g++", "-shared", "-o", str(lib), str(cutlass_build.build_reference_object())],
                    check=True)
     conv = tvm.runtime.load_module(str(lib))[cutlass_conv.SYMBOL]
 
