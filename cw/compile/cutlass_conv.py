@@ -5,8 +5,10 @@ leaves the tensor cores idle; PyTorch's cuDNN was 1.6-2.5x faster (docs/benchmar
 apache-tvm wheel ships CUTLASS's headers but not TVM's CUTLASS code generator, so cw calls
 CUTLASS itself:
 
-- At import (frontend.import_model, before weight-only math is lifted), each eligible
-  convolution is converted to NHWC activations and OHWI (KRSC) filters with TVM's ConvertLayout,
+- At import (frontend.import_model, before weight-only math is lifted), a convolution on 3
+  channels (a network's first) gets a zero fourth channel in its input and filter
+  (`pad_channels`), then each eligible convolution is converted to NHWC activations and OHWI
+  (KRSC) filters with TVM's ConvertLayout,
   which carries the layout through the elementwise operators, pooling and concatenations between
   convolutions and transposes only where an operator needs NCHW. The filters' relayout is lifted
   with the rest, so bundles store OHWI filters.
@@ -61,8 +63,8 @@ def _fp32(call) -> bool:
 
 def conv_layout(call) -> dict[str, list[str]]:
     """ConvertLayout callback: NHWC / OHWI for a convolution CUTLASS takes (plain, fp32, 2-D,
-    static channels that are multiples of 4: a network's first conv on RGB input is not),
-    nothing for the rest."""
+    static channels that are multiples of 4: a network's first conv on RGB input is, once
+    `pad_channels` has padded it), nothing for the rest."""
     if getattr(call.op, "name", "") != "relax.nn.conv2d":
         return {}
     attrs = call.attrs
@@ -75,6 +77,52 @@ def conv_layout(call) -> dict[str, list[str]]:
     if weight[0] % ALIGNMENT or weight[1] % ALIGNMENT:
         return {}
     return {"relax.nn.conv2d": ["NHWC", "OHWI"]}
+
+
+def _paddable(call) -> bool:
+    """A convolution CUTLASS would take but for input channels that are not a multiple of
+    ALIGNMENT: a network's first, on RGB."""
+    if getattr(call.op, "name", "") != "relax.nn.conv2d":
+        return False
+    attrs = call.attrs
+    if (attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW"
+            or attrs.out_layout not in ("", "NCHW") or not _fp32(call)):
+        return False
+    weight = static_shape(call.args[1].ty.shape)
+    return (weight is not None and len(weight) == 4 and weight[0] % ALIGNMENT == 0
+            and weight[1] % ALIGNMENT != 0)
+
+
+def pad_channels(mod):
+    """Zero input channels appended to both the input and the filter of each `_paddable`
+    convolution, up to a multiple of ALIGNMENT, so that CUTLASS takes it too (same result: the
+    added products are 0). Before the layout conversion and the lifting: the filter's padding
+    is lifted, so the bundle stores the padded filter. Returns (module, convolutions padded)."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    count = 0
+
+    @relax.expr_functor.mutator
+    class Padder(relax.PyExprMutator):
+        def visit_call_(self, call):
+            nonlocal count
+            call = self.visit_expr_post_order(call)
+            if not _paddable(call):
+                return call
+            count += 1
+            width = [0, 0, 0, -static_shape(call.args[1].ty.shape)[1] % ALIGNMENT, 0, 0, 0, 0]
+            x = self.builder_.emit(relax.op.nn.pad(call.args[0], width))
+            w = self.builder_.emit(relax.op.nn.pad(call.args[1], width))
+            return relax.Call(call.op, [x, w], call.attrs)
+
+    padder = Padder(mod)
+    main_gv = mod.get_global_var("main")
+    new_main = padder.visit_expr(mod["main"])
+    if not count:
+        return mod, 0
+    padder.builder_.update_func(main_gv, new_main)
+    return tvm.IRModule(dict(padder.builder_.get().functions), attrs=mod.attrs), count
 
 
 def plan(pixels: int, out_channels: int, reduction: int, sms: int) -> tuple[int, int]:

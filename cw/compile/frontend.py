@@ -290,19 +290,22 @@ def _cutlass_layouts(mod, onnx_model: OnnxModel, tf32: bool):
     from cw.compile import cutlass_conv
 
     try:
-        converted = relax.transform.ConvertLayout({}, layout_cb=cutlass_conv.conv_layout)(mod)
+        padded, widened = cutlass_conv.pad_channels(mod)
+        converted = relax.transform.ConvertLayout({}, layout_cb=cutlass_conv.conv_layout)(padded)
     except Exception as e:  # TVM's layout inference fails on some operators after a conv
         first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
         onnx_model.notes.append("cutlass: no convolution given to CUTLASS: TVM's layout "
                                 f"conversion to NHWC failed ({first[:120]})")
         return mod
     taken, left = cutlass_conv.count_layouts(converted)
-    left_note = (f"; {left} left to TVM (grouped, or channels not a multiple of "
+    left_note = (f"; {left} left to TVM (grouped, or output channels not a multiple of "
                  f"{cutlass_conv.ALIGNMENT})" if left else "")
     onnx_model.notes.append(
         f"cutlass: {taken} convolution{'s' if taken != 1 else ''} as CUTLASS implicit GEMMs "
         + ("(TF32 tensor-core products, NHWC)" if tf32 else
-           "(3xTF32 tensor-core products, fp32 accuracy, NHWC)") + left_note)
+           "(3xTF32 tensor-core products, fp32 accuracy, NHWC)")
+        + (f", {widened} of them with zero input channels added up to a multiple of "
+           f"{cutlass_conv.ALIGNMENT}" if widened else "") + left_note)
     return converted
 
 

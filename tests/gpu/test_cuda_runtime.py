@@ -166,15 +166,15 @@ def test_winograd_convs_on_gpu_match_onnxruntime(cuda_bundle, zoo_onnx, algo, ba
     assert result.relative_error < 1e-4 and result.outputs[0].shape == (batch, 10)
 
 
-@pytest.mark.parametrize("name,shape,taken", [("small_cnn", (3, 32, 32), 1),
+@pytest.mark.parametrize("name,shape,taken", [("small_cnn", (3, 32, 32), 2),
                                               ("late_cnn", (64, 7, 7), 2)])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_cutlass_convs_on_gpu_match_onnxruntime(cuda_bundle, zoo_onnx, name, shape, taken,
                                                 batch):
     """Convolutions as CUTLASS 3xTF32 implicit GEMMs (cw/compile/cutlass_conv.py) compute what
-    onnxruntime does in fp32: small_cnn's second conv (its first, on 3 channels, stays TVM's),
-    and late_cnn's two at 7x7, which run split-K 16 at batch 1 (serial split-K: the workspace's
-    semaphores) and with another tile at batch 4 (3, padded). All three take their bias in the
+    onnxruntime does in fp32: small_cnn's two (its first on 3 channels padded to 4), and
+    late_cnn's two at 7x7, which run split-K 16 at batch 1 (serial split-K: the workspace's
+    semaphores) and with another tile at batch 4 (3, padded). All four take their bias in the
     epilogue, small_cnn's and late_cnn's first their ReLU too, which split-K must apply in the
     last slice only; late_cnn's second takes the residual add and the ReLU after it (the
     with-broadcast kernel: the first slice adds the residual, the last the bias and ReLU).
@@ -238,7 +238,7 @@ def test_reduced_precision_bundle_on_gpu_is_accurate_and_predictable(cli, cuda_b
     """--precision fp16 / tf32 on the GPU: within 1e-2 of onnxruntime's fp32 (`cw run --verify`
     holds them to it), really computed in that precision (not fp32's outputs), and EXEC as
     steady as fp32's (p99.99/p50 ≤ 1.01, issue 7's bar, or no worse than fp32's on this tiny
-    model whose kernels take microseconds). tf32: small_cnn's second conv on CUTLASS's TF32
+    model whose kernels take microseconds). tf32: small_cnn's two convs on CUTLASS's TF32
     kernels."""
     bundles = {p: cuda_bundle("small_cnn", precision=p) for p in ("fp32", precision)}
     assert open_bundle(bundles[precision]).manifest.target.precision == precision
