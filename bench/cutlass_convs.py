@@ -1,14 +1,18 @@
 """Every convolution `--conv-algo cutlass` gives CUTLASS, alone: each tile shape and split-K
 count against cuDNN (PyTorch, fp32, TF32 off) on the same GPU, checked against it, and the tile
-`cutlass_conv.plan` chose against the fastest; and the plan's tile with one TF32 product
-(`--precision tf32`) against cuDNN with TF32 on. What `bench/kernels.py` cannot say: which
-convolutions win or lose, and whether the plan picks well.
+`cutlass_conv.plan` guessed against the fastest; the same with one TF32 product (`--precision
+tf32`) against cuDNN with TF32 on. What `bench/kernels.py` cannot say: which convolutions win or
+lose, and whether the guess picks well. With --plans, every time goes to a file that `ingest`
+turns into measured plans `cw compile` applies (cw/compile/cutlass_plans.py).
 
 Build machine (compiles the kernels into a library, lists the models' convolutions):
     python bench/cutlass_convs.py stage DIR [--models resnet18,resnet50,densenet121]
         [--batch-sizes 1,4,16]
 GPU machine (runtime-only TVM and PyTorch):
-    python bench/cutlass_convs.py run DIR [--runs 20]
+    python bench/cutlass_convs.py run DIR [--runs 20] [--plans OUT/cutlass-times.json]
+Build machine again (the fastest tile per convolution and math, merged into the plan file):
+    python bench/cutlass_convs.py ingest OUT/cutlass-times.json \
+        [--into cw/tuning/cuda-sm_90/cutlass.json]
 """
 
 from __future__ import annotations
@@ -90,9 +94,13 @@ def stage(out: Path, models: list[str], batch_sizes: list[int], arch: str) -> No
           f"(tvm {tvm.__version__})")
 
 
-def run(stage_dir: Path, runs: int) -> None:
+def run(stage_dir: Path, runs: int, plans_out: Path | None = None) -> None:
+    import datetime
+
     import numpy as np
     import torch
+
+    from cw.compile import cutlass_plans
 
     from cw.tvm_env import load_tvm
 
@@ -120,16 +128,19 @@ def run(stage_dir: Path, runs: int) -> None:
             times.append(start.elapsed_time(end) / back_to_back)
         return float(np.median(times))
 
+    measured = {"arch": spec["arch"], "device": torch.cuda.get_device_name(),
+                "date": datetime.date.today().isoformat(), "runs": runs, "convs": []}
     print(f"device: {torch.cuda.get_device_name()}; GPU time per call, median of {runs} groups "
           "of 10 back-to-back calls; "
-          "cuDNN fp32 with TF32 off; err = max |cw - cuDNN| / max |cuDNN|; TF32: the plan's "
-          "tile with one TF32 product against cuDNN with TF32 on, err against fp32 cuDNN")
+          "cuDNN fp32 with TF32 off; err = max |cw - cuDNN| / max |cuDNN|; TF32: every tile "
+          "with one TF32 product against cuDNN with TF32 on, err against fp32 cuDNN")
     header = ["model", "batch", "x (NHWC)", "w (KRSC)", "stride", "cuDNN ms", "plan",
               "plan ms", "plan / cuDNN", "best", "best ms", "max err", "TF32 cuDNN ms",
-              "TF32 plan ms", "TF32 plan / cuDNN", "TF32 err"]
+              "TF32 plan ms", "TF32 best", "TF32 best ms", "TF32 best / cuDNN", "TF32 err"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    totals = {"cudnn": 0.0, "plan": 0.0, "best": 0.0, "cudnn_tf32": 0.0, "plan_tf32": 0.0}
+    totals = {"cudnn": 0.0, "plan": 0.0, "best": 0.0, "cudnn_tf32": 0.0, "plan_tf32": 0.0,
+              "best_tf32": 0.0}
     for c in spec["convs"]:
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(c["x"], device="cuda", generator=gen)
@@ -147,7 +158,7 @@ def run(stage_dir: Path, runs: int) -> None:
 
         ref = cudnn().permute(0, 2, 3, 1)
         t_cudnn = timed(cudnn)
-        results = {}
+        results, results_tf32 = {}, {}
         for tile in range(len(tiles)):
             for split in SPLITS:
                 tm, tn = tiles[tile]
@@ -156,31 +167,25 @@ def run(stage_dir: Path, runs: int) -> None:
                 params = tvm.runtime.ShapeTuple([tile, split, top, left, sh, sw, dh, dw])
                 args = [tvm.runtime.from_dlpack(t) for t in (x, w)] + [params] + \
                     [tvm.runtime.from_dlpack(t) for t in (y, ws)]
-                try:
-                    y.zero_()
-                    conv(*args)
-                    torch.cuda.synchronize()
-                    err = float((y - ref).abs().max() / ref.abs().max())
-                    results[(tile, split)] = (timed(lambda: conv(*args)), err)
-                except Exception as e:  # CUTLASS refuses some splits: say which, go on
-                    results[(tile, split)] = (float("inf"), str(e).splitlines()[-1][:60])
+                for fn, into in ((conv, results), (conv_tf32, results_tf32)):
+                    try:
+                        y.zero_()
+                        fn(*args)
+                        torch.cuda.synchronize()
+                        err = float((y - ref).abs().max() / ref.abs().max())
+                        into[(tile, split)] = (timed(lambda: fn(*args)), err)
+                    except Exception as e:  # CUTLASS refuses some splits: say which, go on
+                        into[(tile, split)] = (float("inf"), str(e).splitlines()[-1][:60])
         plan_ms, plan_err = results[(plan_tile, plan_split)]
-        tile_m, tile_n = tiles[plan_tile]
-        blocks = -(-c["y"][0] * c["y"][1] * c["y"][2] // tile_m) * -(-c["y"][3] // tile_n)
-        ws = torch.zeros(blocks if plan_split > 1 else 1, dtype=torch.int32, device="cuda")
-        args = [tvm.runtime.from_dlpack(t) for t in (x, w)] + \
-            [tvm.runtime.ShapeTuple(c["params"])] + [tvm.runtime.from_dlpack(t) for t in (y, ws)]
-        y.zero_()
-        conv_tf32(*args)
-        torch.cuda.synchronize()
-        tf32_err = float((y - ref).abs().max() / ref.abs().max())
-        tf32_ms = timed(lambda: conv_tf32(*args))
+        tf32_ms, tf32_err = results_tf32[(plan_tile, plan_split)]
         torch.backends.cudnn.allow_tf32 = True  # read when cuDNN picks its algorithm
         cudnn_tf32_ms = timed(cudnn)
         torch.backends.cudnn.allow_tf32 = False
+        best = min(results, key=lambda k: results[k][0])
+        best_tf32 = min(results_tf32, key=lambda k: results_tf32[k][0])
         totals["cudnn_tf32"] += cudnn_tf32_ms
         totals["plan_tf32"] += tf32_ms
-        best = min(results, key=lambda k: results[k][0])
+        totals["best_tf32"] += results_tf32[best_tf32][0]
         worst_err = max((e for _, e in results.values() if isinstance(e, float)), default=-1)
         totals["cudnn"] += t_cudnn
         totals["plan"] += plan_ms
@@ -192,31 +197,70 @@ def run(stage_dir: Path, runs: int) -> None:
         print(f"| {c['model']} | {c['batch']} | {c['x']} | {c['w']} | {sh} | {t_cudnn:.3f} | "
               f"{label((plan_tile, plan_split))} | {plan_ms:.3f} | ×{plan_ms / t_cudnn:.2f} | "
               f"{label(best)} | {results[best][0]:.3f} | {worst_err:.1e} | "
-              f"{cudnn_tf32_ms:.3f} | {tf32_ms:.3f} | ×{tf32_ms / cudnn_tf32_ms:.2f} | "
-              f"{tf32_err:.1e} |", flush=True)
+              f"{cudnn_tf32_ms:.3f} | {tf32_ms:.3f} | {label(best_tf32)} | "
+              f"{results_tf32[best_tf32][0]:.3f} | "
+              f"×{results_tf32[best_tf32][0] / cudnn_tf32_ms:.2f} | "
+              f"{f'{tf32_err:.1e}' if isinstance(tf32_err, float) else tf32_err} |", flush=True)
         if not isinstance(plan_err, float) or plan_err > 1e-4:
             print(f"  !! the plan's choice failed or is inaccurate: {plan_err}", flush=True)
+        if plans_out is not None:
+            def times(found):
+                return {f"{t}/{s}": (ms if np.isfinite(ms) else None)
+                        for (t, s), (ms, _) in found.items()}
+
+            measured["convs"].append({
+                "model": c["model"], "batch": c["batch"], "x": c["x"], "w": c["w"],
+                "y": c["y"], "pad": [top, left], "stride": [sh, sw], "dilation": [dh, dw],
+                "plan": [plan_tile, plan_split], "cudnn_ms": t_cudnn,
+                "cudnn_tf32_ms": cudnn_tf32_ms,
+                "times": {"3xtf32": times(results), "tf32": times(results_tf32)}})
+            # after every convolution: a call cut short by its time limit keeps what it measured
+            cutlass_plans.write(plans_out, measured)
     print(f"sum over distinct convolutions: cuDNN {totals['cudnn']:.2f} ms, plan "
           f"{totals['plan']:.2f} ms (×{totals['plan'] / totals['cudnn']:.2f}), best tile per "
           f"conv {totals['best']:.2f} ms (×{totals['best'] / totals['cudnn']:.2f}); TF32: "
           f"cuDNN {totals['cudnn_tf32']:.2f} ms, plan {totals['plan_tf32']:.2f} ms "
-          f"(×{totals['plan_tf32'] / totals['cudnn_tf32']:.2f})")
+          f"(×{totals['plan_tf32'] / totals['cudnn_tf32']:.2f}), best "
+          f"{totals['best_tf32']:.2f} ms (×{totals['best_tf32'] / totals['cudnn_tf32']:.2f})")
+
+
+def ingest(measured_file: Path, into: Path) -> None:
+    """The fastest tile per convolution and math from `run --plans`, merged into the plan
+    file `cw compile` reads (cw/compile/cutlass_plans.py)."""
+    from cw.compile import cutlass_plans
+
+    measured = json.loads(measured_file.read_text())
+    existing = cutlass_plans.read(into) if into.exists() else None
+    doc = cutlass_plans.ingest(measured, existing)
+    cutlass_plans.write(into, doc)
+    changed = [e for e in doc["plans"] if e["guess"] != [e["tile"], e["split"]]]
+    saved = sum(e["guess_ms"] - e["ms"] for e in changed if e["guess_ms"])
+    print(f"{into}: {len(doc['plans'])} plans ({doc['device']}, {doc['measured']}); "
+          f"{len(changed)} differ from the guess, {saved:.3f} ms faster in all")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("stage", "run"))
-    ap.add_argument("dir")
+    ap.add_argument("mode", choices=("stage", "run", "ingest"))
+    ap.add_argument("dir", help="stage/run: the staged directory; ingest: run's --plans file")
     ap.add_argument("--models", default="resnet18,resnet50,densenet121")
     ap.add_argument("--batch-sizes", default="1,4,16")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--plans", type=Path, help="run: write every time here, for ingest")
+    ap.add_argument("--into", type=Path, help="ingest: the plan file to merge into "
+                    "(default cw/tuning/cuda-ARCH/cutlass.json)")
     args = ap.parse_args()
     if args.mode == "stage":
         stage(Path(args.dir), args.models.split(","),
               [int(b) for b in args.batch_sizes.split(",")], args.arch)
+    elif args.mode == "run":
+        run(Path(args.dir), args.runs, args.plans)
     else:
-        run(Path(args.dir), args.runs)
+        from cw.compile import cutlass_plans, tuning
+
+        into = args.into or tuning.committed_dir(f"cuda-{args.arch}") / cutlass_plans.FILE
+        ingest(Path(args.dir), into)
 
 
 if __name__ == "__main__":

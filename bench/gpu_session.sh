@@ -13,10 +13,16 @@
 #                                        # also with clockwork:ahead=2ms) and the Azure
 #                                        # trace against the TVM-CUDA worker (#5, #6)
 #   3. bash bench/gpu_session.sh kernels # bench/cutlass_convs.py (each CUTLASS conv and tile
-#                                        # vs cuDNN, and TF32), then bench/kernels.py: fp32 and
+#                                        # vs cuDNN, in both maths; every time in
+#                                        # $OUT/cutlass-times.json), then bench/kernels.py: fp32 and
 #                                        # fp16 vs PyTorch, CUTLASS convs (fp32-cutlass, tf32
 #                                        # against cuDNN's TF32), split-K
 #                                        # convs against none, Winograd against direct (#7)
+# Measured CUTLASS tiles (issue 7), after `kernels`: here, `python bench/cutlass_convs.py ingest
+# FILES_AT/cutlass-times.json` (writes cw/tuning/cuda-sm_90/cutlass.json: commit it) and `bash
+# bench/gpu_session.sh stage-cutlass` (~3 min: the CUTLASS bundles again, with those plans);
+# then a device call, carry [".device", ".gpucheck"]: `bash bench/gpu_session.sh
+# kernels-measured` ($OUT/kernels-measured.txt: fp32-cutlass and tf32 against PyTorch again).
 # Tuning (issue 7), without the TVM compiler on the device: candidates are compiled here into a
 # kit, the device only checks and times them (cw tune-stage / tune-measure / tune-ingest):
 #   bash bench/gpu_session.sh stage-tune [MODELS] [BATCH_SIZES] [BUDGET]  # here: .gputune/kit,
@@ -166,15 +172,40 @@ live)
   ;;
 kernels)
   device_setup
-  # each CUTLASS conv alone, every tile and split against cuDNN: whether cutlass_conv.plan
-  # picks well (a few thousand calls of 10-100 us)
-  step 90 "cutlass convs" python3 bench/cutlass_convs.py run .gpucheck/cutlass --runs 10 2>&1 \
-    | tee "$OUT/cutlass-convs.txt"
-  step 450 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
+  # each CUTLASS conv alone, every tile and split in both maths against cuDNN: whether
+  # cutlass_conv.plan guesses well (~10,000 calls of 10-100 us); every time goes to
+  # cutlass-times.json (rewritten after each conv) for `cutlass_convs.py ingest`
+  step 150 "cutlass convs" python3 bench/cutlass_convs.py run .gpucheck/cutlass --runs 5 \
+    --plans "$OUT/cutlass-times.json" 2>&1 | tee "$OUT/cutlass-convs.txt"
+  step 420 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
     --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
     --precision fp32,fp32-cutlass,tf32,fp32-nosplit,fp32-untuned,fp32-winograd2,fp16,fp32-winograd4 \
     --rounds 3 \
     --runs 20 2>&1 | tee "$OUT/kernels.txt"
+  ;;
+stage-cutlass)  # build machine, after `kernels` and `cutlass_convs.py ingest FILE`: the
+  # CUTLASS bundles again, now with the measured plans of cw/tuning/cuda-sm_90/cutlass.json
+  PY=${PYTHON:-.venv/bin/python}
+  rm -rf .gpucheck/measured && mkdir -p .gpucheck/measured
+  $PY bench/gpu_stage.py --out .gpucheck/measured/kernels --hollow resnet18,resnet50,densenet121 \
+    --batch-sizes 1,4,16 --conv-algo cutlass
+  $PY bench/gpu_stage.py --out .gpucheck/measured/kernels --hollow resnet18,resnet50,densenet121 \
+    --batch-sizes 1,4,16 --precision tf32
+  XZ_OPT=-T0 tar -C .gpucheck/measured -cJf .gpucheck/measured.tar.xz kernels
+  rm -rf .gpucheck/measured
+  total=$(( $(du -sb .device .gpucheck | awk '{s += $1} END {print s}') \
+            + $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) ))
+  echo "a call carries $(( total >> 20 )) MiB of 64 (.device, .gpucheck and the tracked files)"
+  if [ "$total" -gt $(( 62 << 20 )) ]; then echo "too much to carry" >&2; exit 1; fi
+  ;;
+kernels-measured)  # device, after stage-cutlass: the CUTLASS bundles with measured plans
+  device_setup
+  rm -rf "$W/measured" && mkdir -p "$W/measured"
+  tar -C "$W/measured" -xJf .gpucheck/measured.tar.xz
+  for d in "$W"/measured/kernels/*/; do python3 bench/gpu_stage.py --refill "$d"; done
+  step 400 "kernels, measured plans" python3 bench/kernels.py --device cuda \
+    --bundles "$W/measured/kernels" --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
+    --precision fp32-cutlass,tf32 --rounds 3 --runs 20 2>&1 | tee "$OUT/kernels-measured.txt"
   ;;
 stage-tune)  # build machine: compile candidates for the kernels with the fewest records
   PY=${PYTHON:-.venv/bin/python}

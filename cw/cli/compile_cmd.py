@@ -29,8 +29,10 @@ def compile_cmd(
     input_shape: list[str] = typer.Option(None, "--input-shape",
                                           help="NAME=DIMS, N for the batch (repeatable)."),
     tune_db: list[Path] = typer.Option(None, "--tune-db",
-                                       help="Tuning database from `cw tune` (repeatable); cw's "
-                                            "committed records for the target apply after it."),
+                                       help="Tuning database from `cw tune`, or a directory "
+                                            "with measured CUTLASS plans (cutlass.json) "
+                                            "(repeatable); cw's committed records for the "
+                                            "target apply after it."),
     untuned: bool = typer.Option(False, "--untuned",
                                  help="Ignore cw's committed tuning records (TVM defaults)."),
     conv_layout: str = typer.Option(_DEFAULTS.conv_layout, "--conv-layout",

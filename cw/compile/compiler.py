@@ -14,8 +14,8 @@ import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
                        check_model_name, model_name_from,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
-from cw.compile import (cpu_conv, cuda_conv, cutlass_build, cutlass_conv, fast_tvmscript,
-                        frontend, normalize, paging, rebatch, targets, tuning)
+from cw.compile import (cpu_conv, cuda_conv, cutlass_build, cutlass_conv, cutlass_plans,
+                        fast_tvmscript, frontend, normalize, paging, rebatch, targets, tuning)
 from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
                                  check_device_binary)
 from cw.compile.memory import memory_plan
@@ -40,7 +40,7 @@ class CompileConfig:
     name: str | None = None
     force: bool = False
     input_shapes: dict[str, list] = field(default_factory=dict)
-    tune_dbs: tuple[str, ...] = ()   # MetaSchedule databases from `cw tune`, before cw's own
+    tune_dbs: tuple[str, ...] = ()   # `cw tune` databases or CUTLASS plans, before cw's own
     use_committed_records: bool = True
     conv_layout: str = "nchwc"       # CPU: "nchwc" (blocked, cw's schedule) or "nchw" (TVM's)
     precision: str = "fp32"          # "fp32" | "fp16" (convolutions and matmuls, fp32 sums) |
@@ -226,20 +226,20 @@ def _pass_name(p) -> str:
 
 
 def legalized(mod, target, fuse: bool = True, conv_split: bool = True, cutlass: bool = False,
-              tf32: bool = False):
+              tf32: bool = False, cutlass_plans=None):
     """The graph lowered to fused TIR kernels, before any default schedule: exactly the kernels
     `cw tune` extracts and a tuning database is matched against. `conv_split`: on CUDA, split
     the reduction of convolutions too small to fill the GPU (cuda_conv). `cutlass`: the NHWC
     convolutions the front end prepared become calls of CUTLASS kernels (cutlass_conv), which
-    are not TIR kernels (the TF32 ones with `tf32`). Returns (module, the remaining legalization
-    passes)."""
+    are not TIR kernels (the TF32 ones with `tf32`), with the tiles `cutlass_plans` measured.
+    Returns (module, the remaining legalization passes)."""
     from tvm import transform
 
     from tvm import relax
 
     if cutlass:
         mod, _ = cutlass_conv.offload(mod, cuda_conv.sm_count(str(target.attrs.get("arch", ""))),
-                                      tf32)
+                                      tf32, cutlass_plans)
     pipeline = _pipeline(target)
     passes = pipeline.library_dispatch_passes(target) + pipeline.legalize_passes(target)
     names = [_pass_name(p) for p in passes]
@@ -259,11 +259,12 @@ def legalized(mod, target, fuse: bool = True, conv_split: bool = True, cutlass: 
 
 
 def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = True,
-           cutlass: bool = False, tf32: bool = False):
+           cutlass: bool = False, tf32: bool = False, cutlass_plans=None):
     """The target's default pipeline with the tuning database applied before the default
     schedules, stopped after static memory planning so that the plan can be read, then finished.
     Returns (lowered module, memory plan, (kernels tuned, kernels given cw's convolution
-    schedule, convolutions split, convolutions given to CUTLASS), kernels). `fuse=False` drops
+    schedule, convolutions split, convolutions given to CUTLASS, of those with a measured
+    tile), kernels). `fuse=False` drops
     operator fusion, the fallback where TVM's FuseTIR fails on a graph."""
     from tvm import relax, transform
 
@@ -275,9 +276,10 @@ def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = Tru
     # dlight's tensor-core rule (fp16 on CUDA) imports tvm.s_tir.tensor_intrin on first use:
     # 70-90 s of TVMScript parsing here without the fast stack (resnet18 fp16 at batch 1)
     with fast_tvmscript.fast_inspect_stack(), target:
-        mod, rest = legalized(mod, target, fuse, conv_split, cutlass, tf32)
+        mod, rest = legalized(mod, target, fuse, conv_split, cutlass, tf32, cutlass_plans)
         split = cuda_conv.count_split(mod) if target.kind.name == "cuda" else 0
         offloaded = cutlass_conv.count_offloaded(mod)
+        measured = cutlass_conv.count_measured(mod, cutlass_plans)
         mod, tuned, total = tuning.apply_database(mod, database)
         if target.kind.name == "llvm":
             mod, convs = cpu_conv.schedule_convs(mod)
@@ -288,7 +290,7 @@ def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = Tru
         )(mod)
         plan = memory_plan(planned["main"])
         lowered = transform.Sequential(finalize[1:])(planned)
-    return lowered, plan, (tuned, convs, split, offloaded), total
+    return lowered, plan, (tuned, convs, split, offloaded, measured), total
 
 
 def _check_kernel_constants(mod, name: str) -> None:
@@ -397,7 +399,10 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         kernels, inputs_spec, outputs_spec = [], None, None
         split_convs = config.conv_split == "auto"
         cutlass, tf32 = config.conv_algo == "cutlass", config.precision == "tf32"
+        plans, calls = None, [0, 0]  # CUTLASS calls over the batch sizes, of them measured
         if cutlass:
+            plans = cutlass_plans.load(targets.target_key(config.target, arch), config.tune_dbs,
+                                       config.use_committed_records)
             progress("stage", {"text": "compiling the CUTLASS convolutions (nvcc, cached)"})
             cutlass_inputs = cutlass_build.link_inputs(cutlass_build.build_object(arch, tf32))
         for batch in batch_sizes:
@@ -412,7 +417,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                 try:
                     lowered, plan, scheduled, total = _lower(mod, target, database=database,
                                                              conv_split=split_convs,
-                                                             cutlass=cutlass, tf32=tf32)
+                                                             cutlass=cutlass, tf32=tf32,
+                                                             cutlass_plans=plans)
                 except Exception as e:
                     # TVM 0.27's FuseTIR rejects some graphs ("Inconsistent buffers ... mapped
                     # to the same relax var": MobileNetV2 on CUDA until bind_batch specialized
@@ -420,7 +426,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                     lowered, plan, scheduled, total = _lower(mod, target, fuse=False,
                                                          database=database,
                                                          conv_split=split_convs,
-                                                         cutlass=cutlass, tf32=tf32)
+                                                         cutlass=cutlass, tf32=tf32,
+                                                         cutlass_plans=plans)
                     note = (f"batch {batch}: operator fusion failed in TVM ("
                             f"{(str(e).strip().splitlines() or ['?'])[-1][:120]}); "
                             "compiled without fusion")
@@ -460,9 +467,16 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                     f"batch {batch}: kernel library is {kernel.kernel_bytes / 2**20:.1f} MiB; "
                     "weights computed inside the graph were probably compiled into it")
             kernels.append(kernel)
+            calls = [calls[0] + scheduled[3], calls[1] + scheduled[4]]
             inputs_spec, outputs_spec = ins, outs
             progress("batch_done", {"kernel": kernel})
 
+        if cutlass and calls[0]:
+            onnx_model.notes.append(
+                f"cutlass: {calls[1]} of {calls[0]} convolution calls (over the batch sizes) "
+                f"take the tile and split measured in {plans.describe()}" if plans.files else
+                "cutlass: tiles and splits guessed from the GPU's SM count (no measured plans "
+                f"for {targets.target_key(config.target, arch)}: bench/cutlass_convs.py)")
         progress("stage", {"text": "writing bundle"})
         manifest = Manifest(
             schema_version=SCHEMA_VERSION, name=name,

@@ -264,9 +264,34 @@ def _full_tensor(expr, shape: list[int]) -> bool:
             and static_shape(getattr(ty, "shape", None)) == shape)
 
 
-def offload(mod, sms: int, tf32: bool = False):
+def conv_key(x, w, pad, stride, dilation, tf32: bool) -> str:
+    """One convolution, exactly, as measured plans name it (cutlass_plans.py): NHWC input,
+    KRSC filter, (top, left) padding, strides, dilation and math."""
+    def dims(values):
+        return "x".join(str(int(v)) for v in values)
+
+    return (f"x={dims(x)} w={dims(w)} pad={dims(pad)} stride={dims(stride)} "
+            f"dilation={dims(dilation)} {'tf32' if tf32 else '3xtf32'}")
+
+
+def _call_key(call) -> str | None:
+    """conv_key of a CUTLASS call `offload` emitted; None for any other expression."""
+    from tvm import relax
+
+    if not (isinstance(call, relax.Call) and call.args
+            and isinstance(call.args[0], relax.ExternFunc)
+            and str(call.args[0].global_symbol) in SYMBOLS):
+        return None
+    x, w, *_, params = call.args[1]
+    v = [int(p) for p in params.values]
+    return conv_key(static_shape(x.ty.shape), static_shape(w.ty.shape), v[2:4], v[4:6], v[6:8],
+                    "tf32" in str(call.args[0].global_symbol))
+
+
+def offload(mod, sms: int, tf32: bool = False, plans=None):
     """Every offloadable convolution of `main` as a call of a CUTLASS function (the TF32 ones
-    with `tf32`), with its bias, residual and ReLU where `epilogues` finds them; returns
+    with `tf32`), with its bias, residual and ReLU where `epilogues` finds them, and the tile
+    and split `plans` (cutlass_plans.Plans) measured for it, or else `plan`'s guess; returns
     (module, convolutions offloaded). After bind_batch: the plan depends on the batch."""
     tvm = load_tvm()
     from tvm import relax
@@ -288,10 +313,13 @@ def offload(mod, sms: int, tf32: bool = False):
         n, p, q, k = static_shape(conv.ty.shape)
         _, r, s, c = static_shape(conv.args[1].ty.shape)
         pixels = n * p * q
-        tile, split = plan(pixels, k, c * r * s, sms)
         top, left = int(attrs.padding[0]), int(attrs.padding[1])
-        params = [tile, split, top, left, *[int(v) for v in attrs.strides],
-                  *[int(v) for v in attrs.dilation]]
+        strides, dilation = [int(v) for v in attrs.strides], [int(v) for v in attrs.dilation]
+        measured = plans.lookup(conv_key(static_shape(conv.args[0].ty.shape),
+                                         [k, r, s, c], (top, left), strides, dilation, tf32)) \
+            if plans is not None else None
+        tile, split = measured or plan(pixels, k, c * r * s, sms)
+        params = [tile, split, top, left, *strides, *dilation]
         out = relax.TensorType([n, p, q, k], "float32")
         workspace = relax.TensorType([workspace_ints(pixels, k, tile, split)], "int32")
         if bias is None:
@@ -361,6 +389,23 @@ def _count_calls(mod, symbols) -> int:
                                                           relax.ExternFunc)
                 and str(expr.args[0].global_symbol) in symbols):
             count += 1
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return count
+
+
+def count_measured(mod, plans) -> int:
+    """CUTLASS calls in `main` whose tile and split are what `plans` measured for them."""
+    from tvm import relax
+
+    count = 0
+
+    def visit(expr):
+        nonlocal count
+        key = _call_key(expr)
+        if key is not None and plans is not None:
+            params = [int(p) for p in expr.args[1][-1].values]
+            count += plans.lookup(key) == (params[0], params[1])
 
     relax.analysis.post_order_visit(mod["main"].body, visit)
     return count

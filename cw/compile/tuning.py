@@ -17,6 +17,7 @@ from cw.errors import UsageError
 COMMITTED_DIR = Path(__file__).resolve().parent.parent / "tuning"
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
+CUTLASS_PLANS_FILE = "cutlass.json"  # measured CUTLASS tiles (cutlass_plans.py), beside or alone
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,10 @@ def sources_for(key: str, user_dirs: tuple[str | Path, ...] = (),
     dirs = []
     for d in user_dirs:
         path = Path(d)
-        if not is_database(path):
+        if not is_database(path) and not (path / CUTLASS_PLANS_FILE).is_file():
             raise UsageError(f"--tune-db {path}: not a tuning database (no {WORKLOAD_FILE} and "
-                             f"{RECORD_FILE} there)",
+                             f"{RECORD_FILE} there, nor measured CUTLASS plans in "
+                             f"{CUTLASS_PLANS_FILE})",
                              "give a directory written by `cw tune --db DIR`")
         dirs.append(path.resolve())
     committed = committed_dir(key)
@@ -63,13 +65,14 @@ def load_database(sources: TuningSources):
     """One in-memory database with the best record of every workload from every source. Files
     are only read: MetaSchedule's JSON database appends to its files on lookups, which must never
     touch the records that ship with cw."""
-    if not sources.dirs:
+    databases = [d for d in sources.dirs if is_database(d)]  # not the CUTLASS plans alone
+    if not databases:
         return None
     from tvm.s_tir import meta_schedule as ms
 
     merged = ms.database.MemoryDatabase()
     # later sources first so that a user's record replaces a committed one for the same workload
-    for path in reversed(sources.dirs):
+    for path in reversed(databases):
         source = ms.database.JSONDatabase(str(path / WORKLOAD_FILE), str(path / RECORD_FILE),
                                           allow_missing=False)
         source.dump_pruned(merged)

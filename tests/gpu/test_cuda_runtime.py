@@ -173,7 +173,7 @@ def test_cutlass_convs_on_gpu_match_onnxruntime(cuda_bundle, zoo_onnx, name, sha
                                                 batch):
     """Convolutions as CUTLASS 3xTF32 implicit GEMMs (cw/compile/cutlass_conv.py) compute what
     onnxruntime does in fp32: small_cnn's two (its first on 3 channels padded to 4), and
-    late_cnn's two at 7x7, which run split-K 16 at batch 1 (serial split-K: the workspace's
+    late_cnn's two at 7x7, which run split-K 2 and 8 at batch 1 (serial split-K: the workspace's
     semaphores) and with another tile at batch 4 (3, padded). All four take their bias in the
     epilogue, small_cnn's and late_cnn's first their ReLU too, which split-K must apply in the
     last slice only; late_cnn's second takes the residual add and the ReLU after it (the

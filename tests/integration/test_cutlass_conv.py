@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from cw.compile import compiler, cutlass_build, cutlass_conv, targets
+from cw.compile import compiler, cutlass_build, cutlass_conv, cutlass_plans, targets
 from cw.compile.compiler import CompileConfig, bind_batch, compile_model, import_graph
 from cw.compile.libcheck import check_device_binary
 from cw.errors import UsageError
@@ -277,6 +277,43 @@ def test_plan_fills_the_gpu_with_the_largest_tile_or_splits_the_reduction():
     assert cutlass_conv.workspace_ints(49, 512, 2, 1) == 1
 
 
+def _cutlass_calls(mod):
+    """[(conv_key, params, workspace ints)] of the CUTLASS calls in `main`, in order."""
+    from tvm import relax
+
+    calls = []
+
+    def visit(expr):
+        key = cutlass_conv._call_key(expr)
+        if key is not None:
+            calls.append((key, [int(v) for v in expr.args[1][-1].values],
+                          int(expr.ty.fields[1].shape[0])))
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return calls
+
+
+def test_measured_plans_replace_the_guess(zoo_onnx):
+    config = CompileConfig(target="cuda", conv_algo="cutlass", batch_sizes=(1,))
+    onnx_model, imported, _ = import_graph(zoo_onnx("late_cnn"), config)
+    mod = bind_batch(imported.mod, onnx_model, 1)
+    guessed = _cutlass_calls(cutlass_conv.offload(mod, 132)[0])
+    # 7x7, 64x64 tiles: the reduction split in 2 (576 products) and 8 (2,304)
+    assert [params[:2] for _, params, _ in guessed] == [[2, 2], [2, 8]]
+    plans = cutlass_plans.Plans({guessed[1][0]: (1, 2)})  # measured: 128x64, split 2
+    offloaded = cutlass_conv.offload(mod, 132, plans=plans)[0]
+    calls = _cutlass_calls(offloaded)
+    assert calls[0] == guessed[0]  # no plan: the guess
+    assert calls[1][1] == [1, 2] + guessed[1][1][2:]
+    # the split-K workspace follows: one semaphore per 128x64 tile of 49 pixels x 256 channels
+    assert calls[1][2] == cutlass_conv.workspace_ints(49, 256, 1, 2) == 4
+    assert cutlass_conv.count_measured(offloaded, plans) == 1
+    assert cutlass_conv.count_measured(cutlass_conv.offload(mod, 132)[0], plans) == 0
+    # a TF32 plan does not apply to the 3xTF32 kernels (nor the other way round)
+    tf32_only = cutlass_plans.Plans({guessed[1][0].replace("3xtf32", "tf32"): (1, 2)})
+    assert _cutlass_calls(cutlass_conv.offload(mod, 132, plans=tf32_only)[0]) == guessed
+
+
 @pytest.mark.slow
 def test_cuda_bundle_links_the_cutlass_kernels(zoo_onnx, tmp_path):
     problem = cuda_codegen_problem()
@@ -312,3 +349,15 @@ def test_cuda_bundle_links_the_cutlass_kernels(zoo_onnx, tmp_path):
     linked = dynamic("tf32", t.kernels[0].kernel_file)
     assert f"__tvm_ffi_{cutlass_conv.SYMBOL_TF32}" in linked
     assert f"__tvm_ffi_{cutlass_conv.SYMBOL}" not in linked  # (not a prefix of the TF32 one)
+    assert any("tiles and splits guessed from the GPU's SM count" in n for n in t.notes)
+    # measured plans in a --tune-db directory (late_cnn's first conv): the compile applies them
+    # and says so
+    key = cutlass_conv.conv_key([1, 7, 7, 64], [256, 3, 3, 64], [1, 1], [1, 1], [1, 1], False)
+    cutlass_plans.write(tmp_path / "plans" / cutlass_plans.FILE, {
+        "schema": 1, "arch": "sm_90", "plans": [{"key": key, "tile": 1, "split": 2}]})
+    p = compile_model(src, tmp_path / "measured",
+                      CompileConfig(target="cuda", batch_sizes=(1,), conv_algo="cutlass",
+                                    tune_dbs=(str(tmp_path / "plans"),)))
+    assert any("cutlass: 1 of 2 convolution calls (over the batch sizes) take the tile and "
+               f"split measured in {tmp_path / 'plans' / cutlass_plans.FILE}" in n
+               for n in p.notes), p.notes
