@@ -61,20 +61,26 @@ def _fp32(call) -> bool:
             and (not out_dtype or str(out_dtype) == "float32"))
 
 
+def _plain_filter(call, data_layout: str, kernel_layout: str) -> list[int] | None:
+    """The static filter shape of a plain (ungrouped) fp32 2-D convolution in these layouts;
+    None for anything else."""
+    if getattr(call.op, "name", "") != "relax.nn.conv2d":
+        return None
+    attrs = call.attrs
+    if (attrs.groups != 1 or attrs.data_layout != data_layout
+            or attrs.kernel_layout != kernel_layout
+            or attrs.out_layout not in ("", data_layout) or not _fp32(call)):
+        return None
+    weight = static_shape(call.args[1].ty.shape)
+    return weight if weight is not None and len(weight) == 4 else None
+
+
 def conv_layout(call) -> dict[str, list[str]]:
     """ConvertLayout callback: NHWC / OHWI for a convolution CUTLASS takes (plain, fp32, 2-D,
     static channels that are multiples of 4: a network's first conv on RGB input is, once
     `pad_channels` has padded it), nothing for the rest."""
-    if getattr(call.op, "name", "") != "relax.nn.conv2d":
-        return {}
-    attrs = call.attrs
-    if (attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW"
-            or attrs.out_layout not in ("", "NCHW") or not _fp32(call)):
-        return {}
-    weight = static_shape(call.args[1].ty.shape)
-    if weight is None or len(weight) != 4:
-        return {}
-    if weight[0] % ALIGNMENT or weight[1] % ALIGNMENT:
+    weight = _plain_filter(call, "NCHW", "OIHW")
+    if weight is None or weight[0] % ALIGNMENT or weight[1] % ALIGNMENT:
         return {}
     return {"relax.nn.conv2d": ["NHWC", "OHWI"]}
 
@@ -82,15 +88,8 @@ def conv_layout(call) -> dict[str, list[str]]:
 def _paddable(call) -> bool:
     """A convolution CUTLASS would take but for input channels that are not a multiple of
     ALIGNMENT: a network's first, on RGB."""
-    if getattr(call.op, "name", "") != "relax.nn.conv2d":
-        return False
-    attrs = call.attrs
-    if (attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW"
-            or attrs.out_layout not in ("", "NCHW") or not _fp32(call)):
-        return False
-    weight = static_shape(call.args[1].ty.shape)
-    return (weight is not None and len(weight) == 4 and weight[0] % ALIGNMENT == 0
-            and weight[1] % ALIGNMENT != 0)
+    weight = _plain_filter(call, "NCHW", "OIHW")
+    return weight is not None and weight[0] % ALIGNMENT == 0 and weight[1] % ALIGNMENT != 0
 
 
 def pad_channels(mod):
@@ -98,7 +97,7 @@ def pad_channels(mod):
     convolution, up to a multiple of ALIGNMENT, so that CUTLASS takes it too (same result: the
     added products are 0). Before the layout conversion and the lifting: the filter's padding
     is lifted, so the bundle stores the padded filter. Returns (module, convolutions padded)."""
-    tvm = load_tvm()
+    load_tvm()
     from tvm import relax
 
     count = 0
@@ -116,13 +115,19 @@ def pad_channels(mod):
             w = self.builder_.emit(relax.op.nn.pad(call.args[1], width))
             return relax.Call(call.op, [x, w], call.attrs)
 
-    padder = Padder(mod)
-    main_gv = mod.get_global_var("main")
-    new_main = padder.visit_expr(mod["main"])
-    if not count:
-        return mod, 0
-    padder.builder_.update_func(main_gv, new_main)
-    return tvm.IRModule(dict(padder.builder_.get().functions), attrs=mod.attrs), count
+    padded = _rewrite_main(mod, Padder(mod), lambda: count > 0)
+    return padded, count
+
+
+def _rewrite_main(mod, mutator, changed):
+    """`mod` with its `main` as `mutator` rewrites it, or `mod` itself where `changed()` says
+    (after the rewrite) that nothing was."""
+    tvm = load_tvm()
+    new_main = mutator.visit_expr(mod["main"])
+    if not changed():
+        return mod
+    mutator.builder_.update_func(mod.get_global_var("main"), new_main)
+    return tvm.IRModule(dict(mutator.builder_.get().functions), attrs=mod.attrs)
 
 
 def plan(pixels: int, out_channels: int, reduction: int, sms: int) -> tuple[int, int]:
@@ -156,15 +161,8 @@ def workspace_ints(pixels: int, out_channels: int, tile: int, split: int) -> int
 def _prepared(call) -> bool:
     """A convolution conv_layout prepared: NHWC / OHWI. (ConvertLayout also moves convolutions
     it was given no layout for to NHWC when their input is, keeping OIHW filters: not these.)"""
-    if getattr(call.op, "name", "") != "relax.nn.conv2d":
-        return False
-    attrs = call.attrs
-    if (attrs.groups != 1 or attrs.data_layout != "NHWC" or attrs.kernel_layout != "OHWI"
-            or attrs.out_layout not in ("", "NHWC") or not _fp32(call)):
-        return False
-    weight = static_shape(call.args[1].ty.shape)
-    return (weight is not None and len(weight) == 4 and weight[0] % ALIGNMENT == 0
-            and weight[3] % ALIGNMENT == 0)
+    weight = _plain_filter(call, "NHWC", "OHWI")
+    return weight is not None and weight[0] % ALIGNMENT == 0 and weight[3] % ALIGNMENT == 0
 
 
 def offloadable(call) -> bool:
@@ -293,7 +291,7 @@ def offload(mod, sms: int, tf32: bool = False, plans=None):
     with `tf32`), with its bias, residual and ReLU where `epilogues` finds them, and the tile
     and split `plans` (cutlass_plans.Plans) measured for it, or else `plan`'s guess; returns
     (module, convolutions offloaded). After bind_batch: the plan depends on the batch."""
-    tvm = load_tvm()
+    load_tvm()
     from tvm import relax
 
     count = 0
@@ -358,14 +356,8 @@ def offload(mod, sms: int, tf32: bool = False, plans=None):
                 return call
             return cutlass_call(self.builder_, call, call.args[0], call.args[1])
 
-    offloader = Offloader(mod)
-    main_gv = mod.get_global_var("main")
-    new_main = offloader.visit_expr(mod["main"])
-    if not count:
-        return mod, 0
-    offloader.builder_.update_func(main_gv, new_main)
-    new_mod = offloader.builder_.get()
-    return tvm.IRModule(dict(new_mod.functions), attrs=mod.attrs), count
+    offloaded = _rewrite_main(mod, Offloader(mod), lambda: count > 0)
+    return offloaded, count
 
 
 def count_fused(mod) -> int:
