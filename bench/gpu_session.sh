@@ -4,7 +4,7 @@
 # call, 64 MiB carried per call, and a machine that stays warm (its /tmp with it) ~30 s between
 # calls; its image has no TVM compiler, so everything is compiled here first.
 #
-#   bash bench/gpu_session.sh stage    # build machine, ~35 min: .device/ (runtime-only TVM and
+#   bash bench/gpu_session.sh stage    # build machine, ~40 min: .device/ (runtime-only TVM and
 #                                      # wheels, ../shared/device/prepare.sh) and .gpucheck/
 # Then three device calls, back to back, each with carry [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and
@@ -114,6 +114,9 @@ stage)
     $PY bench/gpu_stage.py --out $K --hollow resnet50 --precision fp16 --batch-sizes 1,4,16
     $PY bench/gpu_stage.py --out $K --hollow resnet18 --batch-sizes 1,4,16
     $PY bench/gpu_stage.py --out $K --hollow resnet50 --batch-sizes 1,2,4,8,16
+    # Winograd F(4x4) compiles slowest (~15-25 min a model): one model per lane
+    $PY bench/gpu_stage.py --out $K --hollow resnet50 --batch-sizes 1,4,16 \
+      --conv-algo winograd4 --page-size 64MiB
   ) > .gpucheck.tmp/lane-a.log 2>&1 &
   lane_a=$!
   (
@@ -123,7 +126,7 @@ stage)
       --conv-split off
     $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
       --conv-algo winograd2
-    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50 --batch-sizes 1,4,16 \
+    $PY bench/gpu_stage.py --out $K --hollow resnet18 --batch-sizes 1,4,16 \
       --conv-algo winograd4 --page-size 64MiB
     if [ -f cw/tuning/cuda-sm_90/database_tuning_record.json ]; then
       # the A/B for the committed records: NAME-untuned beside NAME (which applies them)
