@@ -4,8 +4,9 @@
 # call, 64 MiB carried per call, and a machine that stays warm (its /tmp with it) ~30 s between
 # calls; its image has no TVM compiler, so everything is compiled here first.
 #
-#   bash bench/gpu_session.sh stage    # build machine, ~40 min: .device/ (runtime-only TVM and
-#                                      # wheels, ../shared/device/prepare.sh) and .gpucheck/
+#   bash bench/gpu_session.sh stage    # build machine, ~15 min: .device/ (runtime-only TVM and
+#                                      # wheels, ../shared/device/prepare.sh) and .gpucheck/;
+#                                      # WINOGRAD4=1 adds the Winograd F(4x4) bundles (~60 min)
 # Then three device calls, back to back, each with carry [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and
 #                                        # bench/result_path.py (#4)
@@ -58,7 +59,8 @@
 #                    serve) and resnet50-fp16, resnet18, resnet18-fp16, densenet121 (batch 1, 4,
 #                    16), NAME-nosplit (compiled with --conv-split off) of the fp32 ones, and
 #                    NAME-winograd2 / NAME-winograd4 (--conv-algo; winograd4 for resnet18 and
-#                    resnet50 only, with 64 MiB pages for their transformed filters) and
+#                    resnet50 only, with 64 MiB pages for their transformed filters, and
+#                    only with WINOGRAD4=1; kernels.py says "no bundle" without them) and
 #                    NAME-cutlass (--conv-algo cutlass: CUTLASS 3xTF32 convolutions) and
 #                    NAME-tf32 (--precision tf32: the same with one TF32 product). The
 #                    weights of all but resnet18-fp16 stay here (they would not fit a call): the
@@ -114,9 +116,12 @@ stage)
     $PY bench/gpu_stage.py --out $K --hollow resnet50 --precision fp16 --batch-sizes 1,4,16
     $PY bench/gpu_stage.py --out $K --hollow resnet18 --batch-sizes 1,4,16
     $PY bench/gpu_stage.py --out $K --hollow resnet50 --batch-sizes 1,2,4,8,16
-    # Winograd F(4x4) compiles slowest (~15-25 min a model): one model per lane
-    $PY bench/gpu_stage.py --out $K --hollow resnet50 --batch-sizes 1,4,16 \
-      --conv-algo winograd4 --page-size 64MiB
+    # Winograd F(4x4) compiles slowest by far (resnet18: 36 min on 2026-11-26): only when asked,
+    # one model per lane
+    if [ -n "${WINOGRAD4:-}" ]; then
+      $PY bench/gpu_stage.py --out $K --hollow resnet50 --batch-sizes 1,4,16 \
+        --conv-algo winograd4 --page-size 64MiB
+    fi
   ) > .gpucheck.tmp/lane-a.log 2>&1 &
   lane_a=$!
   (
@@ -126,8 +131,10 @@ stage)
       --conv-split off
     $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
       --conv-algo winograd2
-    $PY bench/gpu_stage.py --out $K --hollow resnet18 --batch-sizes 1,4,16 \
-      --conv-algo winograd4 --page-size 64MiB
+    if [ -n "${WINOGRAD4:-}" ]; then
+      $PY bench/gpu_stage.py --out $K --hollow resnet18 --batch-sizes 1,4,16 \
+        --conv-algo winograd4 --page-size 64MiB
+    fi
     if [ -f cw/tuning/cuda-sm_90/database_tuning_record.json ]; then
       # the A/B for the committed records: NAME-untuned beside NAME (which applies them)
       $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50 --batch-sizes 1,4,16 --untuned
