@@ -21,9 +21,10 @@
 #                                        # convs against none, Winograd against direct (#7)
 # Measured CUTLASS tiles (issue 7), after `kernels`: here, `python bench/cutlass_convs.py ingest
 # FILES_AT/cutlass-times.json` (writes cw/tuning/cuda-sm_90/cutlass.json: commit it) and `bash
-# bench/gpu_session.sh stage-cutlass` (~3 min: the CUTLASS bundles again, with those plans);
-# then a device call, carry [".device", ".gpucheck"]: `bash bench/gpu_session.sh
-# kernels-measured` ($OUT/kernels-measured.txt: fp32-cutlass and tf32 against PyTorch again).
+# bench/gpu_session.sh stage-cutlass` (~5 min: the CUTLASS bundles again, with those plans,
+# into .gpumeasured); then a device call, carry [".device", ".gpumeasured"]: `bash
+# bench/gpu_session.sh kernels-measured` ($OUT/kernels-measured.txt: fp32-cutlass and tf32
+# against PyTorch again).
 # Tuning (issue 7), without the TVM compiler on the device: candidates are compiled here into a
 # kit, the device only checks and times them (cw tune-stage / tune-measure / tune-ingest):
 #   bash bench/gpu_session.sh stage-tune [MODELS] [BATCH_SIZES] [BUDGET]  # here: .gputune/kit,
@@ -194,26 +195,30 @@ kernels)
     --runs 20 2>&1 | tee "$OUT/kernels.txt"
   ;;
 stage-cutlass)  # build machine, after `kernels` and `cutlass_convs.py ingest FILE`: the
-  # CUTLASS bundles again, now with the measured plans of cw/tuning/cuda-sm_90/cutlass.json
+  # CUTLASS bundles again, now with the measured plans of cw/tuning/cuda-sm_90/cutlass.json, in
+  # .gpumeasured (.gpucheck alone fills a call: 61 MiB with .device on 2026-11-26)
   PY=${PYTHON:-.venv/bin/python}
-  rm -rf .gpucheck/measured && mkdir -p .gpucheck/measured
-  $PY bench/gpu_stage.py --out .gpucheck/measured/kernels --hollow resnet18,resnet50,densenet121 \
+  rm -rf .gpumeasured && mkdir -p .gpumeasured/tmp
+  $PY bench/gpu_stage.py --out .gpumeasured/tmp/kernels --hollow resnet18,resnet50,densenet121 \
     --batch-sizes 1,4,16 --conv-algo cutlass
-  $PY bench/gpu_stage.py --out .gpucheck/measured/kernels --hollow resnet18,resnet50,densenet121 \
+  $PY bench/gpu_stage.py --out .gpumeasured/tmp/kernels --hollow resnet18,resnet50,densenet121 \
     --batch-sizes 1,4,16 --precision tf32
-  XZ_OPT=-T0 tar -C .gpucheck/measured -cJf .gpucheck/measured.tar.xz kernels
-  rm -rf .gpucheck/measured
-  total=$(( $(du -sb .device .gpucheck | awk '{s += $1} END {print s}') \
+  XZ_OPT=-T0 tar -C .gpumeasured/tmp -cJf .gpumeasured/measured.tar.xz kernels
+  rm -rf .gpumeasured/tmp
+  total=$(( $(du -sb .device .gpumeasured | awk '{s += $1} END {print s}') \
             + $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) ))
-  echo "a call carries $(( total >> 20 )) MiB of 64 (.device, .gpucheck and the tracked files)"
+  echo "the kernels-measured call carries $(( total >> 20 )) MiB of 64 (.device, .gpumeasured, tracked files)"
   if [ "$total" -gt $(( 62 << 20 )) ]; then echo "too much to carry" >&2; exit 1; fi
   ;;
-kernels-measured)  # device, after stage-cutlass: the CUTLASS bundles with measured plans
-  device_setup
+kernels-measured)  # device, carry [".device", ".gpumeasured"], after stage-cutlass
+  source .device/activate.sh >/dev/null
+  mkdir -p "$W" "$OUT"
   rm -rf "$W/measured" && mkdir -p "$W/measured"
-  tar -C "$W/measured" -xJf .gpucheck/measured.tar.xz
+  tar -C "$W/measured" -xJf .gpumeasured/measured.tar.xz
   for d in "$W"/measured/kernels/*/; do python3 bench/gpu_stage.py --refill "$d"; done
-  step 400 "kernels, measured plans" python3 bench/kernels.py --device cuda \
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } \
+    | tee "$OUT/device.txt"
+  step 480 "kernels, measured plans" python3 bench/kernels.py --device cuda \
     --bundles "$W/measured/kernels" --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
     --precision fp32-cutlass,tf32 --rounds 3 --runs 20 2>&1 | tee "$OUT/kernels-measured.txt"
   ;;
