@@ -264,8 +264,8 @@ def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = Tru
     schedules, stopped after static memory planning so that the plan can be read, then finished.
     Returns (lowered module, memory plan, (kernels tuned, kernels given cw's convolution
     schedule, convolutions split, convolutions given to CUTLASS, of those with a measured
-    tile), kernels). `fuse=False` drops
-    operator fusion, the fallback where TVM's FuseTIR fails on a graph."""
+    tile), kernels). `fuse=False` drops operator fusion, the fallback where TVM's FuseTIR
+    fails on a graph."""
     from tvm import relax, transform
 
     pipeline = _pipeline(target)

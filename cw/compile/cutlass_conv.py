@@ -390,12 +390,14 @@ def count_measured(mod, plans) -> int:
     """CUTLASS calls in `main` whose tile and split are what `plans` measured for them."""
     from tvm import relax
 
+    if plans is None or not plans.choices:
+        return 0  # nothing to look up: no walk over the graph
     count = 0
 
     def visit(expr):
         nonlocal count
         key = _call_key(expr)
-        if key is not None and plans is not None:
+        if key is not None:
             params = [int(p) for p in expr.args[1][-1].values]
             count += plans.lookup(key) == (params[0], params[1])
 
