@@ -233,8 +233,10 @@ def ingest(measured_file: Path, into: Path) -> None:
     existing = cutlass_plans.read(into) if into.exists() else None
     doc = cutlass_plans.ingest(measured, existing)
     cutlass_plans.write(into, doc)
-    changed = [e for e in doc["plans"] if e["guess"] != [e["tile"], e["split"]]]
-    saved = sum(e["guess_ms"] - e["ms"] for e in changed if e["guess_ms"])
+    # (entries written by hand carry no guess or times)
+    changed = [e for e in doc["plans"] if e.get("guess", [e["tile"], e["split"]])
+               != [e["tile"], e["split"]]]
+    saved = sum(e["guess_ms"] - e["ms"] for e in changed if e.get("guess_ms") and e.get("ms"))
     print(f"{into}: {len(doc['plans'])} plans ({doc['device']}, {doc['measured']}); "
           f"{len(changed)} differ from the guess, {saved:.3f} ms faster in all")
 
