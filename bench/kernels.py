@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import model_zoo  # noqa: E402
 from cw.compile.compiler import CompileConfig, compile_model  # noqa: E402
 from cw.engine import LocalModel  # noqa: E402
+from cw.profile.exec_timer import ExecTimer  # noqa: E402
 from cw.verify import max_relative_error, onnx_reference  # noqa: E402
 
 VARIANTS = {
@@ -56,6 +57,15 @@ def time_cw(model: LocalModel, x: np.ndarray, runs: int) -> list[float]:
     arg = model.tvm.runtime.tensor(np.ascontiguousarray(x), device=model.device)
     timer = vm.time_evaluator("main", model.device, number=1, repeat=runs, min_repeat_ms=0)
     return list(timer(arg, *model.weights).results)
+
+
+def served_timer(bundle: Path):
+    """The worker's EXEC path for `bundle` on GPU 0, or why it could not be set up (printed in
+    its cells: the evaluator's column still comes)."""
+    try:
+        return ExecTimer(bundle, "cuda:0")
+    except Exception as e:
+        return f"failed: {str(e).strip().splitlines()[-1]}"
 
 
 def time_ort(session, name: str, x: np.ndarray, runs: int) -> list[float]:
@@ -139,8 +149,12 @@ def gpu_main(args) -> None:
           "PyTorch runs the graph in half, cw's bundle from `cw compile --precision fp16`; "
           "tf32: PyTorch with cuDNN's TF32 convolutions, cw's from `--precision tf32`); "
           "error vs PyTorch fp32; TF32 off elsewhere")
+    print("cw served = EXEC as a worker runs it and `cw profile` stores it (every kernel queued "
+          "behind the worker's gate, then released: cw.profile.exec_timer); cw evaluator = TVM's "
+          "time evaluator, which launches each kernel while the GPU runs the one before")
     header = ["model", "precision", "batch", "PyTorch eager ms", "PyTorch CUDA graph ms",
-              "cw ms", "cw / graph", "cw max rel. err"]
+              "cw served ms", "served / graph", "cw evaluator ms", "evaluator / graph",
+              "cw max rel. err"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for name in args.models.split(","):
@@ -157,6 +171,7 @@ def gpu_main(args) -> None:
                 print(f"| {name} | {precision} | – | no bundle {bundle} |", flush=True)
                 continue
             cw_model = LocalModel(bundle, device="cuda:0")
+            served = served_timer(bundle)
             half = precision.startswith("fp16")
             tf32 = precision.startswith("tf32")  # convolutions only, in both
             dtype = torch.float16 if half else torch.float32
@@ -174,7 +189,7 @@ def gpu_main(args) -> None:
                 xt = xt.to(dtype)
                 torch.backends.cudnn.allow_tf32 = tf32  # read when cuDNN picks an algorithm
                 replay, _ = capture_cuda_graph(ref_model, xt)
-                times = {"eager": [], "graph": [], "cw": []}
+                times = {"eager": [], "graph": [], "cw": [], "served": []}
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 for _ in range(args.rounds):
@@ -187,10 +202,23 @@ def gpu_main(args) -> None:
                                 end.synchronize()
                                 times[kind].append(start.elapsed_time(end) / 1e3)
                     times["cw"] += time_cw(cw_model, x, args.runs)
+                    if isinstance(served, ExecTimer):
+                        try:
+                            times["served"] += [s / 1e9 for s in served.exec_ns([x], args.runs)]
+                        except Exception as e:  # an untried path must not cost the others
+                            served.close()
+                            served = f"failed: {str(e).strip().splitlines()[-1]}"
                 torch.backends.cudnn.allow_tf32 = False
                 eager, graph, cw = (median_ms(times[k]) for k in ("eager", "graph", "cw"))
+                if times["served"] and isinstance(served, ExecTimer):
+                    ms = median_ms(times["served"])
+                    served_cells = f"{ms:.2f} | ×{ms / graph:.2f}"
+                else:
+                    served_cells = f"{served} | –"
                 print(f"| {name} | {precision} | {batch} | {eager:.2f} | {graph:.2f} | "
-                      f"{cw:.2f} | ×{cw / graph:.2f} | {err} |", flush=True)
+                      f"{served_cells} | {cw:.2f} | ×{cw / graph:.2f} | {err} |", flush=True)
+            if isinstance(served, ExecTimer):
+                served.close()
 
 
 def main() -> None:

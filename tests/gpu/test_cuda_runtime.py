@@ -261,3 +261,32 @@ def test_reduced_precision_bundle_on_gpu_is_accurate_and_predictable(cli, cuda_b
         (b,) = json.loads((bundle / "profile.json").read_text())["batches"]
         spread[p] = b["exec"]["p9999_ns"] / b["exec"]["p50_ns"]
     assert spread[precision] <= max(1.01, 1.02 * spread["fp32"]), spread
+
+
+def test_exec_timer_on_gpu_times_gated_exec_no_slower_than_the_time_evaluator(cuda_bundle,
+                                                                              zoo_onnx):
+    """bench/kernels.py's "as served" column (cw.profile.exec_timer): the worker's gated EXEC on
+    a CUTLASS bundle computes what onnxruntime does, and its device time is no longer than TVM's
+    time evaluator's, which launches each kernel while the GPU runs the one before (the gate
+    queues them all first; on small_cnn's microsecond kernels the host is the slower one)."""
+    import statistics
+
+    from cw.engine import LocalModel
+    from cw.profile.exec_timer import ExecTimer
+
+    bundle = cuda_bundle("small_cnn", precision="cutlass")
+    x = random_input((3, 3, 32, 32), seed=12)
+    ref = onnx_reference(zoo_onnx("small_cnn"), [x])[0]
+    local = LocalModel(bundle, device="cuda:0")
+    vm = local._vm(4)
+    arg = local.tvm.runtime.tensor(np.concatenate([x, np.zeros_like(x[:1])]), device=local.device)
+    evaluator = vm.time_evaluator("main", local.device, number=1, repeat=200, min_repeat_ms=0)
+    with ExecTimer(bundle, "cuda:0") as timer:
+        (y,) = timer.run([x])
+        assert max_relative_error(y, ref) < 1e-4
+        gated, ungated = [], []
+        for _ in range(3):  # interleaved
+            gated += timer.exec_ns([x], runs=200)
+            ungated += [s * 1e9 for s in evaluator(arg, *local.weights).results]
+    assert statistics.median(gated) <= 1.05 * statistics.median(ungated), \
+        (statistics.median(gated), statistics.median(ungated))

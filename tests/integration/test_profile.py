@@ -3,6 +3,7 @@
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from cw.bundle import open_bundle
@@ -215,3 +216,25 @@ def test_import_refuses_a_profile_that_does_not_fit(cli, bundle, tmp_path):
     r = cli("profile", bundle, "--import", tmp_path / "junk.json", "--concurrency", "2")
     assert r.code == 2 and "--import measures nothing" in r.err
     assert (bundle / "profile.json").read_bytes() == before  # nothing half-written
+
+
+def test_exec_timer_runs_what_cw_run_does_and_times_each_exec(bundle):
+    """cw.profile.exec_timer (bench/kernels.py's EXEC as served): the serving runtime's
+    outputs equal `cw run`'s, padded batches included, and each EXEC gets its own sample."""
+    from cw.engine import LocalModel
+    from cw.profile.exec_timer import ExecTimer
+    from tests.conftest import random_input
+
+    local = LocalModel(bundle)
+    with ExecTimer(bundle, device="cpu") as timer:
+        for batch in (1, 3):  # 3 runs padded to the compiled 4
+            x = random_input((batch, *local.manifest.inputs[0].sample_shape), seed=batch)
+            (y,) = timer.run([x])
+            (want,) = local.run([x])
+            assert y.shape == want.shape
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+            samples = timer.exec_ns([x], runs=7)
+            assert len(samples) == 7 and all(s > 0 for s in samples)
+        assert sorted(timer._slots) == [1, 4]
+        with pytest.raises(ValueError, match="runs must be"):
+            timer.exec_ns([x], runs=0)
