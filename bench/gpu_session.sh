@@ -15,10 +15,10 @@
 #                                        # trace against the TVM-CUDA worker (#5, #6)
 #   3. bash bench/gpu_session.sh kernels # bench/cutlass_convs.py (each CUTLASS conv and tile
 #                                        # vs cuDNN, in both maths; every time in
-#                                        # $OUT/cutlass-times.json), then bench/kernels.py: fp32 and
-#                                        # fp16 vs PyTorch, CUTLASS convs (fp32-cutlass, tf32
-#                                        # against cuDNN's TF32), split-K
-#                                        # convs against none, Winograd against direct (#7)
+#                                        # $OUT/cutlass-times.json), then bench/kernels.py: fp32,
+#                                        # CUTLASS convs (fp32-cutlass) and tf32 (against cuDNN's
+#                                        # TF32) vs PyTorch in kernels.txt, then split-K convs
+#                                        # against none, Winograd, fp16 in kernels-variants.txt (#7)
 # Measured CUTLASS tiles (issue 7), after `kernels`: here, `python bench/cutlass_convs.py ingest
 # FILES_AT/cutlass-times.json` (writes cw/tuning/cuda-sm_90/cutlass.json: commit it) and `bash
 # bench/gpu_session.sh stage-cutlass` (~5 min: the CUTLASS bundles again, with those plans,
@@ -48,7 +48,8 @@
 #                                        # cw tune-compact into cw/tuning/cuda-sm_90 and its
 #                                        # index.json (bench/tuning_index.py)
 # Results come back under $OUT (pytest-gpu.txt, profile-resnet50.json, worker-gpu.txt,
-# result-path.txt, cutlass-convs.txt, kernels.txt, live.txt, live.tgz, tune-results.jsonl);
+# result-path.txt, cutlass-convs.txt, kernels.txt, kernels-variants.txt, live.txt, live.tgz,
+# tune-results.jsonl);
 # their numbers go to
 # docs/benchmarks.md. (bench/gpu_tune_stage.sh and gpu_tune.sh are the older way to tune: `cw
 # tune` itself on the device, the compiler carried in two calls.)
@@ -188,11 +189,15 @@ kernels)
   # cutlass-times.json (rewritten after each conv) for `cutlass_convs.py ingest`
   step 150 "cutlass convs" python3 bench/cutlass_convs.py run .gpucheck/cutlass --runs 5 \
     --plans "$OUT/cutlass-times.json" 2>&1 | tee "$OUT/cutlass-convs.txt"
-  step 420 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
+  # the candidates for issue 7's goal first, for all three models, so that a step cut short by
+  # its limit loses variants, not densenet121
+  step 260 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
     --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
-    --precision fp32,fp32-cutlass,tf32,fp32-nosplit,fp32-untuned,fp32-winograd2,fp16,fp32-winograd4 \
-    --rounds 3 \
-    --runs 20 2>&1 | tee "$OUT/kernels.txt"
+    --precision fp32,fp32-cutlass,tf32 --rounds 3 --runs 20 2>&1 | tee "$OUT/kernels.txt"
+  step 160 "kernels, other variants" python3 bench/kernels.py --device cuda \
+    --bundles "$W/kernels" --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
+    --precision fp32-nosplit,fp32-winograd2,fp16,fp32-untuned,fp32-winograd4 --rounds 3 \
+    --runs 20 2>&1 | tee "$OUT/kernels-variants.txt"
   ;;
 stage-cutlass)  # build machine, after `kernels` and `cutlass_convs.py ingest FILE`: the
   # CUTLASS bundles again, now with the measured plans of cw/tuning/cuda-sm_90/cutlass.json, in
