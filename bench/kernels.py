@@ -12,9 +12,11 @@ GPU, on the GPU machine, with bundles compiled on the build machine for sm_90:
         --batch-sizes 1,4,16 [--precision fp32,fp16,tf32,fp32-nosplit,fp32-cutlass]
 
 Variants (CPU): `generic` = x86-64 code, NCHW convolutions, no tuning records (what cw first
-did), `avx2-untuned` = the same as x86-64-v3 code, `default` = what `cw compile` does (NCHWc
-convolutions with cw's schedule, tuning records where committed, the host's x86-64 level when
-those cover most kernels), plus a variant with the `--tune-db` records. TVM's CPU kernels run
+did), `avx2-untuned` = the same as x86-64-v3 code, `avx2` = what `cw compile --arch x86-64-v3`
+does (8-channel blocks), `default` = what `cw compile` does (NCHWc convolutions with cw's
+schedule, in 16-channel blocks where the host has AVX-512, tuning records where committed, the
+host's x86-64 level when those cover most kernels), plus a variant with the `--tune-db`
+records. TVM's CPU kernels run
 with one thread per physical core (cw.tvm_env); set TVM_NUM_THREADS to compare.
 """
 
@@ -41,6 +43,7 @@ from cw.verify import max_relative_error, onnx_reference  # noqa: E402
 VARIANTS = {
     "generic": dict(arch="x86-64", use_committed_records=False, conv_layout="nchw"),
     "avx2-untuned": dict(arch="x86-64-v3", use_committed_records=False, conv_layout="nchw"),
+    "avx2": dict(arch="x86-64-v3"),
     "default": dict(),
 }
 

@@ -21,7 +21,9 @@ def compile_cmd(
     output: Path = typer.Option(..., "-o", "--output", help="Bundle directory to write."),
     target: str = typer.Option(_DEFAULTS.target, "--target", help="cpu or cuda."),
     arch: str = typer.Option(None, "--arch",
-                             help="CUDA arch (default sm_90); for cpu an LLVM -mcpu."),
+                             help="CUDA arch (default sm_90); for cpu an LLVM -mcpu (default: "
+                                  "the host's x86-64 level; x86-64-v3 for bundles that "
+                                  "AVX2-only machines can run)."),
     batch_sizes: str = typer.Option(",".join(map(str, DEFAULT_BATCH_SIZES)), "--batch-sizes",
                                     help="Comma-separated batch sizes within 1..16."),
     page_size: str = typer.Option("16MiB", "--page-size", help="Weights page size."),

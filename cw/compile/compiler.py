@@ -333,9 +333,11 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
         batch_sizes = (fixed,)
     progress("stage", {"text": "folding constants and shapes (onnxslim)"})
     normalize.slim(onnx_model, progress)
-    blocked = config.target == "cpu" and config.conv_layout == "nchwc"
+    conv_block = 0
+    if config.target == "cpu" and config.conv_layout == "nchwc":
+        conv_block = cpu_conv.widest_block(targets.tvm_target("cpu", config.resolved_arch))
     progress("stage", {"text": "importing into TVM Relax"})
-    imported = frontend.import_model(onnx_model, blocked_convs=blocked,
+    imported = frontend.import_model(onnx_model, conv_block=conv_block,
                                      fp16=config.precision == "fp16", conv_algo=config.conv_algo,
                                      page_size=config.page_size,
                                      tf32=config.precision == "tf32")

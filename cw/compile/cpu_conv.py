@@ -3,23 +3,34 @@ default schedule.
 
 TVM's Relax pipeline leaves CPU convolutions as plain NCHW loops, about 40x slower than
 onnxruntime, and MetaSchedule needs hundreds of trials per kernel to get close. Packing channels
-in blocks of one SIMD vector (NCHW8c activations, OIHW8i8o weights, as oneDNN and onnxruntime's
-MLAS do) makes the fast loop nest a fixed shape: per output row, a register tile of `reg_n`
-output pixels x 8 output channels accumulated over input channels and the filter window, each
-step one weight vector times a broadcast input value. `schedule_conv` writes that nest for any
-fused conv2d_NCHWc kernel, so every CNN gets it without tuning; tuning records still win where
-they exist (`cw tune` tunes the NCHWc kernels themselves).
+in blocks of one SIMD vector (NCHW8c activations and OIHW8i8o weights for AVX2's 8 fp32 lanes,
+NCHW16c and OIHW16i16o for AVX-512's 16, as oneDNN and onnxruntime's MLAS do) makes the fast
+loop nest a fixed shape: per output row, a register tile of `reg_n` output pixels x one vector
+of output channels accumulated over input channels and the filter window, each step one weight
+vector times a broadcast input value. `schedule_conv` writes that nest for any fused
+conv2d_NCHWc kernel, so every CNN gets it without tuning; tuning records still win where they
+exist (`cw tune` tunes the NCHWc kernels themselves).
 
 The weight relayout is ordinary weight-only math, lifted out of the graph with the rest
-(frontend.import_model), so bundles store OIHW8i8o weights and pay nothing per inference.
+(frontend.import_model), so bundles store blocked weights and pay nothing per inference. The
+block is chosen when the graph is imported, from the target's vector width (`widest_block`).
 """
 
 from __future__ import annotations
 
 from cw.tvm_env import load_tvm
 
-BLOCK = 8          # fp32 lanes of an AVX2 register: output-channel block and input block
-MAX_REG_N = 14     # accumulators per tile: 14 + one weight vector + one broadcast = 16 ymm
+BLOCK = 8          # fp32 lanes of an AVX2 register: the narrowest channel block
+WIDE_BLOCK = 16    # fp32 lanes of an AVX-512 register
+# Output pixels per register tile, one accumulator vector each: 14 + one weight vector + one
+# broadcast = AVX2's 16 registers.
+MAX_REG_N = 14
+# AVX-512's 32 registers hold a tile two output blocks (32 channels) tall: each broadcast input
+# value then feeds two FMAs. Up to 12 pixels: 24 accumulators + 2 weight vectors + 1 broadcast.
+# On a 2-core Xeon (2026-11-26, batch 1, vs one block x 14 pixels): resnet18 ×0.88 of the time,
+# resnet50 ×0.91, inception_v3 ×0.97; 2 x 14 pixels spilled and ran ×1.3 slower. Two 8-channel
+# blocks of AVX2 spilled too (resnet18 ×1.39 slower), so AVX2 keeps one block.
+PAIR_MAX_REG_N = 12
 
 
 def _int(x) -> int | None:
@@ -29,11 +40,33 @@ def _int(x) -> int | None:
         return None
 
 
-def conv_layout(call) -> dict[str, list[str]]:
-    """ConvertLayout callback: the NCHWc layout for one conv2d, or none to leave it as is.
-    2-D convolutions in NCHW with static channel counts are blocked: plain ones (groups=1) with
-    output channels by 8 and input channels by 8, or all at once when fewer than 8 (a
-    network's first conv on RGB input); depthwise ones (one filter per channel) by 8."""
+def widest_block(target) -> int:
+    """The channel block for `target`'s vectors: 16 where it has AVX-512, else 8 (AVX2; also
+    what plain x86-64 code and other CPUs get: LLVM splits a vector wider than the machine's)."""
+    from tvm.target import codegen
+
+    try:
+        return WIDE_BLOCK if codegen.target_has_features("avx512f", target) else BLOCK
+    except Exception:  # noqa: BLE001  (not an LLVM x86 target: no such feature to ask about)
+        return BLOCK
+
+
+def channel_block(channels: int, widest: int = BLOCK) -> int | None:
+    """The block `channels` are packed in: the widest vector that divides them. A tensor's
+    block depends only on its channel count, so a conv's output and the next conv's input
+    (residual adds, concatenations of equal blocks) meet in the same layout."""
+    for block in (WIDE_BLOCK, BLOCK):
+        if block <= widest and channels % block == 0:
+            return block
+    return None
+
+
+def conv_layout(call, widest: int = BLOCK) -> dict[str, list[str]]:
+    """ConvertLayout callback (with `widest` bound: functools.partial): the NCHWc layout for
+    one conv2d, or none to leave it as is. 2-D convolutions in NCHW with static channel counts
+    are blocked: plain ones (groups=1) with output and input channels in `channel_block`s, or
+    the input all at once when it has fewer than 8 channels (a network's first conv, on RGB);
+    depthwise ones (one filter per channel) in their channels' block."""
     if getattr(call.op, "name", "") != "relax.nn.conv2d":
         return {}
     attrs = call.attrs
@@ -43,16 +76,17 @@ def conv_layout(call) -> dict[str, list[str]]:
     if shape is None or len(shape) != 4:
         return {}
     out_c, in_c = _int(shape[0]), _int(shape[1])
-    if out_c is None or in_c is None or out_c % BLOCK:
+    oc_bn = None if out_c is None else channel_block(out_c, widest)
+    if in_c is None or oc_bn is None:
         return {}
     if attrs.groups != 1:
         if attrs.groups == out_c and in_c == 1:  # depthwise
-            return {"relax.nn.conv2d": [f"NCHW{BLOCK}c", f"OIHW1i{BLOCK}o", f"NCHW{BLOCK}c"]}
+            return {"relax.nn.conv2d": [f"NCHW{oc_bn}c", f"OIHW1i{oc_bn}o", f"NCHW{oc_bn}c"]}
         return {}
-    ic_bn = BLOCK if in_c % BLOCK == 0 else in_c if in_c < BLOCK else None
+    ic_bn = channel_block(in_c, widest) or (in_c if in_c < BLOCK else None)
     if ic_bn is None:
         return {}
-    return {"relax.nn.conv2d": [f"NCHW{ic_bn}c", f"OIHW{ic_bn}i{BLOCK}o", f"NCHW{BLOCK}c"]}
+    return {"relax.nn.conv2d": [f"NCHW{ic_bn}c", f"OIHW{ic_bn}i{oc_bn}o", f"NCHW{oc_bn}c"]}
 
 
 def legalize_conv2d(bb, call):
@@ -75,7 +109,7 @@ def legalize_conv2d(bb, call):
 
 
 def _depthwise_nchwc(data, kernel, strides, padding, dilation, out_dtype):
-    """Depthwise conv, data N C/8 H W 8, kernel C/8 1 KH KW 1 8 (topi declares this operator
+    """Depthwise conv, data N C/b H W b, kernel C/b 1 KH KW 1 b (topi declares this operator
     but has no x86 implementation since TVM dropped its TE schedules)."""
     from tvm import te, topi
 
@@ -97,16 +131,17 @@ def _depthwise_nchwc(data, kernel, strides, padding, dilation, out_dtype):
         name="depthwise_conv2d_NCHWc")
 
 
-def _reg_n(width: int) -> int:
-    """The register tile (output pixels of one row): the widest that divides the row, if one
-    of at least 7 does; else the one wasting the fewest pixels in the last, partial tile (rows
-    of prime width such as inception's 17, 73 or 149 would otherwise get tiles of 1)."""
-    if width <= MAX_REG_N:
+def _reg_n(width: int, most: int = MAX_REG_N) -> int:
+    """The register tile (output pixels of one row, at most `most`): the widest that divides
+    the row, if one of at least 7 does; else the one wasting the fewest pixels in the last,
+    partial tile (rows of prime width such as inception's 17, 73 or 149 would otherwise get
+    tiles of 1)."""
+    if width <= most:
         return width
-    exact = [d for d in range(7, MAX_REG_N + 1) if width % d == 0]
+    exact = [d for d in range(7, most + 1) if width % d == 0]
     if exact:
         return max(exact)
-    return min(range(MAX_REG_N, 4, -1), key=lambda d: -(-width // d) * d - width)
+    return min(range(most, 4, -1), key=lambda d: -(-width // d) * d - width)
 
 
 def conv_schedule(func):
@@ -128,16 +163,22 @@ def conv_schedule(func):
     if any(e is None for e in extents):
         return None  # symbolic shapes: leave to the generic lowering
     width, ic_total = extents[3], extents[5]
-    # the kernel's buffer is OC//8, IC//icb, KH, KW, icb, 8
+    # the kernel's buffer is OC//ocb, IC//icb, KH, KW, icb, ocb
     shapes = [r.source.shape for r in sch.get(conv).reads if len(r.source.shape) == 6]
     ic_bn = _int(shapes[0][4]) if len(shapes) == 1 else None
     if ic_bn is None or ic_total % ic_bn:
         return None
-    reg_n = _reg_n(width)
-    owo, owi = sch.split(ow, [None, reg_n])
+    # two output blocks per tile where the registers allow (AVX-512's 16-channel blocks)
+    pair = extents[4] == WIDE_BLOCK and extents[1] % 2 == 0
+    owo, owi = sch.split(ow, [None, _reg_n(width, PAIR_MAX_REG_N if pair else MAX_REG_N)])
     icc, icb = sch.split(ic, [None, ic_bn])
-    sch.reorder(n, occ, oh, owo, icc, kh, kw, icb, owi, ocb)
-    return _finish(sch, conv, n, occ, oh, owo, owi, ocb, icc)
+    if not pair:
+        sch.reorder(n, occ, oh, owo, icc, kh, kw, icb, owi, ocb)
+        return _finish(sch, conv, n, occ, oh, owo, owi, ocb, icc)
+    oco, oci = sch.split(occ, [None, 2])
+    sch.reorder(n, oco, oh, owo, icc, kh, kw, icb, oci, owi, ocb)
+    sch.unroll(oci)
+    return _finish(sch, conv, n, oco, oh, owo, owi, ocb, icc)
 
 
 def _depthwise_schedule(sch):

@@ -183,11 +183,12 @@ def _check_operators(path: Path, model: onnx.ModelProto) -> None:
                              "export the model with standard ONNX operators")
 
 
-def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
+def import_model(onnx_model: OnnxModel, conv_block: int = 0,
                  fp16: bool = False, conv_algo: str = "direct",
                  page_size: int | None = None, tf32: bool = False) -> ImportedModel:
     """Import into Relax and evaluate the weight-only computation once, on the CPU.
-    `blocked_convs`: convolutions in NCHWc layouts (CPU targets, cw/compile/cpu_conv.py).
+    `conv_block`: convolutions in NCHWc layouts with channel blocks up to this wide (CPU
+    targets, cw/compile/cpu_conv.py: 8 for AVX2, 16 for AVX-512); 0 leaves them in NCHW.
     `conv_algo`: winograd2 / winograd4 for 3x3 convolutions (cw/compile/winograd.py), those
     whose transformed filter fits in a weights page of `page_size` bytes; cutlass for NHWC
     convolutions that CUTLASS runs (cw/compile/cutlass_conv.py).
@@ -241,12 +242,15 @@ def import_model(onnx_model: OnnxModel, blocked_convs: bool = False,
             f"{conv_algo}: {rewritten} 3x3 convolutions as Winograd F({m}x{m}, 3x3)"
             + (f"; {too_large} left direct, their transformed filters larger than a weights "
                "page (a larger --page-size takes them)" if too_large else ""))
-    if blocked_convs:
+    if conv_block:
+        import functools
+
         from cw.compile import cpu_conv
         # before lifting, so that the weights' relayout is lifted with the rest
         try:
             mod, _ = cpu_conv.clip_as_relax_ops(mod)
-            mod = relax.transform.ConvertLayout({}, layout_cb=cpu_conv.conv_layout)(mod)
+            layout = functools.partial(cpu_conv.conv_layout, widest=conv_block)
+            mod = relax.transform.ConvertLayout({}, layout_cb=layout)(mod)
         except Exception as e:  # TVM's layout inference fails on some operators after a conv
             first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
             onnx_model.notes.append("convolutions kept in NCHW, without cw's NCHWc schedule: "

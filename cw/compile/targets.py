@@ -2,8 +2,9 @@
 whether this host can run CPU kernels built for a given -mcpu.
 
 Plain "llvm" (no -mcpu) generates SSE2 code and leaves AVX2/FMA unused, so CPU bundles default to
-the x86-64-v3 level (AVX2, FMA, BMI2) wherever the compiling host has it. A library built for
-x86-64-v3 dies with SIGILL on an older CPU, so the loader checks the host before loading one.
+the best x86-64 level the compiling host has: x86-64-v4 (AVX-512) or x86-64-v3 (AVX2, FMA,
+BMI2). A library built for either dies with SIGILL on an older CPU, so the loader checks the
+host before loading one; `--arch x86-64-v3` builds bundles that AVX2-only machines can run.
 """
 
 from __future__ import annotations
@@ -42,13 +43,16 @@ def host_cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-def default_cpu_arch() -> str | None:
-    """The best x86-64 level up to v3 this host runs (v4's AVX-512 often lowers clocks); None
-    (plain llvm) off x86-64, where LLVM's default for the host architecture is used."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return None
-    flags = host_cpu_flags()
-    for level in ("x86-64-v3", "x86-64-v2"):
+def default_cpu_arch(flags: frozenset[str] | None = None) -> str | None:
+    """The best x86-64 level this host (or a CPU with these /proc/cpuinfo `flags`) runs; None
+    (plain llvm) off x86-64, where LLVM's default for the host architecture is used. AVX-512
+    counts: cw's convolutions then take 16-channel blocks, and resnet18, resnet50 and
+    inception_v3 ran ×1.6-1.7 faster than with AVX2's 8 on a 2-core Xeon (docs/benchmarks.md)."""
+    if flags is None:
+        if platform.machine() not in ("x86_64", "AMD64"):
+            return None
+        flags = host_cpu_flags()
+    for level in ("x86-64-v4", "x86-64-v3", "x86-64-v2"):
         if X86_LEVEL_FLAGS[level] <= flags:
             return level
     return GENERIC_CPU

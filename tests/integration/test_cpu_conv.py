@@ -55,21 +55,34 @@ def _reference(x, w, b, stride, pad, residual=None):
     return np.maximum(y, 0).astype(np.float32)
 
 
-@pytest.mark.parametrize("n,c,h,w,oc,k,stride,pad,residual,groups", [
-    (1, 16, 14, 14, 16, 3, 1, 1, True, 1),    # resnet's 3x3 with a residual add
-    (2, 8, 13, 13, 24, 3, 2, 1, False, 1),    # stride 2, odd width, batch 2
-    (1, 3, 20, 20, 8, 7, 2, 3, False, 1),     # an RGB stem: 3 input channels in one block
-    (1, 32, 7, 7, 16, 1, 1, 0, True, 1),      # 1x1, no padding
-    (1, 8, 17, 17, 16, 3, 1, 1, True, 1),     # a prime width: tiles of 9, the last one partial
-    (1, 16, 15, 15, 16, 3, 1, 1, False, 16),  # depthwise
-    (2, 24, 17, 17, 24, 3, 2, 1, True, 24),   # depthwise, stride 2, batch 2
+@pytest.mark.parametrize("n,c,h,w,oc,k,stride,pad,residual,groups,widest", [
+    (1, 16, 14, 14, 16, 3, 1, 1, True, 1, 8),    # resnet's 3x3 with a residual add
+    (2, 8, 13, 13, 24, 3, 2, 1, False, 1, 8),    # stride 2, odd width, batch 2
+    (1, 3, 20, 20, 8, 7, 2, 3, False, 1, 8),     # an RGB stem: 3 input channels in one block
+    (1, 32, 7, 7, 16, 1, 1, 0, True, 1, 8),      # 1x1, no padding
+    (1, 8, 17, 17, 16, 3, 1, 1, True, 1, 8),     # a prime width: tiles of 9, the last partial
+    (1, 16, 15, 15, 16, 3, 1, 1, False, 16, 8),  # depthwise
+    (2, 24, 17, 17, 24, 3, 2, 1, True, 24, 8),   # depthwise, stride 2, batch 2
+    # AVX-512's 16-channel blocks (computed right on any host: LLVM splits wider vectors)
+    (1, 16, 14, 14, 32, 3, 1, 1, True, 1, 16),   # 16i16o blocks
+    (1, 3, 20, 20, 16, 7, 2, 3, False, 1, 16),   # the RGB stem: 3i16o
+    (1, 8, 13, 13, 32, 3, 2, 1, False, 1, 16),   # 8 channels in, 16 out: 8i16o
+    (1, 32, 7, 7, 24, 1, 1, 0, True, 1, 16),     # 16 in, 24 out in blocks of 8: 16i8o
+    (2, 32, 15, 15, 32, 3, 1, 1, False, 32, 16),  # depthwise in 16s
+    # tiles two 16-channel blocks tall where the blocks pair up: a partial last tile of a row
+    # no tile of 7-12 divides (26), and three blocks (48 channels) that do not pair
+    (2, 16, 26, 26, 64, 1, 1, 0, False, 1, 16),
+    (1, 16, 17, 17, 48, 3, 1, 1, True, 1, 16),
 ])
 def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pad, residual,
-                                                   groups):
+                                                   groups, widest):
+    import functools
+
     from tvm import relax
 
     tvm, mod = _conv_graph(n, c, h, w, oc, k, stride, pad, groups=groups, residual=residual)
-    mod = relax.transform.ConvertLayout({}, layout_cb=cpu_conv.conv_layout)(mod)
+    layout = functools.partial(cpu_conv.conv_layout, widest=widest)
+    mod = relax.transform.ConvertLayout({}, layout_cb=layout)(mod)
     target = targets.tvm_target("cpu", targets.default_cpu_arch())
     with target:
         fused, _ = legalized(mod, target)
@@ -89,21 +102,43 @@ def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pa
     assert np.allclose(y, expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("c,oc,groups,blocked", [
-    (64, 64, 1, "NCHW8c"), (3, 64, 1, "NCHW3c"), (12, 64, 1, None), (64, 20, 1, None),
-    (32, 32, 32, "NCHW8c"),  # depthwise
-    (32, 64, 2, None),       # grouped: left to TVM
-    (12, 12, 12, None),      # depthwise, channels not a multiple of 8
+@pytest.mark.parametrize("c,oc,groups,widest,blocked", [
+    (64, 64, 1, 8, ("NCHW8c", "OIHW8i8o")), (3, 64, 1, 8, ("NCHW3c", "OIHW3i8o")),
+    (12, 64, 1, 8, None), (64, 20, 1, 8, None),
+    (32, 32, 32, 8, ("NCHW8c", "OIHW1i8o")),  # depthwise
+    (32, 64, 2, 8, None),       # grouped: left to TVM
+    (12, 12, 12, 8, None),      # depthwise, channels not a multiple of 8
+    # AVX-512: blocks of 16 where the channels divide, of 8 where only 8 does
+    (64, 64, 1, 16, ("NCHW16c", "OIHW16i16o")), (3, 64, 1, 16, ("NCHW3c", "OIHW3i16o")),
+    (24, 64, 1, 16, ("NCHW8c", "OIHW8i16o")), (64, 24, 1, 16, ("NCHW16c", "OIHW16i8o")),
+    (12, 64, 1, 16, None), (64, 20, 1, 16, None),
+    (32, 32, 32, 16, ("NCHW16c", "OIHW1i16o")), (24, 24, 24, 16, ("NCHW8c", "OIHW1i8o")),
 ])
-def test_which_convolutions_get_blocked(c, oc, groups, blocked):
+def test_which_convolutions_get_blocked(c, oc, groups, widest, blocked):
     from tvm import relax
 
     _, mod = _conv_graph(1, c, 8, 8, oc, 3, 1, 1, groups=groups)
     calls = []
     relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(
         e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
-    layouts = cpu_conv.conv_layout(calls[0])
-    assert (layouts["relax.nn.conv2d"][0] if layouts else None) == blocked
+    layouts = cpu_conv.conv_layout(calls[0], widest=widest)
+    assert (tuple(layouts["relax.nn.conv2d"][:2]) if layouts else None) == blocked
+
+
+@pytest.mark.parametrize("arch,widest", [("x86-64-v4", 16), ("sapphirerapids", 16),
+                                         ("znver4", 16), ("x86-64-v3", 8), ("x86-64", 8),
+                                         ("skylake", 8)])
+def test_the_block_follows_the_targets_vectors(arch, widest):
+    assert cpu_conv.widest_block(targets.tvm_target("cpu", arch)) == widest
+
+
+def test_default_arch_is_the_best_level_the_cpu_has():
+    v3 = targets.X86_LEVEL_FLAGS["x86-64-v3"]
+    assert targets.default_cpu_arch(frozenset(targets.X86_LEVEL_FLAGS["x86-64-v4"])) == \
+        "x86-64-v4"
+    assert targets.default_cpu_arch(frozenset(v3 | {"avx512f"})) == "x86-64-v3"  # no BW/VL
+    assert targets.default_cpu_arch(frozenset(v3)) == "x86-64-v3"
+    assert targets.default_cpu_arch(frozenset()) == targets.GENERIC_CPU
 
 
 def test_small_cnn_compiles_blocked_and_agrees_with_nchw_and_onnxruntime(zoo_onnx, tmp_path, cli):
