@@ -14,8 +14,9 @@ import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter, Manifest, Source,
                        check_model_name, model_name_from,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
-from cw.compile import (cpu_conv, cuda_conv, cutlass_build, cutlass_conv, cutlass_plans,
-                        fast_tvmscript, frontend, normalize, paging, rebatch, targets, tuning)
+from cw.compile import (cpu_conv, cpu_kernels, cuda_conv, cutlass_build, cutlass_conv,
+                        cutlass_plans, fast_tvmscript, frontend, normalize, paging, rebatch,
+                        targets, tuning)
 from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
                                  check_device_binary)
 from cw.compile.memory import memory_plan
@@ -283,6 +284,7 @@ def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = Tru
         mod, tuned, total = tuning.apply_database(mod, database)
         if target.kind.name == "llvm":
             mod, convs = cpu_conv.schedule_convs(mod)
+            mod, _ = cpu_kernels.schedule_kernels(mod)
         else:
             convs = 0
         planned = transform.Sequential(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cw.compile import cpu_conv, targets, tuning
+from cw.compile import cpu_conv, cpu_kernels, targets, tuning
 from cw.compile.compiler import (DEFAULT_BATCH_SIZES, CompileConfig, bind_batch, import_graph,
                                  legalized)
 from cw.errors import DeviceError, UsageError, creating
@@ -116,14 +116,16 @@ def _best_us(records) -> float | None:
 def _default_schedule(task, rules):
     """The schedule `cw compile` gives this kernel when no record covers it, as an
     s_tir.Schedule whose trace can be stored as a record: on the CPU cw's NCHWc convolution
-    schedule (None for other kernels: they keep plain loops), on CUDA the first of the target's
-    default (dlight) rules that applies, as the pipeline's ApplyDefaultSchedule would pick it."""
+    schedule or cw/compile/cpu_kernels.py's (None for other kernels: they keep plain loops),
+    on CUDA the first of the target's default (dlight) rules that applies, as the pipeline's
+    ApplyDefaultSchedule would pick it."""
     from tvm import s_tir
 
     mod = task.dispatched[0]
     if task.target.kind.name == "llvm":
         try:
-            return cpu_conv.conv_schedule(mod)
+            sch = cpu_conv.conv_schedule(mod)
+            return sch if sch is not None else cpu_kernels.default_schedule(mod)
         except s_tir.ScheduleError:
             return None
     func = mod["main"]

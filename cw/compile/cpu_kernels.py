@@ -1,0 +1,147 @@
+"""Default CPU schedules for the kernels that are not convolutions (cw/compile/cpu_conv.py has
+those): fused elementwise kernels as one parallel, vectorized pass, and the matrix products of
+a classifier at small batch sizes.
+
+TVM's CPU pipeline compiles a fused kernel it has no schedule for as it comes out of FuseTIR:
+one loop nest per fused operator, each writing a whole intermediate buffer, on one thread.
+densenet121's pre-activation `concat → BatchNorm (decomposed: subtract, divide, multiply, add)
+→ ReLU` became six passes over a tensor of up to 1,024 channels per layer: 36 of its 82 ms at
+batch 1 on a 2-core Xeon, more than onnxruntime's whole model. Inlined into one pass, spread
+over the cores and vectorized, the same 58 kernels took 4 ms. A classifier's `x @ W + b` with W
+stored K x N walked W column by column: mobilenet_v2's took 2.1-2.5 ms, a quarter of the model,
+and 0.44 ms with W read row by row in vectors (docs/benchmarks.md).
+
+Only kernels of these two shapes are taken; the rest (pooling, softmax) keep TVM's lowering,
+and tuning records still win over these schedules.
+"""
+
+from __future__ import annotations
+
+# below this many elements a kernel runs on one thread: waking the pool costs more than the loop
+PARALLEL_MIN_ELEMENTS = 1 << 14
+# an innermost loop up to this long is vectorized whole (a channel block of 8 or 16, a row)
+MAX_VECTOR_LOOP = 64
+
+
+def schedule_elementwise(func):
+    """`func` scheduled as one parallel, vectorized pass, or None when it is not a kernel of
+    static spatial blocks that inline into its last one."""
+    from tvm import s_tir, tirx
+
+    sch = s_tir.Schedule(func)
+    try:
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except s_tir.ScheduleError:
+        return None
+    if not blocks:
+        return None
+    for block in blocks:
+        spatial = all(iv.iter_type == tirx.IterVar.DataPar for iv in sch.get(block).iter_vars)
+        if not spatial or not sch.get_loops(block):
+            return None
+    try:
+        for block in blocks[:-1]:
+            sch.compute_inline(block)  # fails on an output or a block read twice: left alone
+    except s_tir.ScheduleError:
+        return None
+    loops = sch.get_loops(blocks[-1])
+    extents = [sch.get(loop).extent for loop in loops]
+    if not all(isinstance(e, tirx.IntImm) for e in extents):
+        return None
+    extents = [int(e) for e in extents]
+    total = 1
+    for e in extents:
+        total *= e
+    if len(loops) > 1 and extents[-1] <= MAX_VECTOR_LOOP:
+        outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+        vector = loops[-1]
+    else:
+        whole = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        lanes = next((n for n in (16, 8) if total % n == 0), None)
+        if lanes is None:
+            if total >= PARALLEL_MIN_ELEMENTS:
+                sch.parallel(whole)
+            return sch
+        outer, vector = sch.split(whole, [None, lanes])
+    if total >= PARALLEL_MIN_ELEMENTS:
+        sch.parallel(outer)
+    sch.vectorize(vector)
+    return sch
+
+
+def schedule_matmul(func):
+    """`x @ W (+ elementwise epilogue)` with x M x K, W K x N (a classifier: M is the batch):
+    parallel over chunks of N, then for each k one row of W in vectors times x[i, k] for every
+    i, so W is read once, row by row, however large M. None for any other kernel."""
+    from tvm import s_tir, tirx
+
+    sch = s_tir.Schedule(func)
+    try:
+        matmul = sch.get_sblock("matmul")
+    except s_tir.ScheduleError:
+        return None
+    loops = sch.get_loops(matmul)
+    block = sch.get(matmul)
+    kinds = [iv.iter_type for iv in block.iter_vars]
+    if len(loops) != 3 or kinds != [tirx.IterVar.DataPar] * 2 + [tirx.IterVar.CommReduce]:
+        return None
+    extents = [sch.get(loop).extent for loop in loops]
+    if not all(isinstance(e, tirx.IntImm) for e in extents):
+        return None
+    j_var, k_var = (iv.var for iv in block.iter_vars[1:])
+    # W read as W[k, j]: rows contiguous along N (not the transposed K-contiguous layout)
+    if not any(len(r.region) == 2 and r.region[0].min.same_as(k_var)
+               and r.region[1].min.same_as(j_var) for r in block.reads):
+        return None
+    n = int(extents[1])
+    chunk = next((c for c in (64, 32, 16, 8) if n % c == 0), None)
+    if chunk is None:
+        return None
+    epilogue = []
+    consumers = sch.get_consumers(matmul)
+    while consumers:
+        if len(consumers) != 1:
+            return None
+        epilogue.append(consumers[0])
+        consumers = sch.get_consumers(consumers[0])
+    for b in epilogue[:-1]:
+        sch.compute_inline(b)
+    i, j, k = loops
+    jo, ji = sch.split(j, [None, chunk])
+    sch.reorder(jo, k, i, ji)
+    if epilogue:
+        sch.reverse_compute_at(epilogue[-1], jo)
+        sch.vectorize(sch.get_loops(epilogue[-1])[-1])
+    # the order matters: TIR parallelizes and vectorizes a reduction before splitting its init
+    sch.parallel(jo)
+    sch.vectorize(ji)
+    sch.decompose_reduction(matmul, k)
+    return sch
+
+
+def default_schedule(func):
+    """The schedule of this module that takes `func`, or None."""
+    sch = schedule_elementwise(func)
+    return sch if sch is not None else schedule_matmul(func)
+
+
+def schedule_kernels(mod):
+    """Give every unscheduled kernel of `mod` that one of these schedules takes its schedule.
+    Returns (module, number of kernels scheduled)."""
+    from tvm import s_tir, tirx
+
+    updates = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        if func.attrs and ("tirx.is_scheduled" in func.attrs or "tir.is_scheduled" in func.attrs):
+            continue  # a tuning record's or cw's convolution schedule
+        try:
+            sch = default_schedule(func)
+        except s_tir.ScheduleError:
+            sch = None
+        if sch is not None:
+            updates[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    for gv, func in updates.items():
+        mod[gv] = func
+    return mod, len(updates)

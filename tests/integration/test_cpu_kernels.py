@@ -1,0 +1,163 @@
+"""The CPU default schedule for fused elementwise kernels (cw/compile/cpu_kernels.py): which
+kernels it takes, that they become one parallel, vectorized pass, and that they compute what
+numpy does."""
+
+import numpy as np
+import pytest
+
+from cw.compile import cpu_kernels, targets
+from cw.compile.compiler import legalized
+from cw.tvm_env import load_tvm
+
+
+def _fused(shape_a, shape_b, extra=None):
+    """densenet's pre-activation: relu(concat(a, b) BatchNorm-decomposed), fused by TVM into one
+    kernel of six blocks; `extra(bb, y)` may add operators after it."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    channels = shape_a[1] + shape_b[1]
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType(shape_a, "float32"))
+    b = relax.Var("b", relax.TensorType(shape_b, "float32"))
+    stats = [relax.Var(n, relax.TensorType((1, channels, 1, 1), "float32"))
+             for n in ("mean", "std", "gamma", "beta")]
+    with bb.function("main", [a, b, *stats]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.concat([a, b], axis=1))
+            y = bb.emit(relax.op.subtract(y, stats[0]))
+            y = bb.emit(relax.op.divide(y, stats[1]))
+            y = bb.emit(relax.op.multiply(y, stats[2]))
+            y = bb.emit(relax.op.add(y, stats[3]))
+            y = bb.emit(relax.op.nn.relu(y))
+            if extra is not None:
+                y = extra(bb, y)
+            y = bb.emit_output(y)
+        bb.emit_func_output(y)
+    target = targets.tvm_target("cpu", targets.default_cpu_arch())
+    with target:
+        fused, _ = legalized(bb.get(), target)
+    return tvm, target, fused
+
+
+def _kernels(mod):
+    from tvm import tirx
+
+    return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
+
+
+@pytest.mark.parametrize("shape_a,shape_b,parallel", [
+    ((1, 64, 28, 28), (1, 32, 28, 28), True),   # one of densenet's, in NCHW
+    ((2, 5, 3, 7), (2, 3, 3, 7), False),        # 420 values: one thread; rows of 7 vectorized
+    ((1, 24, 1, 1000), (1, 8, 1, 1000), True),  # an innermost loop too long: split in vectors
+])
+def test_concat_batchnorm_relu_becomes_one_parallel_vectorized_pass(shape_a, shape_b, parallel):
+    from tvm import relax, tirx
+
+    tvm, target, fused = _fused(shape_a, shape_b)
+    (name, func), = _kernels(fused).items()
+    assert "concatenate" in name and len(func.script().split('T.sblock("')) - 1 == 7  # 6 + root
+    sch = cpu_kernels.schedule_elementwise(func)
+    assert sch is not None
+    script = sch.mod["main"].script()
+    assert script.count('T.sblock("') - script.count('T.sblock("root")') == 1  # one pass
+    kinds = [sch.get(loop).kind for loop in sch.get_loops(
+        sch.get_child_blocks(sch.get_sblock("root"))[0])]
+    assert kinds[-1] == tirx.ForKind.VECTORIZED
+    assert (tirx.ForKind.PARALLEL in kinds) == parallel
+    scheduled, count = cpu_kernels.schedule_kernels(fused)
+    assert count == 1
+    ex = tvm.compile(scheduled, target=target)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(shape_a).astype(np.float32)
+    b = rng.standard_normal(shape_b).astype(np.float32)
+    channels = shape_a[1] + shape_b[1]
+    mean, gamma, beta = (rng.standard_normal((1, channels, 1, 1)).astype(np.float32)
+                         for _ in range(3))
+    std = rng.uniform(0.5, 2, (1, channels, 1, 1)).astype(np.float32)
+    y = vm["main"](*[tvm.runtime.tensor(v) for v in (a, b, mean, std, gamma, beta)]).numpy()
+    expected = np.maximum((np.concatenate([a, b], axis=1) - mean) / std * gamma + beta, 0)
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_reductions_and_scheduled_kernels_are_left_alone():
+    from tvm import relax
+
+    def pool(bb, y):
+        return bb.emit(relax.op.mean(y, axis=[2, 3]))
+
+    _, _, fused = _fused((1, 16, 8, 8), (1, 16, 8, 8), extra=pool)
+    kernels = _kernels(fused)
+    reductions = {n: f for n, f in kernels.items() if "mean" in n}
+    assert reductions
+    for func in reductions.values():
+        assert cpu_kernels.schedule_elementwise(func) is None
+    scheduled, count = cpu_kernels.schedule_kernels(fused)
+    assert count == len(kernels) - len(reductions) >= 1
+    # a second pass finds them all scheduled already (as a tuning record's would be)
+    assert cpu_kernels.schedule_kernels(scheduled)[1] == 0
+
+
+def _classifier(batch, k, n, transposed=False):
+    """x @ W + b, W stored K x N (as the ONNX importer leaves a Gemm's weights once lifted), or
+    N x K with `transposed`."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((batch, k), "float32"))
+    w = relax.Var("w", relax.TensorType((n, k) if transposed else (k, n), "float32"))
+    b = relax.Var("b", relax.TensorType((n,), "float32"))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, relax.op.permute_dims(w) if transposed else w))
+            y = bb.emit_output(bb.emit(relax.op.add(y, b)))
+        bb.emit_func_output(y)
+    target = targets.tvm_target("cpu", targets.default_cpu_arch())
+    with target:
+        fused, _ = legalized(bb.get(), target)
+    return tvm, target, fused
+
+
+@pytest.mark.parametrize("batch,k,n", [(1, 64, 1000), (3, 40, 96), (16, 32, 24)])
+def test_a_classifiers_matmul_reads_its_weights_row_by_row(batch, k, n):
+    from tvm import relax, tirx
+
+    tvm, target, fused = _classifier(batch, k, n)
+    (func,) = [f for name, f in _kernels(fused).items() if "matmul" in name]
+    sch = cpu_kernels.schedule_matmul(func)
+    assert sch is not None
+    loops = sch.get_loops(sch.get_sblock("matmul_update"))
+    kinds = [sch.get(loop).kind for loop in loops]
+    # chunks of N in parallel, then k, then the batch, then one chunk in vectors
+    assert kinds == [tirx.ForKind.PARALLEL, tirx.ForKind.SERIAL, tirx.ForKind.SERIAL,
+                     tirx.ForKind.VECTORIZED]
+    assert int(sch.get(loops[1]).extent) == k and int(sch.get(loops[2]).extent) == batch
+    scheduled, count = cpu_kernels.schedule_kernels(fused)
+    assert count == 1
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
+    rng = np.random.default_rng(1)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((batch, k), (k, n), (n,)))
+    y = vm["main"](*[tvm.runtime.tensor(v) for v in (x, w, b)]).numpy()
+    np.testing.assert_allclose(y, x @ w + b, rtol=1e-5, atol=1e-5)
+
+
+def test_other_matrix_products_are_left_to_tvm():
+    """A batched product (attention's): not a classifier's shape."""
+    load_tvm()
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((4, 8, 16), "float32"))
+    b = relax.Var("b", relax.TensorType((4, 16, 32), "float32"))
+    with bb.function("main", [a, b]):
+        with bb.dataflow():
+            y = bb.emit_output(bb.emit(relax.op.matmul(a, b)))
+        bb.emit_func_output(y)
+    target = targets.tvm_target("cpu", targets.default_cpu_arch())
+    with target:
+        fused, _ = legalized(bb.get(), target)
+    (func,) = _kernels(fused).values()
+    assert cpu_kernels.schedule_matmul(func) is None
+    assert cpu_kernels.schedule_kernels(fused)[1] == 0
