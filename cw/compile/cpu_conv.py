@@ -18,6 +18,7 @@ block is chosen when the graph is imported, from the target's vector width (`wid
 
 from __future__ import annotations
 
+from cw.compile.cpu_kernels import fuse_epilogue
 from cw.tvm_env import load_tvm
 
 BLOCK = 8          # fp32 lanes of an AVX2 register: the narrowest channel block
@@ -203,21 +204,9 @@ def _depthwise_schedule(sch):
 def _finish(sch, conv, n, occ, oh, owo, owi, ocb, first_reduction):
     """Epilogue, threads, unrolling and vectors for a conv nest ordered
     n, occ, oh, owo, [reduction loops], owi, ocb."""
-    # Elementwise epilogue (bias, BatchNorm's scale and shift, residual add, ReLU): all but the
-    # last inlined into the last, which runs per register tile right after it is complete, so
-    # the accumulators never go to memory before the output does.
-    consumers = sch.get_consumers(conv)
-    epilogue = []
-    while consumers:
-        if len(consumers) != 1:
-            return None
-        epilogue.append(consumers[0])
-        consumers = sch.get_consumers(consumers[0])
-    for block in epilogue[:-1]:
-        sch.compute_inline(block)
-    if epilogue:
-        sch.reverse_compute_at(epilogue[-1], owo)
-        sch.vectorize(sch.get_loops(epilogue[-1])[-1])
+    # the epilogue runs per register tile: the accumulators go to memory once, as the output
+    if not fuse_epilogue(sch, conv, owo):
+        return None
     sch.parallel(sch.fuse(n, occ, oh))
     sch.unroll(owi)
     sch.vectorize(ocb)

@@ -69,6 +69,26 @@ def schedule_elementwise(func):
     return sch
 
 
+def fuse_epilogue(sch, block, loop) -> bool:
+    """The elementwise chain after `block` (bias, BatchNorm's scale and shift, residual add,
+    ReLU) inlined into its last operator, which then runs under `loop`, vectorized: per tile,
+    right after the tile is complete, so the results go to memory once. False (and nothing
+    moved) where the chain branches."""
+    epilogue = []
+    consumers = sch.get_consumers(block)
+    while consumers:
+        if len(consumers) != 1:
+            return False
+        epilogue.append(consumers[0])
+        consumers = sch.get_consumers(consumers[0])
+    for b in epilogue[:-1]:
+        sch.compute_inline(b)
+    if epilogue:
+        sch.reverse_compute_at(epilogue[-1], loop)
+        sch.vectorize(sch.get_loops(epilogue[-1])[-1])
+    return True
+
+
 def schedule_matmul(func):
     """`x @ W (+ elementwise epilogue)` with x M x K, W K x N (a classifier: M is the batch):
     parallel over chunks of N, then for each k one row of W in vectors times x[i, k] for every
@@ -97,21 +117,11 @@ def schedule_matmul(func):
     chunk = next((c for c in (64, 32, 16, 8) if n % c == 0), None)
     if chunk is None:
         return None
-    epilogue = []
-    consumers = sch.get_consumers(matmul)
-    while consumers:
-        if len(consumers) != 1:
-            return None
-        epilogue.append(consumers[0])
-        consumers = sch.get_consumers(consumers[0])
-    for b in epilogue[:-1]:
-        sch.compute_inline(b)
     i, j, k = loops
     jo, ji = sch.split(j, [None, chunk])
     sch.reorder(jo, k, i, ji)
-    if epilogue:
-        sch.reverse_compute_at(epilogue[-1], jo)
-        sch.vectorize(sch.get_loops(epilogue[-1])[-1])
+    if not fuse_epilogue(sch, matmul, jo):
+        return None
     # the order matters: TIR parallelizes and vectorizes a reduction before splitting its init
     sch.parallel(jo)
     sch.vectorize(ji)
