@@ -16,8 +16,8 @@ did), `avx2-untuned` = the same as x86-64-v3 code, `avx2` = what `cw compile --a
 does (8-channel blocks), `default` = what `cw compile` does (NCHWc convolutions with cw's
 schedule, in 16-channel blocks where the host has AVX-512, tuning records where committed, the
 host's x86-64 level when those cover most kernels), plus a variant with the `--tune-db`
-records. TVM's CPU kernels run
-with one thread per physical core (cw.tvm_env); set TVM_NUM_THREADS to compare.
+records. TVM's CPU kernels run with one thread per physical core (cw.tvm_env); set
+TVM_NUM_THREADS to compare.
 """
 
 from __future__ import annotations
@@ -62,13 +62,18 @@ def time_cw(model: LocalModel, x: np.ndarray, runs: int) -> list[float]:
     return list(timer(arg, *model.weights).results)
 
 
+def _failure(e: Exception) -> str:
+    """One line for a table cell (an exception's last line; its type when it has no message)."""
+    return f"failed: {(str(e).strip().splitlines() or [type(e).__name__])[-1]}"
+
+
 def served_timer(bundle: Path):
     """The worker's EXEC path for `bundle` on GPU 0, or why it could not be set up (printed in
     its cells: the evaluator's column still comes)."""
     try:
         return ExecTimer(bundle, "cuda:0")
     except Exception as e:
-        return f"failed: {str(e).strip().splitlines()[-1]}"
+        return _failure(e)
 
 
 def time_ort(session, name: str, x: np.ndarray, runs: int) -> list[float]:
@@ -210,7 +215,7 @@ def gpu_main(args) -> None:
                             times["served"] += [s / 1e9 for s in served.exec_ns([x], args.runs)]
                         except Exception as e:  # an untried path must not cost the others
                             served.close()
-                            served = f"failed: {str(e).strip().splitlines()[-1]}"
+                            served = _failure(e)
                 torch.backends.cudnn.allow_tf32 = False
                 eager, graph, cw = (median_ms(times[k]) for k in ("eager", "graph", "cw"))
                 if times["served"] and isinstance(served, ExecTimer):
