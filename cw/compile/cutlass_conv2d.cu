@@ -11,7 +11,7 @@
 // its epilogue: y = conv + bias (one value per output channel), then ReLU when params has a
 // ninth entry of 1, in CUTLASS's epilogue instead of a pass of their own over y. The bias is read
 // as a C operand whose strides are all 0; with serial split-K the first slice adds it and only
-// the last applies ReLU (LinearCombinationRelu's set_k_partition).
+// the last applies ReLU (ReluInLastSlice below: CUTLASS's LinearCombinationRelu gets this wrong).
 //
 // `cw_cutlass_conv2d_residual_v1(x, w, bias, residual, params, y, workspace)` adds a residual
 // too: y = conv + bias + residual (residual NPQK like y), then ReLU when params[8] is 1: a
@@ -54,7 +54,6 @@
 #include "cutlass/conv/kernel/default_conv2d_fprop_with_broadcast.h"
 #include "cutlass/conv/device/implicit_gemm_convolution.h"
 #include "cutlass/epilogue/thread/linear_combination.h"
-#include "cutlass/epilogue/thread/linear_combination_relu.h"
 #include "cutlass/epilogue/thread/linear_combination_residual_block.h"
 #include "cutlass/epilogue/thread/activation.h"
 #include "cutlass/functional.h"
@@ -262,6 +261,49 @@ struct TileConfig {
   using Op = cutlass::conv::device::ImplicitGemmConvolution<Kernel>;
 };
 
+// y = relu(conv + bias), safe with serial split-K: ReLU in the last slice only, earlier slices
+// pass their partial sums on as they are. CUTLASS's LinearCombinationRelu marks the earlier
+// slices with a NaN threshold, meant to make its max a no-op; but CUTLASS 4's ReLu takes a
+// NaN-propagating max, so every slice but the last wrote NaN (seen on an H200: late_cnn's
+// split convs answered NaN). A NaN the products make stays NaN here, as with `x < 0 ? 0 : x`.
+template <typename Base>
+class ReluInLastSlice : public Base {
+ public:
+  using typename Base::FragmentAccumulator;
+  using typename Base::FragmentOutput;
+  using typename Base::FragmentSource;
+  using typename Base::Params;
+
+  CUTLASS_HOST_DEVICE explicit ReluInLastSlice(Params const& params) : Base(params) {}
+
+  CUTLASS_HOST_DEVICE void set_k_partition(int k_partition, int k_partition_count) {
+    Base::set_k_partition(k_partition, k_partition_count);
+    relu_ = k_partition == k_partition_count - 1;
+  }
+
+  CUTLASS_HOST_DEVICE FragmentOutput operator()(FragmentAccumulator const& accumulator,
+                                                FragmentSource const& source) const {
+    return relu(Base::operator()(accumulator, source));
+  }
+
+  CUTLASS_HOST_DEVICE FragmentOutput operator()(FragmentAccumulator const& accumulator) const {
+    return relu(Base::operator()(accumulator));
+  }
+
+ private:
+  CUTLASS_HOST_DEVICE FragmentOutput relu(FragmentOutput out) const {
+    if (relu_) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < FragmentOutput::kElements; ++i) {
+        out[i] = out[i] < 0.f ? 0.f : out[i];
+      }
+    }
+    return out;
+  }
+
+  bool relu_ = true;
+};
+
 void check_status(cutlass::Status status, const char* what, const Problem& pb) {
   if (status != cutlass::Status::kSuccess) {
     TVM_FFI_THROW(RuntimeError) << "cw_cutlass_conv2d: " << what << " failed ("
@@ -326,8 +368,7 @@ void run(const Problem& pb, TensorView x, TensorView w, TensorView y, TensorView
   using Plain = cutlass::epilogue::thread::LinearCombination<float, kAlignment, float, float>;
   using Bias = cutlass::epilogue::thread::LinearCombination<
       float, kAlignment, float, float, cutlass::epilogue::thread::ScaleType::NoBetaScaling>;
-  using BiasRelu = cutlass::epilogue::thread::LinearCombinationRelu<
-      float, kAlignment, float, float, cutlass::epilogue::thread::ScaleType::NoBetaScaling>;
+  using BiasRelu = ReluInLastSlice<Bias>;
   // relu(conv + bias + residual): the activation inside is the identity (CUTLASS's serial
   // split-K needs that), the sum with the residual is `plus`, the ReLU comes last
   using ResidualPlain = cutlass::epilogue::thread::LinearCombinationResidualBlock<
