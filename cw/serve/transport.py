@@ -499,6 +499,18 @@ class MultiPoller:
                 if getattr(e, "lane", None) is not None:
                     self._poller.register(e.lane.socket.fileno(), zmq.POLLIN)
 
+    def take(self, index: int, limit: int | None = None) -> list:
+        """What endpoint `index` holds now (its socket and lane), without waiting: a loop in
+        the middle of a burst looks for results this way."""
+        e = self.endpoints[index]
+        if self._poller is None:
+            return e.poll(0)
+        got = e._receive_all(e._receive_one, limit)
+        lane = getattr(e, "lane", None)
+        if lane is not None:
+            got += lane.receive_all(e._in, limit)
+        return got
+
     def poll(self, timeout_ms: int, limit: int | None = None) -> list[list]:
         """`limit` bounds the messages taken per endpoint: the rest stay queued in ZeroMQ and
         make the next poll return at once. A loop that stamps time once per iteration needs
