@@ -7,6 +7,11 @@
 #   bash bench/gpu_session.sh stage    # build machine, ~15 min: .device/ (runtime-only TVM and
 #                                      # wheels, ../shared/device/prepare.sh) and .gpucheck/;
 #                                      # WINOGRAD4=1 adds the Winograd F(4x4) bundles (~60 min)
+# A session with 15 minutes of device time: `stage-short` here (~12 min), then one device call,
+# carry [".device", ".gpucheck"], timeout 600: `bash bench/gpu_session.sh short` (the other modes'
+# essentials for issues 4-7 in 9 minutes); after a fix, `recheck` (~4 min) runs the tests, the
+# worker bench, Fig. 5 and the kernel table again. On 2026-11-27 (H200) `short` took 290 s,
+# `recheck` 224 s, and each call ~40 s more of device time to start and carry.
 # Then three device calls, back to back, each with carry [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and
 #                                        # bench/result_path.py (#4)
@@ -93,15 +98,49 @@ device_setup() {
 
 step() {  # step SECONDS NAME CMD...: a hung step costs its own time, not the call's
   local limit=$1 name=$2; shift 2
+  if [ -n "${CALL_BUDGET:-}" ]; then  # the whole call's seconds: later steps get what is left
+    local left=$(( CALL_BUDGET - SECONDS ))
+    if [ "$left" -lt 15 ]; then echo "== $name: skipped, the call's time is spent" >&2; return 0; fi
+    [ "$limit" -le "$left" ] || limit=$left
+  fi
   echo "== $name ($(date -u +%T), at most ${limit}s)" >&2
   timeout "$limit" "$@" || echo "== $name: exit $? (124: timed out)" >&2
 }
 
-case "${1:-}" in
-stage)
+# the steps `short` and `recheck` share (each takes its time limit first)
+gpu_tests() {  # -m gpu: tests/gpu and the contract tests' CUDA runtime, on the staged bundles
+  CW_TEST_CUDA_BUNDLES="$W/tests" step "$1" "pytest -m gpu" \
+    python3 -m pytest -q -m gpu tests/contract tests/gpu -p no:cacheprovider -rs 2>&1 \
+    | tee "$OUT/pytest-gpu.txt"
+}
+quick_profile() {  # resnet50's profile.json, which the worker bench and the replays read
+  step "$1" "cw profile resnet50" python3 -m cw profile "$W/kernels/resnet50" --device cuda:0 \
+    --iterations 300 --max-time 10s --load-iterations 20 --json > "$OUT/profile-resnet50.json" \
+    || true
+}
+worker_bench() {  # worker_bench LIMIT [RUN]: appends to worker-gpu.txt
+  step "$1" "worker bench ${2:-}" python3 bench/worker_gpu.py --models "$W/live" \
+    --model resnet50 --batch 1 --n 300 2>&1 | tee -a "$OUT/worker-gpu.txt"
+}
+live_replays() {  # live_replays LIMIT SLOS: Fig. 5 at each SLO, then the Azure trace
+  SLOS="$2" VARIANTS=0 CW="python3 -m cw" step "$1" "live replays" \
+    bash bench/live_gpu.sh "$W/live" "$OUT" cuda 20s 2>&1 | tee "$OUT/live.txt"
+}
+kernel_table() {  # kernel_table LIMIT PRECISIONS: resnet50, resnet18, densenet121 against PyTorch
+  step "$1" "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
+    --models resnet50,resnet18,densenet121 --batch-sizes 1,16,4 --precision "$2" --rounds 2 \
+    --runs 20 2>&1 | tee "$OUT/kernels.txt"
+}
+
+stage_begin() {  # build machine: .device afresh, and an empty .gpucheck.tmp to stage into
   PY=${PYTHON:-.venv/bin/python}
   PYTHON=$PY bash ../shared/device/prepare.sh
   rm -rf .gpucheck.tmp && mkdir -p .gpucheck.tmp
+}
+
+case "${1:-}" in
+stage)
+  stage_begin
   # two lanes, one per core (each TVM compile keeps one busy): ~half the wall time. Each writes
   # its own bundles; a lane's failure fails the stage after both have ended.
   K=.gpucheck.tmp/kernels
@@ -162,6 +201,58 @@ pack)  # the end of stage: compress the benchmark bundles, check the size, put t
   echo "a call carries $(( total >> 20 )) MiB of 64 (.device, .gpucheck and the tracked files)"
   if [ "$total" -gt $(( 62 << 20 )) ]; then echo "too much to carry" >&2; exit 1; fi
   rm -rf .gpucheck && mv .gpucheck.tmp .gpucheck
+  ;;
+stage-short)  # build machine, ~12 min: what `short` needs (15 minutes of device time in all)
+  stage_begin
+  K=.gpucheck.tmp/kernels
+  (
+    set -e
+    $PY bench/gpu_stage.py --out .gpucheck.tmp/tests --tests
+    # densenet121 last: the kernel table's third model, timed only if the call has time left
+    $PY bench/gpu_stage.py --out $K --hollow densenet121 --batch-sizes 1,4,16 --conv-algo cutlass
+    $PY bench/gpu_stage.py --out $K --hollow densenet121 --batch-sizes 1,4,16
+  ) > .gpucheck.tmp/lane-a.log 2>&1 &
+  lane_a=$!
+  (
+    set -e
+    $PY bench/gpu_stage.py --out $K --hollow resnet50 --batch-sizes 1,2,4,8,16
+    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50 --batch-sizes 1,4,16 \
+      --conv-algo cutlass
+    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50 --batch-sizes 1,4,16 \
+      --precision tf32
+    $PY bench/gpu_stage.py --out $K --hollow resnet18 --batch-sizes 1,4,16
+  ) > .gpucheck.tmp/lane-b.log 2>&1 || { echo "stage failed: .gpucheck.tmp/lane-b.log" >&2; exit 1; }
+  wait $lane_a || { echo "stage failed: .gpucheck.tmp/lane-a.log" >&2; exit 1; }
+  rm -f .gpucheck.tmp/lane-a.log .gpucheck.tmp/lane-b.log
+  bash "$0" pack
+  ;;
+short)  # device, carry [".device", ".gpucheck"], timeout 600: issues 4-7 in one call (~8 min)
+  # for sessions with 15 minutes of device time: the CUDA tests, the worker's figures, `cw serve`
+  # + `cw infer` against `cw run`, Fig. 5 at four SLOs and the Azure trace live, then with
+  # what time is left resnet18/resnet50 kernels against PyTorch (fp32, CUTLASS, TF32; #7)
+  CALL_BUDGET=${CALL_BUDGET:-540}
+  device_setup
+  gpu_tests 150
+  quick_profile 80
+  worker_bench 90
+  CW="python3 -m cw" step 60 "serve + infer" bash bench/serve_infer.sh "$W/live" resnet50 \
+    "$W/serve" cuda 2>&1 | tee "$OUT/serve-infer.txt"
+  live_replays 200 "10ms 25ms 100ms 500ms"
+  kernel_table 200 fp32,fp32-cutlass,tf32
+  step 40 "result path" python3 bench/result_path.py --n 1000 --rounds 2 2>&1 \
+    | tee "$OUT/result-path.txt"
+  ;;
+recheck)  # device, carry [".device", ".gpucheck"]: after fixing what `short` found (~4 min)
+  # the GPU tests, the worker bench twice, Fig. 5 at the SLOs that had late answers, and the
+  # CUTLASS / TF32 kernels against PyTorch again
+  CALL_BUDGET=${CALL_BUDGET:-300}
+  device_setup
+  gpu_tests 90
+  quick_profile 60
+  worker_bench 45 1
+  worker_bench 45 2
+  live_replays 130 "${SLOS:-10ms 25ms 100ms}"
+  kernel_table 90 fp32-cutlass,tf32,fp32
   ;;
 checks)
   device_setup
@@ -282,7 +373,8 @@ ingest-tune)  # build machine: the tune-results.jsonl files the tune calls broug
     --batch-sizes 1,4,16
   ;;
 *)
-  echo "usage: bash bench/gpu_session.sh stage | pack | checks | live | kernels | stage-tune |" \
+  echo "usage: bash bench/gpu_session.sh stage | pack | checks | live | kernels |" \
+       "stage-short | short | recheck | stage-tune |" \
        "pack-tune | tune | ingest-tune" >&2
   exit 2
   ;;
