@@ -170,8 +170,8 @@ class TvmCudaRuntime(Runtime):
             self._checked.add(id(bundle))
         cuda.use_device(self.index)
         # page-locked now, at start, not by the first LOAD: pinning 97 MB (resnet50) on the LOAD
-        # path held up the EXECs launched meanwhile (H200, 2026-11-27: 1.6-6.6 ms late while a
-        # run's first LOADs went)
+        # path is the likely reason EXECs launched meanwhile started late (H200, 2026-11-27:
+        # 1.6-6.6 ms late while a run's first LOADs went)
         pin_host_weights(model.weights)
         self._add_lanes(lanes)
         lib = None
