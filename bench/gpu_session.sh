@@ -7,12 +7,18 @@
 #   bash bench/gpu_session.sh stage    # build machine, ~15 min: .device/ (runtime-only TVM and
 #                                      # wheels, ../shared/device/prepare.sh) and .gpucheck/;
 #                                      # WINOGRAD4=1 adds the Winograd F(4x4) bundles (~60 min)
-# A session with 15 minutes of device time: `stage-short` here (~12 min), then one device call,
-# carry [".device", ".gpucheck"], timeout 600: `bash bench/gpu_session.sh short` (the other modes'
-# essentials for issues 4-7 in 9 minutes); after a fix, `recheck` (~4 min) runs the tests, the
-# worker bench, Fig. 5 and the kernel table again. On 2026-11-27 (H200) `short` took 290 s,
-# `recheck` 224 s, and each call ~40 s more of device time to start and carry.
-# Then three device calls, back to back, each with carry [".device", ".gpucheck"], timeout 600:
+# A session with 15 minutes of device time: `stage-short` here (~8 min), then four device calls
+# back to back (the machine stays warm ~30 s between them): `bash bench/gpu_session.sh stash`
+# three times, carrying [".gpuw1"], [".gpuw2"], [".gpuw3"] in turn (the real weights of resnet50,
+# resnet18 and densenet121, 58 MiB a call), then carry [".device", ".gpucheck"], timeout 590:
+# `bash bench/gpu_session.sh short` (issues 4-7 in ~6.5 min: tests, accuracy on real weights,
+# serve + infer, kernel table, EXEC tails, worker, Fig. 5 at 10 ms; everything in
+# $OUT/results.tgz). On 2026-11-27 (H200, second session) the stash calls took 0.4-2 s each and
+# ~8 s of device time, `short` 381 s; `p9999` (below) 239 s. Without the stash calls `short`
+# runs on pattern weights (no accuracy). `recheck` (~4 min) reruns tests, worker bench, Fig. 5
+# and the kernel table after a fix.
+# With 30 minutes, `stage` instead, then three device calls, back to back, each with carry
+# [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and
 #                                        # bench/result_path.py (#4)
 #   2. bash bench/gpu_session.sh live    # bench/live_gpu.sh: Fig. 5 at five SLOs (10 and 25 ms
@@ -21,14 +27,14 @@
 #   3. bash bench/gpu_session.sh kernels # bench/cutlass_convs.py (each CUTLASS conv and tile
 #                                        # vs cuDNN, in both maths; every time in
 #                                        # $OUT/cutlass-times.json), then bench/kernels.py: fp32,
-#                                        # CUTLASS convs (fp32-cutlass) and tf32 (against cuDNN's
+#                                        # cw's own kernels (fp32-direct) and tf32 (against cuDNN's
 #                                        # TF32) vs PyTorch in kernels.txt, then split-K convs
 #                                        # against none, Winograd, fp16 in kernels-variants.txt (#7)
 # Measured CUTLASS tiles (issue 7), after `kernels`: here, `python bench/cutlass_convs.py ingest
 # FILES_AT/cutlass-times.json` (writes cw/tuning/cuda-sm_90/cutlass.json: commit it) and `bash
 # bench/gpu_session.sh stage-cutlass` (~5 min: the CUTLASS bundles again, with those plans,
 # into .gpumeasured); then a device call, carry [".device", ".gpumeasured"]: `bash
-# bench/gpu_session.sh kernels-measured` ($OUT/kernels-measured.txt: fp32-cutlass and tf32
+# bench/gpu_session.sh kernels-measured` ($OUT/kernels-measured.txt: fp32 (CUTLASS) and tf32
 # against PyTorch again).
 # Tuning (issue 7), without the TVM compiler on the device: candidates are compiled here into a
 # kit, the device only checks and times them (cw tune-stage / tune-measure / tune-ingest):
@@ -68,7 +74,7 @@
 #                    NAME-winograd2 / NAME-winograd4 (--conv-algo; winograd4 for resnet18 and
 #                    resnet50 only, with 64 MiB pages for their transformed filters, and
 #                    only with WINOGRAD4=1; kernels.py says "no bundle" without them) and
-#                    NAME-cutlass (--conv-algo cutlass: CUTLASS 3xTF32 convolutions) and
+#                    NAME-direct (--conv-algo direct: cw's own convolutions; NAME has CUTLASS's) and
 #                    NAME-tf32 (--precision tf32: the same with one TF32 product). The
 #                    weights of all but resnet18-fp16 stay here (they would not fit a call): the
 #                    device refills them with a pattern that times exactly like the real ones
@@ -88,6 +94,13 @@ device_setup() {
     cp -r .gpucheck/tests "$W/"
     tar -C "$W" -xJf .gpucheck/kernels.tar.xz
   fi
+  # real weights, carried in parts by earlier `stash` calls (stage-short): back into their
+  # bundles if every part is there; the bundles still hollow get pattern weights
+  if [ -f .gpucheck/wparts/weights.json ] && [ ! -f "$W/joined" ]; then
+    mkdir -p "$W/parts" && cp .gpucheck/wparts/* "$W/parts/"
+    python3 bench/gpu_stage.py --join "$W/parts" --into "$W/kernels" | tee "$OUT/real-weights.txt"
+    touch "$W/joined"
+  fi
   for d in "$W"/kernels/*/; do
     if [ -f "$d/HOLLOW" ]; then python3 bench/gpu_stage.py --refill "$d"; fi
   done
@@ -105,6 +118,13 @@ step() {  # step SECONDS NAME CMD...: a hung step costs its own time, not the ca
   fi
   echo "== $name ($(date -u +%T), at most ${limit}s)" >&2
   timeout "$limit" "$@" || echo "== $name: exit $? (124: timed out)" >&2
+  pack_results
+}
+pack_results() {  # with PACK_TO: everything under $OUT as one file there (8 files come back)
+  if [ -n "${PACK_TO:-}" ]; then
+    tar -czf "$PACK_TO/results.tgz.tmp" -C "$OUT" . && mv "$PACK_TO/results.tgz.tmp" \
+      "$PACK_TO/results.tgz"
+  fi
 }
 
 # the steps `short` and `recheck` share (each takes its time limit first)
@@ -132,10 +152,35 @@ kernel_table() {  # kernel_table LIMIT PRECISIONS: resnet50, resnet18, densenet1
     --runs 20 2>&1 | tee "$OUT/kernels.txt"
 }
 
+real_accuracy() {  # real_accuracy LIMIT: `cw run --verify` (onnxruntime) on the real weights
+  step "$1" "accuracy on real weights" bash -c '
+    for m in resnet50 resnet18 densenet121; do
+      d=$0/kernels/$m
+      if [ -f "$d/HOLLOW" ] || [ -f "$d/PATTERN_WEIGHTS" ] || [ ! -d "$d" ]; then
+        echo "$m: no real weights here"; continue; fi
+      [ -f "$d.onnx" ] || python3 -c "import model_zoo; model_zoo.export(\"$m\", \"$d.onnx\")"
+      for b in 1 3 16; do
+        python3 -c "import numpy as np; np.save(\"$0/x.npy\", np.random.default_rng($b).standard_normal(($b, 3, 224, 224)).astype(np.float32))"
+        echo "$m batch $b: $(python3 -m cw run "$d" --device cuda --input "$0/x.npy" --verify "$d.onnx" 2>&1 | tail -1)"
+      done
+    done' "$W" 2>&1 | tee "$OUT/accuracy.txt"
+}
+
+exec_tails() {  # exec_tails MODEL:BATCH:LIMIT...: EXEC p99.99/p50 over up to 10,000 runs, one
+  # batch size per step (profile.json keeps the other batch sizes' figures)
+  local spec m rest b limit
+  for spec in "$@"; do
+    m=${spec%%:*} rest=${spec#*:}; b=${rest%%:*} limit=${rest#*:}
+    step "$limit" "p99.99 $m batch $b" python3 -m cw profile "$W/kernels/$m" --device cuda:0 \
+      --iterations 10000 --batch-sizes "$b" --max-time "$(( limit - 10 ))s" --load-iterations 3 \
+      --json > "$OUT/p9999-$m-b$b.json" || true
+  done
+}
+
 stage_begin() {  # build machine: .device afresh, and an empty .gpucheck.tmp to stage into
   PY=${PYTHON:-.venv/bin/python}
   PYTHON=$PY bash ../shared/device/prepare.sh
-  rm -rf .gpucheck.tmp && mkdir -p .gpucheck.tmp
+  rm -rf .gpucheck.tmp .gpuw1 .gpuw2 .gpuw3 && mkdir -p .gpucheck.tmp
 }
 
 case "${1:-}" in
@@ -148,7 +193,7 @@ stage)
     set -e
     $PY bench/gpu_stage.py --out .gpucheck.tmp/tests --tests
     $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
-      --conv-algo cutlass
+      --conv-algo direct
     $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
       --precision tf32
     $PY bench/cutlass_convs.py stage .gpucheck.tmp/cutlass --models resnet18,resnet50 \
@@ -202,45 +247,92 @@ pack)  # the end of stage: compress the benchmark bundles, check the size, put t
   if [ "$total" -gt $(( 62 << 20 )) ]; then echo "too much to carry" >&2; exit 1; fi
   rm -rf .gpucheck && mv .gpucheck.tmp .gpucheck
   ;;
-stage-short)  # build machine, ~12 min: what `short` needs (15 minutes of device time in all)
+stage-short)  # build machine, ~15 min: what `stash` x3 + `short` need (15 min of device time)
+  # Since CUTLASS's convolutions became the CUDA default (sm_80+), NAME is a CUTLASS bundle and
+  # NAME-direct one with cw's own kernels. resnet50, resnet18 and densenet121 travel with their
+  # real weights, in parts (.gpuw1-3: one `stash` call each, then the rest with .gpucheck).
   stage_begin
   K=.gpucheck.tmp/kernels
   (
     set -e
     $PY bench/gpu_stage.py --out .gpucheck.tmp/tests --tests
-    # densenet121 last: the kernel table's third model, timed only if the call has time left
-    $PY bench/gpu_stage.py --out $K --hollow densenet121 --batch-sizes 1,4,16 --conv-algo cutlass
-    $PY bench/gpu_stage.py --out $K --hollow densenet121 --batch-sizes 1,4,16
+    $PY bench/gpu_stage.py --out $K --models densenet121 --batch-sizes 1,4,16
+    $PY bench/gpu_stage.py --out $K --hollow densenet121 --batch-sizes 1,4,16 --conv-algo direct
+    # for `plans`: every convolution CUTLASS takes in the three models, and the kernels
+    $PY bench/cutlass_convs.py stage .gpucheck.tmp/cutlass --models resnet18,resnet50,densenet121 \
+      --batch-sizes 1,4,16
   ) > .gpucheck.tmp/lane-a.log 2>&1 &
   lane_a=$!
   (
     set -e
-    $PY bench/gpu_stage.py --out $K --hollow resnet50 --batch-sizes 1,2,4,8,16
-    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50 --batch-sizes 1,4,16 \
-      --conv-algo cutlass
+    $PY bench/gpu_stage.py --out $K --models resnet50 --batch-sizes 1,2,4,8,16
+    $PY bench/gpu_stage.py --out $K --models resnet18 --batch-sizes 1,4,16
     $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50 --batch-sizes 1,4,16 \
       --precision tf32
-    $PY bench/gpu_stage.py --out $K --hollow resnet18 --batch-sizes 1,4,16
+    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50 --batch-sizes 1,4,16 \
+      --conv-algo direct
   ) > .gpucheck.tmp/lane-b.log 2>&1 || { echo "stage failed: .gpucheck.tmp/lane-b.log" >&2; exit 1; }
   wait $lane_a || { echo "stage failed: .gpucheck.tmp/lane-a.log" >&2; exit 1; }
   rm -f .gpucheck.tmp/lane-a.log .gpucheck.tmp/lane-b.log
+  $PY bench/gpu_stage.py --split-weights $K/resnet50,$K/resnet18,$K/densenet121 \
+    --parts .gpuw1,.gpuw2,.gpuw3,.gpucheck.tmp/wparts
   bash "$0" pack
   ;;
-short)  # device, carry [".device", ".gpucheck"], timeout 600: issues 4-7 in one call (~8 min)
-  # for sessions with 15 minutes of device time: the CUDA tests, the worker's figures, `cw serve`
-  # + `cw infer` against `cw run`, Fig. 5 at four SLOs and the Azure trace live, then with
-  # what time is left resnet18/resnet50 kernels against PyTorch (fp32, CUTLASS, TF32; #7)
-  CALL_BUDGET=${CALL_BUDGET:-540}
+stash)  # device, carry [".gpuwN"], three calls back to back: a part of the real weights into
+  # $W, where the next call finds it while the machine stays warm (~30 s between calls)
+  mkdir -p "$W/parts"
+  for d in .gpuw*/; do cp "$d"* "$W/parts/"; done
+  ls -l "$W/parts"
+  ;;
+short)  # device, carry [".device", ".gpucheck"], timeout 600, after the `stash` calls: issues
+  # 4-7 in one call: the CUDA tests, accuracy on real weights, `cw serve` + `cw infer` against
+  # `cw run`, the kernel table (CUTLASS default, cw's own kernels, TF32 vs PyTorch), EXEC
+  # p99.99/p50 of the CUTLASS ResNets, the worker's figures, Fig. 5 at 10 ms
+  CALL_BUDGET=${CALL_BUDGET:-570}
+  PACK_TO=$OUT OUT=$W/short-out
   device_setup
-  gpu_tests 150
-  quick_profile 80
-  worker_bench 90
-  CW="python3 -m cw" step 60 "serve + infer" bash bench/serve_infer.sh "$W/live" resnet50 \
-    "$W/serve" cuda 2>&1 | tee "$OUT/serve-infer.txt"
-  live_replays 200 "10ms 25ms 100ms 500ms"
-  kernel_table 200 fp32,fp32-cutlass,tf32
-  step 40 "result path" python3 bench/result_path.py --n 1000 --rounds 2 2>&1 \
-    | tee "$OUT/result-path.txt"
+  pack_results
+  gpu_tests 100
+  real_accuracy 70
+  VERIFY=$W/kernels/resnet50.onnx CW="python3 -m cw" step 60 "serve + infer" \
+    bash bench/serve_infer.sh "$W/live" resnet50 "$W/serve" cuda 2>&1 | tee "$OUT/serve-infer.txt"
+  step 130 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
+    --models resnet50,resnet18,densenet121 --batch-sizes 1,16,4 --precision fp32,fp32-direct,tf32 \
+    --rounds 2 --runs 20 2>&1 | tee "$OUT/kernels.txt"
+  quick_profile 30
+  # EXEC p99.99/p50 (issue 7: <= 1.01) at batch 1; `p9999` does more. A gated EXEC costs the
+  # host ~0.6 ms more than the GPU (its launches), so 10,000 runs of resnet50 take ~20 s
+  exec_tails resnet50:1:35 resnet18:1:25
+  worker_bench 45
+  live_replays 60 "10ms"
+  pack_results
+  ;;
+plans)  # device, carry [".device", ".gpucheck"] (stage-short), ~4 min: each CUTLASS conv of
+  # resnet18, resnet50 and densenet121 at batch 1, 4, 16, every tile and split, both maths
+  # (issue 7's tuning records). Then here: `python bench/cutlass_convs.py ingest
+  # FILES_AT/cutlass-times.json` (cw/tuning/cuda-sm_90/cutlass.json: commit it), `bash
+  # bench/gpu_session.sh stage-cutlass` and a `kernels-measured` call to time what they give.
+  CALL_BUDGET=${CALL_BUDGET:-280}
+  source .device/activate.sh >/dev/null
+  mkdir -p "$OUT"
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } \
+    | tee "$OUT/device.txt"
+  step 270 "cutlass convs" python3 bench/cutlass_convs.py run .gpucheck/cutlass --runs 5 \
+    --plans "$OUT/cutlass-times.json" 2>&1 | tee "$OUT/cutlass-convs.txt"
+  ;;
+p9999)  # device, carry [".device", ".gpucheck"], ~4 min: EXEC p99.99/p50 over 10,000 runs of
+  # the CUTLASS bundles, one batch size per step (issue 7), then Fig. 5 at 10 ms (issue 5).
+  # On 2026-11-27 (H200) 239 s; a Fig. 5 run beside it with every process's GIL handed over
+  # every 0.5 ms (sys.setswitchinterval) answered 7 late against this one's 0: not pursued.
+  CALL_BUDGET=${CALL_BUDGET:-300}
+  PACK_TO=$OUT OUT=$W/p9999-out
+  device_setup
+  pack_results
+  quick_profile 30
+  exec_tails resnet50:1:35 resnet50:16:55 resnet18:1:25 resnet18:16:40 densenet121:1:30
+  SLOS=10ms VARIANTS=0 AZURE=0 CW="python3 -m cw" step 45 "fig5 10 ms" bash bench/live_gpu.sh \
+    "$W/live" "$OUT" cuda 15s 2>&1 | tee "$OUT/live.txt"
+  pack_results
   ;;
 recheck)  # device, carry [".device", ".gpucheck"]: after fixing what `short` found (~4 min)
   # the GPU tests, the worker bench twice, Fig. 5 at the SLOs that had late answers, and the
@@ -252,7 +344,7 @@ recheck)  # device, carry [".device", ".gpucheck"]: after fixing what `short` fo
   worker_bench 45 1
   worker_bench 45 2
   live_replays 130 "${SLOS:-10ms 25ms 100ms}"
-  kernel_table 90 fp32-cutlass,tf32,fp32
+  kernel_table 90 fp32,tf32,fp32-direct
   ;;
 checks)
   device_setup
@@ -284,7 +376,7 @@ kernels)
   # its limit loses variants, not densenet121
   step 260 "kernels" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
     --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
-    --precision fp32,fp32-cutlass,tf32 --rounds 3 --runs 20 2>&1 | tee "$OUT/kernels.txt"
+    --precision fp32,fp32-direct,tf32 --rounds 3 --runs 20 2>&1 | tee "$OUT/kernels.txt"
   step 160 "kernels, other variants" python3 bench/kernels.py --device cuda \
     --bundles "$W/kernels" --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
     --precision fp32-nosplit,fp32-winograd2,fp16,fp32-untuned,fp32-winograd4 --rounds 3 \
@@ -296,7 +388,7 @@ stage-cutlass)  # build machine, after `kernels` and `cutlass_convs.py ingest FI
   PY=${PYTHON:-.venv/bin/python}
   rm -rf .gpumeasured && mkdir -p .gpumeasured/tmp
   $PY bench/gpu_stage.py --out .gpumeasured/tmp/kernels --hollow resnet18,resnet50,densenet121 \
-    --batch-sizes 1,4,16 --conv-algo cutlass
+    --batch-sizes 1,4,16
   $PY bench/gpu_stage.py --out .gpumeasured/tmp/kernels --hollow resnet18,resnet50,densenet121 \
     --batch-sizes 1,4,16 --precision tf32
   XZ_OPT=-T0 tar -C .gpumeasured/tmp -cJf .gpumeasured/measured.tar.xz kernels
@@ -316,7 +408,7 @@ kernels-measured)  # device, carry [".device", ".gpumeasured"], after stage-cutl
     | tee "$OUT/device.txt"
   step 480 "kernels, measured plans" python3 bench/kernels.py --device cuda \
     --bundles "$W/measured/kernels" --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
-    --precision fp32-cutlass,tf32 --rounds 3 --runs 20 2>&1 | tee "$OUT/kernels-measured.txt"
+    --precision fp32,tf32 --rounds 3 --runs 20 2>&1 | tee "$OUT/kernels-measured.txt"
   ;;
 stage-tune)  # build machine: compile candidates for the kernels with the fewest records
   PY=${PYTHON:-.venv/bin/python}
@@ -374,7 +466,7 @@ ingest-tune)  # build machine: the tune-results.jsonl files the tune calls broug
   ;;
 *)
   echo "usage: bash bench/gpu_session.sh stage | pack | checks | live | kernels |" \
-       "stage-short | short | recheck | stage-tune |" \
+       "stage-short | stash | short | plans | p9999 | recheck | stage-tune |" \
        "pack-tune | tune | ingest-tune" >&2
   exit 2
   ;;

@@ -14,8 +14,8 @@ never use it for accuracy.
 
 Test bundles are named NAME-B_B (the `cuda_bundle` fixture's names; point $CW_TEST_CUDA_BUNDLES at
 the directory); benchmark bundles are named NAME, NAME-fp16, and with `--conv-split off`
-NAME-nosplit and NAME-fp16-nosplit, with `--conv-algo winograd2` NAME-winograd2 (what
-bench/kernels.py --bundles --precision expects).
+NAME-nosplit and NAME-fp16-nosplit, with `--conv-algo winograd2` NAME-winograd2 and with
+`--conv-algo direct` NAME-direct (what bench/kernels.py --bundles --precision expects).
 Prints the staged size: a device call carries at most 64 MiB in all.
 """
 
@@ -47,9 +47,75 @@ def refill(path: Path) -> None:
                                 "only, never for accuracy\n")
     print(f"refilled {path}: {total / 2**20:.1f} MiB of pattern weights (timing only)")
 
+def split_weights(bundles: list[Path], dirs: list[Path], part_bytes: int) -> None:
+    """Real weights too large for one device call: the bundles' weights files, end to end, cut
+    into parts of at most `part_bytes` in each of `dirs` but the last, which takes the rest and
+    weights.json (each bundle's file and size, each part's size and sha256). Each bundle is
+    left hollow; on the GPU machine `--join` puts the real weights back once every part is
+    there (each dir carried by its own call while the machine stays warm)."""
+    import hashlib
+    import json
+
+    from cw.bundle import open_bundle
+
+    index: dict = {"bundles": [], "parts": []}
+    files = []
+    for path in bundles:
+        weights = path / open_bundle(path, verify=False).manifest.weights.file
+        files.append(weights)
+        index["bundles"].append({"bundle": path.name, "file": weights.name,
+                                 "size": weights.stat().st_size})
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    stream = b"".join(f.read_bytes() for f in files)
+    pos, n = 0, 0
+    for i, d in enumerate(dirs):
+        end = len(stream) if i == len(dirs) - 1 else min(len(stream), pos + part_bytes)
+        if end > pos:
+            chunk = stream[pos:end]
+            name = f"part-{n:03d}"
+            (d / name).write_bytes(chunk)
+            index["parts"].append({"name": name, "size": len(chunk),
+                                   "sha256": hashlib.sha256(chunk).hexdigest()})
+            pos, n = end, n + 1
+    (dirs[-1] / "weights.json").write_text(json.dumps(index, indent=1))
+    for path, weights in zip(bundles, files):
+        weights.unlink()
+        (path / HOLLOW).write_text("weights carried in parts: bench/gpu_stage.py --join\n")
+    print(f"{len(stream) / 2**20:.1f} MiB of real weights in {n} parts: "
+          + ", ".join(f"{p['name']} {p['size'] / 2**20:.1f} MiB" for p in index["parts"]))
+
+
+def join_weights(parts: Path, kernels: Path) -> None:
+    """On the GPU machine: the real weights back into the bundles `split_weights` left hollow,
+    if every part arrived intact; otherwise they stay hollow (and get pattern weights)."""
+    import hashlib
+    import json
+
+    from cw.bundle import open_bundle
+
+    index = json.loads((parts / "weights.json").read_text())
+    for p in index["parts"]:
+        f = parts / p["name"]
+        if not f.is_file() or f.stat().st_size != p["size"] or \
+                hashlib.sha256(f.read_bytes()).hexdigest() != p["sha256"]:
+            print(f"real weights: part {p['name']} missing or damaged in {parts}; "
+                  "the bundles keep pattern weights")
+            return
+    stream = b"".join((parts / p["name"]).read_bytes() for p in index["parts"])
+    pos = 0
+    for b in index["bundles"]:
+        path = kernels / b["bundle"]
+        (path / b["file"]).write_bytes(stream[pos:pos + b["size"]])
+        pos += b["size"]
+        open_bundle(path, verify=True)  # every file against the manifest's sha256
+        (path / HOLLOW).unlink(missing_ok=True)
+        print(f"real weights: {path} ({b['size'] / 2**20:.1f} MiB, sha256 checked)")
+
+
 # name, batch sizes, precision: as tests/conftest.py's bundle_dirname names them
 TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
-                ("small_cnn", (1, 4), "fp16"), ("late_cnn", (1, 4), "fp32"),
+                ("small_cnn", (1, 4), "fp16"), ("late_cnn", (1, 4), "direct"),
                 ("small_cnn", (1, 4), "winograd2"), ("small_cnn", (1, 4), "winograd4"),
                 ("small_cnn", (1, 4), "cutlass"), ("late_cnn", (1, 4), "cutlass"),
                 ("small_cnn", (1, 4), "tf32")]
@@ -57,7 +123,7 @@ TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
 
 def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
           hollow: bool = False, precision: str = "fp32", conv_split: str = "auto",
-          untuned: bool = False, conv_algo: str = "direct",
+          untuned: bool = False, conv_algo: str = "auto",
           page_size: int | None = None) -> None:
     import model_zoo
     from cw.bundle import open_bundle
@@ -90,6 +156,14 @@ def main() -> None:
     ap.add_argument("--out")
     ap.add_argument("--refill", type=Path, help="on the GPU machine: a hollow bundle's weights")
     ap.add_argument("--hollow", default="", help="zoo names staged without weights")
+    ap.add_argument("--split-weights", default="",
+                    help="bundle dirs, comma-separated: their real weights into --parts")
+    ap.add_argument("--parts", default="",
+                    help="with --split-weights: dirs, comma-separated, the last for the rest")
+    ap.add_argument("--part-size", default="58MiB", help="with --split-weights")
+    ap.add_argument("--join", type=Path,
+                    help="on the GPU machine: the parts' dir (with weights.json); needs --into")
+    ap.add_argument("--into", type=Path, help="with --join: the hollow bundles' parent dir")
     ap.add_argument("--tests", action="store_true", help="the bundles tests/gpu uses")
     ap.add_argument("--models", default="", help="zoo names, comma-separated")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16")
@@ -103,16 +177,25 @@ def main() -> None:
     ap.add_argument("--untuned", action="store_true",
                     help="--models and --hollow bundles without cw's committed tuning records, "
                          "named NAME-untuned (the A/B for cw/tuning/)")
-    ap.add_argument("--conv-algo", default="direct",
-                    help="winograd2, winograd4 or cutlass: --models and --hollow bundles "
-                         "with Winograd 3x3 convolutions or CUTLASS ones, named "
-                         "NAME-winograd2 etc. (the A/B for cw/compile/winograd.py and "
-                         "cutlass_conv.py)")
+    ap.add_argument("--conv-algo", default="auto",
+                    help="direct, winograd2, winograd4 or cutlass: --models and --hollow "
+                         "bundles with cw's own convolutions (what sm_90 had before CUTLASS "
+                         "was its default), Winograd 3x3 ones or CUTLASS ones whatever the "
+                         "default, named NAME-direct, NAME-winograd2 etc. (the A/Bs for "
+                         "cw/compile/cuda_conv.py, winograd.py and cutlass_conv.py)")
     ap.add_argument("--page-size", default=None,
                     help="weights page size (winograd4's transformed filters need 64MiB)")
     args = ap.parse_args()
     if args.refill:
         return refill(args.refill)
+    if args.join:
+        return join_weights(args.join, args.into)
+    if args.split_weights:
+        from cw.units import parse_size
+
+        return split_weights([Path(b) for b in args.split_weights.split(",")],
+                             [Path(d) for d in args.parts.split(",")],
+                             parse_size(args.part_size, "part size"))
     if not args.out:
         ap.error("--out is required")
     out = Path(args.out)
@@ -120,14 +203,14 @@ def main() -> None:
     if args.tests:
         for name, sizes, variant in TEST_BUNDLES:
             suffix = "" if variant == "fp32" else f"-{variant}"
-            algo = variant.startswith("winograd") or variant == "cutlass"
+            algo = variant.startswith("winograd") or variant in ("cutlass", "direct")
             stage(name, out / f"{name}-{'_'.join(map(str, sizes))}{suffix}", sizes, args.arch,
                   precision="fp32" if algo else variant,
-                  conv_algo=variant if algo else "direct")
+                  conv_algo=variant if algo else "auto")
     sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     split = ("" if args.conv_split == "auto" else "-nosplit") + ("-untuned" if args.untuned
                                                                   else "") \
-        + ("" if args.conv_algo == "direct" else f"-{args.conv_algo}")
+        + ("" if args.conv_algo == "auto" else f"-{args.conv_algo}")
     page_size = None
     if args.page_size:
         from cw.units import parse_size

@@ -5,6 +5,7 @@
 #   bash bench/live_gpu.sh MODELS OUT [RUNTIME=cuda] [DURATION=20s] [RATE=1000]
 #   SLOS="10ms 100ms" VARIANTS=0 bash bench/live_gpu.sh ...   # fewer runs (~30 s each on the H100)
 #   VARIANT=clockwork:margin=3ms VARIANT_SLOS=10ms SOCKET=0 ...  # another scheduler beside
+#   AZURE=0 ...                                                  # no Azure trace replay
 #
 # MODELS: a directory holding the resnet50 bundle (Fig. 5 serves 15 copies of every bundle in
 # it; the trace replay 10). Everything lands in OUT/live.tgz (the device tool brings back few
@@ -43,10 +44,11 @@ $cw replay --preset fig5 --models "$models" --runtime "$runtime" --slo 500ms --n
   --json > "$work/fig5-500ms-socket.json"; }
 runs=(); for slo in $slos; do runs+=("$work/fig5-$slo"); done
 $cw report "${runs[@]}" -o "$work/fig5-compare.html"
+[ "${AZURE:-1}" = 0 ] || {
 echo "azure trace at $rate r/s" >&2
 $cw replay --trace azure --models "$models" --copies 10 --runtime "$runtime" \
   --target-rate "$rate" --duration "$duration" --log-stalls 1ms --out "$work/azure" --json \
-  > "$work/azure.json"
+  > "$work/azure.json"; }
 python3 - "$work" <<'PY'
 import json, pathlib, sys
 for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):

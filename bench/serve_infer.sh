@@ -9,6 +9,7 @@
 # two outputs are compared: the same kernels on the same device, so they should agree to the bit.
 # A bundle refilled with pattern weights (bench/gpu_stage.py --refill) checks the serving path,
 # not the model's accuracy (tests/gpu and `cw run --verify` do that on real weights).
+# VERIFY=MODEL.onnx: `cw run` checks its answer against onnxruntime's first (real weights).
 # With RUNTIME=cpu and a CPU bundle the same script checks itself on a CPU machine.
 set -euo pipefail
 models=$1 model=$2 work=$3 runtime=${4:-cuda}
@@ -22,7 +23,8 @@ spec = json.loads((pathlib.Path(sys.argv[1]) / "manifest.json").read_text())["in
 shape = [3] + [int(d) for d in spec["sample_shape"]]
 np.save(sys.argv[2], np.random.default_rng(5).standard_normal(shape).astype(spec["dtype"]))
 PY
-$cw run "$models/$model" --device "$device" --input "$work/x.npy" -o "$work/y_run.npy"
+$cw run "$models/$model" --device "$device" --input "$work/x.npy" -o "$work/y_run.npy" \
+  ${VERIFY:+--verify "$VERIFY"}
 $cw serve --models "$models" --runtime "$runtime" --log-dir "$work/logs" >"$work/serve.log" 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null || true' EXIT

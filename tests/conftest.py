@@ -76,14 +76,15 @@ def zoo_onnx(zoo_dir):
 
 def bundle_dirname(name: str, batch_sizes, precision: str = "fp32") -> str:
     """As bench/gpu_stage.py --tests names the bundles it stages. `precision` also takes a
-    convolution algorithm (winograd2, cutlass: fp32 with `--conv-algo winograd2|cutlass`)."""
+    convolution algorithm (winograd2, cutlass, direct: fp32 with `--conv-algo ...`; plain fp32
+    is the default, CUTLASS's convolutions on sm_80+)."""
     return f"{name}-{'_'.join(map(str, batch_sizes))}" + ("" if precision == "fp32"
                                                             else f"-{precision}")
 
 
 def compile_variant(precision: str) -> dict:
     """CompileConfig fields for a bundle_dirname `precision`."""
-    if precision.startswith("winograd") or precision == "cutlass":
+    if precision.startswith("winograd") or precision in ("cutlass", "direct"):
         return {"precision": "fp32", "conv_algo": precision}
     return {"precision": precision}
 

@@ -9,7 +9,7 @@ from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColum
 from rich.table import Table
 
 from cw.cli.app import app, console, print_json, progress_bar
-from cw.compile.compiler import DEFAULT_BATCH_SIZES, CompileConfig, compile_model
+from cw.compile.compiler import DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, CompileConfig, compile_model
 from cw.units import format_bytes, parse_batch_sizes, parse_size
 
 _DEFAULTS = CompileConfig()
@@ -48,8 +48,10 @@ def compile_cmd(
     conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split",
                                    help="CUDA convolutions too small to fill the GPU: auto "
                                         "(split their reduction across thread blocks) or off."),
-    conv_algo: str = typer.Option(_DEFAULTS.conv_algo, "--conv-algo",
-                                  help="direct; winograd2 / winograd4 for 3x3 stride-1 convs "
+    conv_algo: str = typer.Option(DEFAULT_CONV_ALGO, "--conv-algo",
+                                  help="auto (cutlass for CUDA fp32/tf32 on sm_80+, else "
+                                       "direct); direct: cw's own kernels; winograd2 / "
+                                       "winograd4 for 3x3 stride-1 convs "
                                        "(Winograd F(2x2,3x3) / F(4x4,3x3): 2.25x / 4x fewer "
                                        "products; weights stored 1.8x / 4x larger; fp32); or "
                                        "cutlass (CUDA, sm_80+: CUTLASS implicit GEMMs on tensor "

@@ -46,7 +46,7 @@ def tune_cmd(
                                    help="Tune the kernels of `cw compile --conv-split` auto or "
                                         "off (CUDA)."),
     conv_algo: str = typer.Option(_DEFAULTS.conv_algo, "--conv-algo",
-                                  help="Tune the kernels of `cw compile --conv-algo` direct, "
+                                  help="Tune the kernels of `cw compile --conv-algo` auto, direct, "
                                        "winograd2, winograd4 or cutlass (its convolutions are "
                                        "CUTLASS's: the rest is tuned)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -164,7 +164,7 @@ def tune_stage_cmd(
                                   help="fp32, tf32 or fp16."),
     conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split", help="auto or off."),
     conv_algo: str = typer.Option(_DEFAULTS.conv_algo, "--conv-algo",
-                                  help="direct, winograd2, winograd4 or cutlass."),
+                                  help="auto, direct, winograd2, winograd4 or cutlass."),
     seed: int = typer.Option(0, "--seed", help="Seed of the candidates' random draws."),
     kernels: str = typer.Option(None, "--kernels",
                                 help="Stage only kernels whose names contain one of these "

@@ -25,7 +25,9 @@ from cw.tvm_env import cuda_codegen_problem, load_tvm
 from cw.units import MAX_BATCH
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
-CONV_ALGOS = ("direct", "winograd2", "winograd4", "cutlass")
+CONV_ALGOS = ("auto", "direct", "winograd2", "winograd4", "cutlass")
+CUTLASS_MIN_SM = 80  # its kernels use Ampere's tensor-core instructions
+DEFAULT_CONV_ALGO = "auto"  # the CLI's default too: a made config holds the resolved choice
 PRECISIONS = ("fp32", "tf32", "fp16")
 DEFAULT_PAGE_SIZE = 16 * paging.MIB
 LARGE_KERNEL_LIBRARY_BYTES = 8 * paging.MIB  # ResNet-152's kernels are < 1 MiB
@@ -47,8 +49,10 @@ class CompileConfig:
     precision: str = "fp32"          # "fp32" | "fp16" (convolutions and matmuls, fp32 sums) |
                                      # "tf32" (CUDA: CUTLASS convolutions, one TF32 product)
     conv_split: str = "auto"         # CUDA: "auto" (split-K where a conv leaves SMs idle) | "off"
-    conv_algo: str = "direct"        # "direct" | "winograd2" | "winograd4" (3x3 convs) |
-                                     # "cutlass" (CUDA: CUTLASS 3xTF32 implicit GEMMs)
+    conv_algo: str = DEFAULT_CONV_ALGO  # "auto": cutlass where it runs (CUDA, fp32 or tf32,
+                                     # sm_80+), else direct | "direct" | "winograd2" |
+                                     # "winograd4" (3x3 convs) | "cutlass" (CUDA: CUTLASS
+                                     # 3xTF32 implicit GEMMs); resolved when made
 
     def __post_init__(self):
         if self.target not in ("cpu", "cuda"):
@@ -69,7 +73,8 @@ class CompileConfig:
                              "drop --conv-split, or compile with --target cuda")
         if self.conv_algo not in CONV_ALGOS:
             raise UsageError(f"unknown convolution algorithm '{self.conv_algo}'",
-                             "use --conv-algo direct (default), winograd2, winograd4 or cutlass")
+                             "use --conv-algo auto (default), direct, winograd2, winograd4 or "
+                             "cutlass")
         if self.precision not in PRECISIONS:
             raise UsageError(f"unknown precision '{self.precision}'",
                              "use --precision fp32 (default), tf32 or fp16")
@@ -80,12 +85,20 @@ class CompileConfig:
                 raise UsageError("--precision tf32 applies to CUDA bundles (TF32 is an NVIDIA "
                                  "tensor-core format)",
                                  "compile with --target cuda, or use --precision fp32 or fp16")
-            if self.conv_algo not in ("direct", "cutlass"):
+            if self.conv_algo not in ("auto", "direct", "cutlass"):
                 raise UsageError(f"--precision tf32 runs convolutions with CUTLASS, not "
                                  f"{self.conv_algo}",
                                  "drop --conv-algo (tf32 implies cutlass), or use --precision "
                                  "fp32")
             object.__setattr__(self, "conv_algo", "cutlass")
+        if self.conv_algo == "auto":
+            # CUTLASS's 3xTF32 convolutions keep fp32 accuracy and beat cw's own CUDA kernels
+            # and cuDNN on the H100/H200 (docs/benchmarks.md); elsewhere cw's own kernels
+            arch = re.fullmatch(r"sm_(\d+)[a-z]?", self.resolved_arch or "") \
+                if self.target == "cuda" else None
+            cutlass = arch is not None and int(arch[1]) >= CUTLASS_MIN_SM \
+                and self.precision == "fp32"
+            object.__setattr__(self, "conv_algo", "cutlass" if cutlass else "direct")
         if self.conv_algo == "cutlass" and self.target != "cuda":
             raise UsageError("--conv-algo cutlass applies to CUDA bundles (CUTLASS runs on "
                              "NVIDIA tensor cores)",
@@ -111,7 +124,7 @@ class CompileConfig:
             raise UsageError(f"unknown CUDA --arch '{self.arch}'",
                              "write it like sm_90 (H100), sm_80 (A100) or sm_89 (L40S)")
         if self.conv_algo == "cutlass" and \
-                int(re.sub(r"\D", "", self.resolved_arch or "sm_90")) < 80:
+                int(re.sub(r"\D", "", self.resolved_arch or "sm_90")) < CUTLASS_MIN_SM:
             what = "--precision tf32" if self.precision == "tf32" else "--conv-algo cutlass"
             raise UsageError(f"{what} needs sm_80 or newer, not {self.resolved_arch} "
                              "(its kernels use Ampere's tensor-core instructions)",
@@ -402,7 +415,9 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         output_names = [o.name for o in onnx_model.model.graph.output]
         kernels, inputs_spec, outputs_spec = [], None, None
         split_convs = config.conv_split == "auto"
-        cutlass, tf32 = config.conv_algo == "cutlass", config.precision == "tf32"
+        tf32 = config.precision == "tf32"
+        # a model without a convolution CUTLASS takes gets no CUTLASS library linked in
+        cutlass = config.conv_algo == "cutlass" and cutlass_conv.count_layouts(imported.mod)[0] > 0
         plans, calls = None, [0, 0]  # CUTLASS calls over the batch sizes, of them measured
         if cutlass:
             plans = cutlass_plans.load(targets.target_key(config.target, arch), config.tune_dbs,

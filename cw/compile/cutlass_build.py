@@ -25,7 +25,8 @@ def _include_dirs() -> list[str]:
     cutlass = Path(tvm.__file__).parent / "3rdparty" / "cutlass" / "include"
     if not (cutlass / "cutlass" / "cutlass.h").exists():
         raise DeviceError(f"CUTLASS headers not found under {cutlass}",
-                          "reinstall apache-tvm (its wheel ships them), or drop --conv-algo cutlass")
+                          "reinstall apache-tvm (its wheel ships them), or compile with "
+                          "--conv-algo direct")
     return [str(cutlass), ffi_info.find_include_path(), ffi_info.find_dlpack_include_path()]
 
 
@@ -81,8 +82,9 @@ def build_object(arch: str, tf32: bool = False) -> Path:
     the TF32 one (each object holds one, so a bundle links only what it calls)."""
     toolkit = find_cuda_path()
     if toolkit is None:
-        raise DeviceError("--conv-algo cutlass needs nvcc (the CUDA 13 toolkit)",
-                          "install it or set CUDA_PATH; or drop --conv-algo cutlass")
+        raise DeviceError("CUTLASS convolutions (the CUDA default on sm_80+) need nvcc (the "
+                          "CUDA 13 toolkit)",
+                          "install it or set CUDA_PATH; or compile with --conv-algo direct")
     nvcc = os.path.join(toolkit, "bin", "nvcc")
     includes = _include_dirs()
     number = arch.removeprefix("sm_")
@@ -119,6 +121,8 @@ def link_inputs(obj: Path) -> list[str]:
     toolkit = find_cuda_path()
     cudart = os.path.join(toolkit or "", "lib64", "libcudart.so")
     if toolkit is None or not os.path.exists(cudart):
-        raise DeviceError("--conv-algo cutlass needs the CUDA 13 toolkit's libcudart.so",
-                          "install the toolkit or set CUDA_PATH; or drop --conv-algo cutlass")
+        raise DeviceError("CUTLASS convolutions (the CUDA default on sm_80+) need the CUDA 13 "
+                          "toolkit's libcudart.so",
+                          "install the toolkit or set CUDA_PATH; or compile with --conv-algo "
+                          "direct")
     return [str(obj), cudart]

@@ -302,6 +302,8 @@ def _cutlass_layouts(mod, onnx_model: OnnxModel, tf32: bool):
                                 f"conversion to NHWC failed ({first[:120]})")
         return mod
     taken, left = cutlass_conv.count_layouts(converted)
+    if not taken and not left:
+        return mod  # no convolution at all: nothing to say
     left_note = (f"; {left} left to TVM (grouped, or output channels not a multiple of "
                  f"{cutlass_conv.ALIGNMENT})" if left else "")
     onnx_model.notes.append(

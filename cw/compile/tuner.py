@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from cw.compile import cpu_conv, cpu_kernels, targets, tuning
-from cw.compile.compiler import (DEFAULT_BATCH_SIZES, CompileConfig, bind_batch, import_graph,
-                                 legalized)
+from cw.compile.compiler import (DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, CompileConfig,
+                                 bind_batch, import_graph, legalized)
 from cw.errors import DeviceError, UsageError, creating
 from cw.tvm_env import cpu_threads, cuda_codegen_problem, load_tvm
 
@@ -38,7 +38,7 @@ class TuneConfig:
     input_shapes: dict[str, list] = field(default_factory=dict)
     precision: str = "fp32"                    # the kernels of `cw compile --precision`
     conv_split: str = "auto"                   # ... and of `cw compile --conv-split`
-    conv_algo: str = "direct"                  # ... and of `cw compile --conv-algo`
+    conv_algo: str = DEFAULT_CONV_ALGO         # ... and of `cw compile --conv-algo`
 
     def __post_init__(self):
         if self.trials < 1:

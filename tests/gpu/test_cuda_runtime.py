@@ -144,7 +144,7 @@ def test_split_k_convs_on_gpu_match_onnxruntime(cuda_bundle, zoo_onnx, batch):
     1 and 4: the parts and their fused sum compute what onnxruntime does."""
     from cw.engine import run_bundle
 
-    bundle = cuda_bundle("late_cnn")
+    bundle = cuda_bundle("late_cnn", precision="direct")  # cw's own kernels, not CUTLASS's
     assert all(k.kernels_conv_split == 2 for k in open_bundle(bundle).manifest.kernels)
     x = random_input((batch, 64, 7, 7), seed=5)
     result = run_bundle(bundle, [x], device="cuda:0", verify_onnx=zoo_onnx("late_cnn"))

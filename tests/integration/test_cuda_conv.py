@@ -157,7 +157,7 @@ def test_cw_compile_reports_split_convs_and_turns_them_off(cli, tmp_path):
     onnx_path = tmp_path / "conv.onnx"
     _conv_onnx(onnx_path)
     r = cli("compile", onnx_path, "-o", tmp_path / "split", "--target", "cuda",
-            "--batch-sizes", "1,16")
+            "--batch-sizes", "1,16", "--conv-algo", "direct")
     assert r.code == 0, r.err
     assert "1 split-K conv" in r.out
     kernels = open_bundle(tmp_path / "split").manifest.kernels
@@ -165,7 +165,7 @@ def test_cw_compile_reports_split_convs_and_turns_them_off(cli, tmp_path):
     r = cli("inspect", tmp_path / "split")
     assert r.code == 0 and "1 split-K" in r.out and "convs" in r.out, r.err
     r = cli("compile", onnx_path, "-o", tmp_path / "plain", "--target", "cuda",
-            "--batch-sizes", "1", "--conv-split", "off")
+            "--batch-sizes", "1", "--conv-split", "off", "--conv-algo", "direct")
     assert r.code == 0, r.err
     assert open_bundle(tmp_path / "plain").manifest.kernels[0].kernels_conv_split == 0
     assert kernels[0].workspace_bytes > open_bundle(tmp_path / "plain").manifest.kernels[
@@ -180,7 +180,7 @@ def test_late_cnn_splits_both_convs(zoo_onnx, batch):
     """The premise of tests/gpu's split-K accuracy test on the GPU."""
     from cw.compile.compiler import CompileConfig, bind_batch, import_graph
 
-    config = CompileConfig(target="cuda", batch_sizes=(batch,))
+    config = CompileConfig(target="cuda", batch_sizes=(batch,), conv_algo="direct")
     onnx_model, imported, _ = import_graph(zoo_onnx("late_cnn"), config)
     target = targets.tvm_target("cuda", config.resolved_arch)
     fused, _ = legalized(bind_batch(imported.mod, onnx_model, batch), target)

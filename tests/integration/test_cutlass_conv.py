@@ -263,6 +263,38 @@ def test_bad_combinations_are_refused_with_a_hint(cli, zoo_onnx, tmp_path):
     assert r.code == 2 and "--target cuda" in r.err and not (tmp_path / "x").exists()
 
 
+def test_cutlass_is_the_default_where_it_runs():
+    """--conv-algo auto: CUTLASS for CUDA fp32 (and tf32) on sm_80+, cw's own kernels for
+    fp16, older GPUs and the CPU; an explicit choice stays as given."""
+    def algo(**fields):
+        return CompileConfig(**fields).conv_algo
+
+    assert compiler.DEFAULT_CONV_ALGO == "auto"
+    assert algo(target="cuda") == "cutlass"  # sm_90, cw's default arch
+    assert algo(target="cuda", arch="sm_80") == algo(target="cuda", arch="sm_120a") == "cutlass"
+    assert algo(target="cuda", arch="sm_75") == "direct"
+    assert algo(target="cuda", arch="sm_86", precision="fp16") == "direct"
+    assert algo(target="cuda", precision="tf32") == "cutlass"
+    assert algo() == algo(target="cpu") == "direct"
+    assert algo(target="cuda", conv_algo="direct") == "direct"
+    assert algo(target="cuda", conv_algo="winograd2") == "winograd2"
+    with pytest.raises(UsageError, match="unknown CUDA --arch"):  # auto or not
+        CompileConfig(target="cuda", arch="90")
+
+
+def test_a_model_without_convolutions_links_no_cutlass(zoo_onnx, tmp_path):
+    problem = cuda_codegen_problem()
+    if problem:
+        pytest.skip(f"no CUDA compile here: {problem}")
+    m = compile_model(zoo_onnx("mlp"), tmp_path / "mlp", CompileConfig(target="cuda",
+                                                                       batch_sizes=(1,)))
+    assert not any("cutlass" in n for n in m.notes), m.notes
+    linked = subprocess.run(["readelf", "-dW", "--dyn-syms",
+                             str(tmp_path / "mlp" / m.kernels[0].kernel_file)],
+                            capture_output=True, text=True, check=True).stdout
+    assert cutlass_conv.SYMBOL not in linked and "libcudart" not in linked
+
+
 def test_plan_fills_the_gpu_with_the_largest_tile_or_splits_the_reduction():
     sms = 132
     # batch 16 at 56x56, 64 channels: 392 x 1 blocks of 128 x 128 already fill it
@@ -320,9 +352,10 @@ def test_cuda_bundle_links_the_cutlass_kernels(zoo_onnx, tmp_path):
     if problem:
         pytest.skip(f"no CUDA compile here: {problem}")
     src = zoo_onnx("late_cnn")
-    m = compile_model(src, tmp_path / "cutlass",
-                      CompileConfig(target="cuda", batch_sizes=(1, 16), conv_algo="cutlass"))
-    compile_model(src, tmp_path / "direct", CompileConfig(target="cuda", batch_sizes=(1, 16)))
+    # CUTLASS is the default for CUDA on sm_80+ (--arch defaults to sm_90)
+    m = compile_model(src, tmp_path / "cutlass", CompileConfig(target="cuda", batch_sizes=(1, 16)))
+    compile_model(src, tmp_path / "direct", CompileConfig(target="cuda", batch_sizes=(1, 16),
+                                                          conv_algo="direct"))
     assert any("cutlass: 2 convolutions" in n for n in m.notes), m.notes
     def dynamic(bundle, kernel):
         return subprocess.run(["readelf", "-dW", "--dyn-syms", str(tmp_path / bundle / kernel)],

@@ -207,7 +207,8 @@ def test_cuda_kit_stages_without_a_gpu(zoo_onnx, tmp_path):
         pytest.skip(f"cannot compile CUDA here: {cuda_codegen_problem()}")
     report = stage_kit(zoo_onnx("small_cnn"), TuneConfig(db=str(tmp_path / "db"),
                                                          target="cuda", batch_sizes=(1,),
-                                                         time_budget_s=600),
+                                                         time_budget_s=600,
+                                                         conv_algo="direct"),
                        tmp_path / "kit", candidates=3)
     kit = read_kit(tmp_path / "kit")
     assert kit["device"] == "cuda" and kit["target_key"] == "cuda-sm_90"
@@ -230,7 +231,8 @@ def test_cuda_kit_stages_without_a_gpu(zoo_onnx, tmp_path):
     # a kit of tiles alone: only the kernels dlight's GEMM rule schedules, nothing sampled
     report = stage_kit(zoo_onnx("small_cnn"), TuneConfig(db=str(tmp_path / "db-tiles"),
                                                          target="cuda", batch_sizes=(1,),
-                                                         time_budget_s=600),
+                                                         time_budget_s=600,
+                                                         conv_algo="direct"),
                        tmp_path / "tiles", candidates=2, sources=("dlight-tile",))
     assert report.uncovered >= 2 and not report.failed  # pooling: left out, not failed
     tiles = read_kit(tmp_path / "tiles")["tasks"]

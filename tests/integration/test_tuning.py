@@ -252,7 +252,7 @@ def test_cuda_seed_record_reproduces_the_default_schedule(zoo_onnx, model, batch
     from cw.tvm_env import load_tvm
 
     tvm = load_tvm()
-    config = CompileConfig(target="cuda", batch_sizes=(batch,))
+    config = CompileConfig(target="cuda", batch_sizes=(batch,), conv_algo="direct")
     onnx_model, imported, _ = import_graph(zoo_onnx(model), config)
     target = targets.tvm_target("cuda", config.resolved_arch)
     fused, rest = legalized(bind_batch(imported.mod, onnx_model, batch), target)

@@ -42,7 +42,7 @@ def test_bad_combinations_are_refused_with_a_hint(cli, zoo_onnx, tmp_path):
     with pytest.raises(UsageError, match="fp32 only"):
         CompileConfig(conv_algo="winograd2", precision="fp16")
     r = cli("compile", zoo_onnx("small_cnn"), "-o", tmp_path / "x", "--conv-algo", "fft")
-    assert r.code == 2 and "--conv-algo direct" in r.err and not (tmp_path / "x").exists()
+    assert r.code == 2 and "--conv-algo auto" in r.err and not (tmp_path / "x").exists()
 
 
 def test_cuda_winograd_compiles_fused(zoo_onnx, tmp_path):
@@ -53,7 +53,8 @@ def test_cuda_winograd_compiles_fused(zoo_onnx, tmp_path):
                       CompileConfig(target="cuda", batch_sizes=(1, 16), conv_algo="winograd2"))
     assert not any("fusion failed" in n for n in m.notes), m.notes
     direct = compile_model(zoo_onnx("late_cnn"), tmp_path / "direct",
-                           CompileConfig(target="cuda", batch_sizes=(1, 16), conv_split="off"))
+                           CompileConfig(target="cuda", batch_sizes=(1, 16), conv_split="off",
+                                         conv_algo="direct"))
     # per conv: input transform, batched GEMM, output transform fused with bias/add/ReLU, in
     # place of one fused conv kernel; the filter transform ran at compile time
     for k, d in zip(m.kernels, direct.kernels):
