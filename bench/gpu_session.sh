@@ -267,7 +267,7 @@ stage-short)  # build machine, ~15 min: what `stash` x3 + `short` need (15 min o
     set -e
     $PY bench/gpu_stage.py --out $K --models resnet50 --batch-sizes 1,2,4,8,16
     $PY bench/gpu_stage.py --out $K --models resnet18 --batch-sizes 1,4,16
-    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50 --batch-sizes 1,4,16 \
+    $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
       --precision tf32
     $PY bench/gpu_stage.py --out $K --hollow resnet18,resnet50 --batch-sizes 1,4,16 \
       --conv-algo direct
