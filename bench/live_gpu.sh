@@ -61,4 +61,8 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
           f"(lines in {f.stem}/stalls.log)")
     for part, p in (s.get("answer_delay_ms") or {}).items():
         print(f"{'':>14}answer delay {part}: p50 {p['p50']} p99 {p['p99']} max {p['max']} ms")
+    if s.get("exec_start_delay_ms"):
+        p = s["exec_start_delay_ms"]
+        print(f"{'':>14}EXEC start after earliest: p50 {p['p50']} p99 {p['p99']} max {p['max']} "
+              f"ms; {s['started_after_latest']} INFERs started after latest_ns")
 PY

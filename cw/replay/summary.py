@@ -54,6 +54,11 @@ def summarize(requests: list[RequestRow] | Columns, actions: list[ActionRow] | C
     answer_delay = {"total": percentiles_ms(act["result_ns"][infers] - ends),
                     "in_worker": percentiles_ms((sent - ends)[stamped]),
                     "way_back": percentiles_ms((act["result_ns"][infers] - sent)[stamped])}
+    # how late each INFER that ran got going (on the device), and how many began past their
+    # latest_ns: a worker decides before it launches, from predicted ends of the EXECs ahead
+    starts = act["start_ns"][infers]
+    start_delay = percentiles_ms(starts - act["earliest_ns"][infers])
+    started_after_latest = int(np.count_nonzero(starts > act["latest_ns"][infers]))
     summary = {
         "requests": n,
         "completed_in_slo": n_good,
@@ -77,6 +82,8 @@ def summarize(requests: list[RequestRow] | Columns, actions: list[ActionRow] | C
         "loads": int(np.count_nonzero(act.equals("kind", "load") & act.equals("status", "OK"))),
         "actions_too_late": int(np.count_nonzero(act.equals("status", "TOO_LATE"))),
         "answer_delay_ms": answer_delay,
+        "exec_start_delay_ms": start_delay,
+        "started_after_latest": started_after_latest,
         "duration_s": seconds,
         "runtime": runtime,
         "simulated": runtime == "simulated",
@@ -86,6 +93,6 @@ def summarize(requests: list[RequestRow] | Columns, actions: list[ActionRow] | C
     }
     if not actions_seen:
         summary.update(mean_batch_size=None, cold_starts=None, loads=None, actions_too_late=None,
-                       answer_delay_ms=None)
+                       answer_delay_ms=None, exec_start_delay_ms=None, started_after_latest=None)
     summary.update(extra or {})
     return summary

@@ -1,7 +1,7 @@
 """summary.json's figures from telemetry rows (cw/replay/summary.py)."""
 
 from cw.replay.summary import summarize
-from cw.serve.telemetry import RequestRow
+from cw.serve.telemetry import ActionRow, RequestRow
 
 MS = 1_000_000
 
@@ -28,3 +28,23 @@ def test_late_answers_are_counted_whatever_they_said_and_broken_down():
                         trace="t", seed=0, slo_ns=10 * MS)
     assert on_time["late"] == 0 and on_time["late_by_status"] == {}
     assert on_time["late_overshoot_ms"]["max"] is None
+
+
+def infer_row(i, start_late_ms, window_ms, status="OK"):
+    earliest = 10 * i * MS
+    start = earliest + int(start_late_ms * MS)
+    return ActionRow(i, "infer", status, 1, 0, "m", 1, 1, earliest - 5 * MS, earliest,
+                     earliest + int(window_ms * MS), MS, earliest + MS, start, start + MS, MS,
+                     0, start - earliest, start + 2 * MS, start + 3 * MS, False)
+
+
+def test_exec_start_delays_and_starts_past_latest_are_counted_over_infers_that_ran():
+    actions = [infer_row(0, 0.05, 1), infer_row(1, 0.5, 0.2), infer_row(2, 2, 1),
+               infer_row(3, 9, 1, status="TOO_LATE")]  # refused: never started
+    s = summarize([row(0, "OK", 5)], actions, duration_ns=MS, runtime="gpu", scheduler="c",
+                  trace="t", seed=0, slo_ns=10 * MS)
+    assert s["started_after_latest"] == 2  # 0.5 ms past a 0.2 ms window, 2 ms past 1 ms
+    assert s["exec_start_delay_ms"]["max"] == 2.0 and s["exec_start_delay_ms"]["p50"] == 0.5
+    remote = summarize([row(0, "OK", 5)], [], duration_ns=MS, runtime="remote", scheduler="c",
+                       trace="t", seed=0, slo_ns=10 * MS, actions_seen=False)
+    assert remote["started_after_latest"] is None and remote["exec_start_delay_ms"] is None
