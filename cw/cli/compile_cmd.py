@@ -9,7 +9,8 @@ from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColum
 from rich.table import Table
 
 from cw.cli.app import app, console, print_json, progress_bar
-from cw.compile.compiler import DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, CompileConfig, compile_model
+from cw.compile.compiler import (DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, CompileConfig,
+                                 compile_model)
 from cw.units import format_bytes, parse_batch_sizes, parse_size
 
 _DEFAULTS = CompileConfig()

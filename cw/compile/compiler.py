@@ -417,7 +417,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         split_convs = config.conv_split == "auto"
         tf32 = config.precision == "tf32"
         # a model without a convolution CUTLASS takes gets no CUTLASS library linked in
-        cutlass = config.conv_algo == "cutlass" and cutlass_conv.count_layouts(imported.mod)[0] > 0
+        cutlass = config.conv_algo == "cutlass" and \
+            cutlass_conv.count_layouts(imported.mod)[0] > 0
         plans, calls = None, [0, 0]  # CUTLASS calls over the batch sizes, of them measured
         if cutlass:
             plans = cutlass_plans.load(targets.target_key(config.target, arch), config.tune_dbs,
