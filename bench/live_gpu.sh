@@ -65,4 +65,6 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
         p = s["exec_start_delay_ms"]
         print(f"{'':>14}EXEC start after earliest: p50 {p['p50']} p99 {p['p99']} max {p['max']} "
               f"ms; {s['started_after_latest']} INFERs started after latest_ns")
+    if s.get("host_cpu"):
+        print(f"{'':>14}host CPU: {s['host_cpu']}")
 PY

@@ -1,7 +1,7 @@
 """Controller throughput over the real ZeroMQ path with simulated worker processes.
 
     python bench/serve_throughput.py --models DIR [--workers 2] [--rate 2000] [--seconds 10]
-        [--slo 100ms] [--ipc] [--no-shm] [--log-dir DIR]
+        [--slo 100ms] [--ipc] [--no-shm] [--log-dir DIR] [--profile FILE]
 
 `--ipc`: Unix sockets instead of TCP on loopback (with ResNet-50-sized inputs it saved ~8 % of
 the controller's CPU). `--no-shm`: inputs through the socket even though client, controller and
@@ -71,6 +71,27 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def profile_thread(ctl: ControllerThread, out: str) -> None:
+    """cProfile the controller's serving thread (a profiler sees only the thread that enables
+    it), stats written to `out` when the loop ends."""
+    import cProfile
+    import threading
+
+    serve = ctl.controller.serve_forever
+
+    def profiled(stop, *args):
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            serve(stop, *args)
+        finally:
+            prof.disable()
+            prof.dump_stats(out)
+
+    ctl.thread = threading.Thread(target=profiled, args=(ctl.stop_event,), name="controller",
+                                  daemon=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", required=True)
@@ -84,6 +105,9 @@ def main() -> None:
     ap.add_argument("--log-dir", default=None,
                     help="the controller writes its telemetry CSVs here, as `cw serve "
                          "--log-dir` and live replays do")
+    ap.add_argument("--profile", default=None, metavar="FILE",
+                    help="run the controller's thread under cProfile and write its stats here "
+                         "(pstats; the figures above then include the profiler's cost)")
     args = ap.parse_args()
     if args.ipc:
         listen = [f"ipc:///tmp/cw-bench-{os.getpid()}-{side}" for side in ("workers", "clients")]
@@ -91,7 +115,10 @@ def main() -> None:
         listen = ["tcp://127.0.0.1:*"] * 2
     ctl = ControllerThread(ControllerConfig(workers_listen=listen[0], clients_listen=listen[1],
                                             log_dir=Path(args.log_dir) if args.log_dir else None),
-                           keep_telemetry=True).start()
+                           keep_telemetry=True)
+    if args.profile:
+        profile_thread(ctl, args.profile)
+    ctl.start()
     procs = WorkerProcesses(local_address(ctl.workers_address), Path(args.models), args.workers,
                             "simulated", ["cpu"], args.copies)
     try:

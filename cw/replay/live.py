@@ -23,6 +23,7 @@ from cw.client import Client, NoAnswer
 from cw.errors import CwError, HostError, UsageError
 from cw.replay.workloads import ClosedLoop
 from cw.serve.protocol import InferResponse, ModelInfo, describe_models
+from cw.serve.stalls import host_cpu_counters, host_cpu_delta
 from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 
 TIME_FIELDS_REQUEST = ("arrival_ns", "deadline_ns", "completion_ns")
@@ -311,6 +312,8 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             # a controller of the replay's own that has died answers nothing more: stop there
             # (a running one's end is not seen from here: its requests wait ANSWER_WAIT_NS)
             gone = None if ctl is None else (lambda: not ctl.process.is_alive())
+            # whether this machine's processes had cores to run on (stalls answer late)
+            cpu_before, cpu_since_ns = host_cpu_counters(), time.perf_counter_ns()
             if isinstance(arr, ClosedLoop):
                 futures, sent, chosen, start = send_closed_loop(
                     client, arr, inputs, config.slo_ns / 1e6, advance, gone)
@@ -320,6 +323,8 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                     client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6, advance, gone)
                 extra["send_lateness_ms"] = lateness_ms(lateness)
             wait_for(futures, (config.slo_ns + ANSWER_WAIT_NS) / 1e9, gone)
+            extra["host_cpu"] = host_cpu_delta(cpu_before, host_cpu_counters(),
+                                               time.perf_counter_ns() - cpu_since_ns)
         if ctl is not None:
             # a worker that died mid-run: the controller served on without it; say so, and
             # keep its log with the output

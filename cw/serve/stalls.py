@@ -3,17 +3,23 @@
 
 Three kinds, each a plain log line, so that a run on the GPU machine shows which one a latency
 outlier coincides with:
-- a loop iteration that kept the loop busy that long (the loop reports it, with what it handled);
+- a loop iteration that kept the loop busy that long (the loop reports it, with what it handled
+  and, where the loop measures it, how much of that time its thread was running: the rest it
+  waited, for the GIL, for a core or in a system call);
 - a garbage collection that long (`gc.callbacks`);
 - the process unable to run Python that long: a watch thread that asks to wake every
   millisecond and notes how late it wakes. It is late when another thread holds the GIL (a long
   call into C that does not release it, a collection) or when the OS gives the process no core.
+  On Linux the line says how much of it the watch thread spent runnable without a core (its
+  run-queue wait, /proc/thread-self/schedstat): the rest it waited for the GIL. A GPU run's late
+  answers came with stalls of either kind possible (docs/benchmarks.md, "Fig. 5 on the GPU").
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
 import threading
 import time
 
@@ -30,6 +36,7 @@ class StallWatch:
         self.report = report
         self.stalls = 0
         self._stop = threading.Event()
+        self._watching = threading.Event()
         self._thread = threading.Thread(target=self._watch, name=f"{name}-stall-watch",
                                         daemon=True)
         self._gc_started_ns: int | None = None
@@ -37,6 +44,7 @@ class StallWatch:
     def start(self) -> "StallWatch":
         gc.callbacks.append(self._on_gc)
         self._thread.start()
+        self._watching.wait(1)  # a stall from here on is seen
         return self
 
     def stop(self) -> None:
@@ -46,10 +54,14 @@ class StallWatch:
         if self._thread.is_alive():
             self._thread.join(timeout=1)
 
-    def iteration(self, busy_ns: int, detail: str) -> None:
-        """The owning loop's report of one iteration (a cheap comparison when below)."""
+    def iteration(self, busy_ns: int, detail: str, running_ns: int | None = None) -> None:
+        """The owning loop's report of one iteration (a cheap comparison when below);
+        `running_ns`, where known, how much of `busy_ns` the loop's thread was on a core
+        (`time.thread_time_ns`)."""
         if busy_ns > self.threshold_ns:
-            self._stall(f"a loop iteration was busy {busy_ns / 1e6:.2f} ms ({detail})")
+            running = "" if running_ns is None else \
+                f", {min(running_ns, busy_ns) / 1e6:.2f} ms of it running"
+            self._stall(f"a loop iteration was busy {busy_ns / 1e6:.2f} ms{running} ({detail})")
 
     def _stall(self, what: str) -> None:
         self.stalls += 1
@@ -67,11 +79,110 @@ class StallWatch:
 
     def _watch(self) -> None:
         clock = time.perf_counter_ns
-        expected = clock() + int(_TICK_S * 1e9)
-        while not self._stop.wait(_TICK_S):
-            now = clock()
-            late = now - expected
-            if late > self.threshold_ns:
-                self._stall(f"Python could not run for {late / 1e6:.2f} ms (another thread "
-                            "held the GIL, or the process had no core)")
-            expected = now + int(_TICK_S * 1e9)
+        core_wait = RunQueueWait()  # opened here: it reads the thread that opens it
+        try:
+            expected = clock() + int(_TICK_S * 1e9)
+            waited = core_wait.total_ns()
+            self._watching.set()
+            while not self._stop.wait(_TICK_S):
+                now = clock()
+                late = now - expected
+                before, waited = waited, core_wait.total_ns()
+                if late > self.threshold_ns:
+                    self._stall(f"Python could not run for {late / 1e6:.2f} ms "
+                                f"({_cause(late, None if waited is None else waited - before)})")
+                expected = now + int(_TICK_S * 1e9)
+        finally:
+            core_wait.close()
+
+
+def _cause(late_ns: int, core_wait_ns: int | None) -> str:
+    if core_wait_ns is None:
+        return "another thread held the GIL, or the process had no core"
+    core_wait_ns = min(core_wait_ns, late_ns)
+    return f"{core_wait_ns / 1e6:.2f} ms of it without a core, the rest waiting for the GIL"
+
+
+class RunQueueWait:
+    """The calling thread's total time runnable but not running (Linux's schedstat run_delay),
+    read through one open file: ~1 µs a read. None where the kernel does not keep it."""
+
+    def __init__(self):
+        try:
+            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+        if self.total_ns() is None:
+            self.close()
+
+    def total_ns(self) -> int | None:
+        if self._fd is None:
+            return None
+        try:
+            return int(os.pread(self._fd, 64, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+# --- the machine's side: was there a core to run on? -----------------------------------------
+_CGROUP_CPU = ("/sys/fs/cgroup", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def host_cpu_counters() -> dict:
+    """What the OS counts about CPU contention, now: a run's `host_cpu` is the difference of two
+    of these (`host_cpu_delta`). Linux only; absent counters are None."""
+    pressure = _read("/proc/pressure/cpu")  # µs during which some runnable task had no core
+    some_us = None
+    if pressure:
+        for line in pressure.splitlines():
+            if line.startswith("some"):
+                some_us = int(line.rpartition("total=")[2])
+    throttled_ns = quota_cpus = None
+    for root in _CGROUP_CPU:
+        stat = _read(f"{root}/cpu.stat")
+        if stat is None or "throttled" not in stat:
+            continue
+        fields = dict(line.split() for line in stat.splitlines() if len(line.split()) == 2)
+        throttled_ns = int(fields["throttled_usec"]) * 1000 if "throttled_usec" in fields \
+            else int(fields.get("throttled_time", 0))
+        limit = _read(f"{root}/cpu.max")  # v2: "QUOTA PERIOD" or "max PERIOD"
+        if limit is not None:
+            quota, period = (limit.split() + ["100000"])[:2]
+            quota_cpus = None if quota == "max" else int(quota) / int(period)
+        else:  # v1
+            quota, period = _read(f"{root}/cpu.cfs_quota_us"), _read(f"{root}/cpu.cfs_period_us")
+            if quota and period and int(quota) > 0:
+                quota_cpus = int(quota) / int(period)
+        break
+    return {"cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else os.cpu_count(), "quota_cpus": quota_cpus, "pressure_some_us": some_us,
+            "throttled_ns": throttled_ns}
+
+
+def host_cpu_delta(before: dict, after: dict, span_ns: int) -> dict:
+    """summary.json's `host_cpu`: the cores this process may use, the cgroup's CPU quota (None:
+    none), and over the run: the share of time some runnable task of the machine (or of its
+    cgroup) had no core, and how long the cgroup's quota throttled it."""
+    def diff(key):
+        if before.get(key) is None or after.get(key) is None:
+            return None
+        return after[key] - before[key]
+
+    some_us, throttled_ns = diff("pressure_some_us"), diff("throttled_ns")
+    return {"cpus": after["cpus"], "quota_cpus": after["quota_cpus"],
+            "no_core_fraction": None if some_us is None or span_ns <= 0
+            else round(some_us * 1000 / span_ns, 6),
+            "throttled_ms": None if throttled_ns is None else round(throttled_ns / 1e6, 3)}

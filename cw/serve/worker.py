@@ -22,6 +22,7 @@ import re
 import secrets
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -255,6 +256,7 @@ class Worker:
             timeout_ms = min(timeout_ms, max(0, -(-(min(due) - now_ns()) // 1_000_000)))
         received = self.transport.poll(timeout_ms)
         began = now_ns()
+        ran_before = time.thread_time_ns() if self.stall_watch is not None else 0
         if received:
             self.link.heard(began)
         for msg in received:
@@ -277,7 +279,8 @@ class Worker:
             self._last_shm_sweep_ns = now
             self.shm.sweep()
         if self.stall_watch is not None:
-            self.stall_watch.iteration(now_ns() - began, f"{len(received)} messages")
+            self.stall_watch.iteration(now_ns() - began, f"{len(received)} messages",
+                                       time.thread_time_ns() - ran_before)
 
     def serve_forever(self, stop: threading.Event) -> None:
         if self.config.log_stalls_ns is not None:

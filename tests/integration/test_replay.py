@@ -323,7 +323,7 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     good = sum(r["deadline_met"] == "True" for r in rows)
     # (should these fail: a controller starved of the 2 cores answers late; say how)
     why = {k: summary.get(k) for k in ("late_by_status", "late_overshoot_ms", "rejected",
-                                        "controller_loop", "stalls")}
+                                        "controller_loop", "stalls", "host_cpu")}
     assert good == summary["completed_in_slo"] >= 0.95 * len(rows), why
     assert summary["late"] == 0, why
     assert {r["worker"] for r in rows if r["status"] == "OK"} == {"1", "2"}
@@ -338,6 +338,10 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     stall_lines = (out / "stalls.log").read_text().splitlines()
     assert len(stall_lines) == sum(summary["stalls"].values())
     assert stall_lines == sorted(stall_lines) and all(" stall: " in x for x in stall_lines)
+    # whether the machine had cores for the run's processes (Linux's CPU pressure, if kept)
+    host = summary["host_cpu"]
+    assert host["cpus"] >= 1 and (host["no_core_fraction"] is None
+                                  or 0 <= host["no_core_fraction"] <= 1.05), host
 
 
 def test_a_live_replay_whose_controller_dies_says_so_and_writes_nothing(cpu_bundle, tmp_path):

@@ -2,9 +2,16 @@
 cannot run Python are each reported once."""
 
 import gc
+import re
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
-from cw.serve.stalls import StallWatch
+import pytest
+
+from cw.serve.stalls import StallWatch, host_cpu_counters, host_cpu_delta
 
 MS = 1_000_000
 
@@ -36,3 +43,86 @@ def test_long_collections_and_a_held_gil_are_reported():
     finally:
         watch.stop()
     assert watch._on_gc not in gc.callbacks and not watch._thread.is_alive()
+
+
+def _stall_ms(line: str) -> tuple[float, float]:
+    """(how long Python could not run, how much of it without a core) from a stall line."""
+    m = re.search(r"could not run for ([\d.]+) ms \(([\d.]+) ms of it without a core", line)
+    assert m, line
+    return float(m[1]), float(m[2])
+
+
+@pytest.mark.skipif(not Path("/proc/thread-self/schedstat").exists(),
+                    reason="Linux's per-thread run-queue wait (schedstat) is not kept here")
+def test_a_held_gil_is_told_apart_from_a_process_without_a_core():
+    # held GIL: the watch thread waits for it, not for a core
+    lines = []
+    watch = StallWatch("controller", 20 * MS, lines.append).start()
+    try:
+        sum(range(30_000_000))  # one call into C that keeps the GIL
+        time.sleep(0.05)
+    finally:
+        watch.stop()
+    late_ms, no_core_ms = max(_stall_ms(line) for line in lines
+                              if "could not run" in line)
+    assert late_ms > 20 and no_core_ms < late_ms / 2, lines
+
+    # no core: this watch's process, at the least priority Linux has, shares its one core with
+    # a process that spins (in a process of its own, so that only the OS can be in the way)
+    script = textwrap.dedent("""
+        import os, subprocess, sys, time
+        from cw.serve.stalls import StallWatch
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        spin = subprocess.Popen([sys.executable, "-c", "import sys\\nprint(flush=True)\\n"
+                                 "while True: pass"], stdout=subprocess.PIPE)
+        spin.stdout.readline()  # it spins now
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # its threads inherit it
+        lines = []
+        watch = StallWatch("worker", 20_000_000, lines.append).start()
+        time.sleep(0.5)
+        watch.stop()
+        spin.kill()
+        print("\\n".join(lines))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    stalls = [_stall_ms(line) for line in out.stdout.splitlines() if "could not run" in line]
+    assert stalls, out.stdout
+    late_ms, no_core_ms = max(stalls)
+    assert late_ms > 20 and no_core_ms > late_ms / 2, out.stdout
+
+
+def test_a_busy_iteration_says_how_much_of_it_its_thread_ran():
+    lines = []
+    watch = StallWatch("controller", 2 * MS, lines.append)
+    watch.iteration(5 * MS, "3 worker and 9 client messages", running_ns=int(1.2 * MS))
+    watch.iteration(5 * MS, "1 messages", running_ns=7 * MS)  # clocks differ: capped
+    assert lines == [
+        "controller stall: a loop iteration was busy 5.00 ms, 1.20 ms of it running "
+        "(3 worker and 9 client messages)",
+        "controller stall: a loop iteration was busy 5.00 ms, 5.00 ms of it running (1 messages)"]
+
+
+def test_host_cpu_counters_and_their_difference_over_a_run():
+    before = host_cpu_counters()
+    assert before["cpus"] >= 1
+    began = time.perf_counter_ns()
+    sum(range(3_000_000))
+    after = host_cpu_counters()
+    delta = host_cpu_delta(before, after, time.perf_counter_ns() - began)
+    assert delta["cpus"] == after["cpus"] and delta["quota_cpus"] == after["quota_cpus"]
+    if after["pressure_some_us"] is not None:
+        assert delta["no_core_fraction"] >= 0
+    # made-up counters: 30 ms without a core and 5 ms throttled over 100 ms
+    made_up = host_cpu_delta({"cpus": 4, "quota_cpus": 2.0, "pressure_some_us": 1_000,
+                              "throttled_ns": 10**6},
+                             {"cpus": 4, "quota_cpus": 2.0, "pressure_some_us": 31_000,
+                              "throttled_ns": 6 * 10**6}, 100 * MS)
+    assert made_up == {"cpus": 4, "quota_cpus": 2.0, "no_core_fraction": 0.3,
+                       "throttled_ms": 5.0}
+    assert host_cpu_delta({"cpus": 1, "quota_cpus": None, "pressure_some_us": None,
+                           "throttled_ns": None},
+                          {"cpus": 1, "quota_cpus": None, "pressure_some_us": None,
+                           "throttled_ns": None}, MS) == {
+        "cpus": 1, "quota_cpus": None, "no_core_fraction": None, "throttled_ms": None}
