@@ -17,6 +17,13 @@
 # ~8 s of device time, `short` 381 s; `p9999` (below) 239 s. Without the stash calls `short`
 # runs on pattern weights (no accuracy). `recheck` (~4 min) reruns tests, worker bench, Fig. 5
 # and the kernel table after a fix.
+# What is left to measure (as of 2026-11-27, stop 43), in 15 minutes: `stage-short` here if
+# .gpucheck is missing; a device call, carry [".device", ".gpucheck"], timeout 590: `bash
+# bench/gpu_session.sh next` (~8 min: every CUTLASS conv's tiles -> $OUT/cutlass-times.json,
+# Fig. 5 at five SLOs -> results.tgz); here `python bench/cutlass_convs.py ingest
+# FILES_AT/cutlass-times.json` and `bash bench/gpu_session.sh stage-cutlass` (~5 min); a device
+# call, carry [".device", ".gpumeasured"], timeout 300: `bash bench/gpu_session.sh
+# kernels-measured` (measured plans against the guessed ones, side by side).
 # With 30 minutes, `stage` instead, then three device calls, back to back, each with carry
 # [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and
@@ -120,10 +127,15 @@ step() {  # step SECONDS NAME CMD...: a hung step costs its own time, not the ca
   timeout "$limit" "$@" || echo "== $name: exit $? (124: timed out)" >&2
   pack_results
 }
-pack_results() {  # with PACK_TO: everything under $OUT as one file there (8 files come back)
+pack_results() {  # with PACK_TO: everything under $OUT as one file there (8 files come back,
+  # 16 MiB each: past 15 MiB the gzipped CSVs stay out)
   if [ -n "${PACK_TO:-}" ]; then
     tar -czf "$PACK_TO/results.tgz.tmp" -C "$OUT" . && mv "$PACK_TO/results.tgz.tmp" \
       "$PACK_TO/results.tgz"
+    if [ "$(stat -c %s "$PACK_TO/results.tgz")" -gt $(( 15 << 20 )) ]; then
+      tar -czf "$PACK_TO/results.tgz.tmp" --exclude='*.csv.gz' -C "$OUT" . \
+        && mv "$PACK_TO/results.tgz.tmp" "$PACK_TO/results.tgz"
+    fi
   fi
 }
 
@@ -175,6 +187,42 @@ exec_tails() {  # exec_tails MODEL:BATCH:LIMIT...: EXEC p99.99/p50 over up to 10
       --iterations 10000 --batch-sizes "$b" --max-time "$(( limit - 10 ))s" --load-iterations 3 \
       --json > "$OUT/p9999-$m-b$b.json" || true
   done
+}
+
+host_facts() {  # what else ran, and what the OS gave: to set against stalls (appends)
+  {
+    echo "== $(date -u +%T) nproc $(nproc), cgroup CPU quota:" \
+      "$(cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null)"
+    cat /proc/pressure/cpu 2>/dev/null || true
+    cat /proc/loadavg
+    ps -eo pid,pcpu,rss,args --sort=-pcpu | head -12
+  } >> "$OUT/host.txt" 2>&1
+}
+slim_fig5() {  # slim_fig5 LIVE_TGZ DIR: each run's summary and stall lines, and its CSVs only
+  # where it answered late (the device brings back 16 MiB a file)
+  local tmp; tmp=$(mktemp -d); mkdir -p "$2"
+  tar -xzf "$1" -C "$tmp" 2>/dev/null || { echo "no $1" >&2; return 0; }
+  for d in "$tmp"/fig5-*/; do
+    [ -f "$d/summary.json" ] || continue
+    n=$(basename "$d"); mkdir -p "$2/$n"
+    cp "$d/summary.json" "$2/$n/"; cp "$d/stalls.log" "$2/$n/" 2>/dev/null || true
+    # where it answered late: those requests' rows, and every action (~3 MB gzipped a run)
+    python3 - "$d" "$2/$n" <<'PY' || true
+import csv, gzip, json, shutil, sys
+src, dst = sys.argv[1:]
+if json.load(open(f"{src}/summary.json"))["late"]:
+    with open(f"{src}/requests.csv", newline="") as f, \
+            gzip.open(f"{dst}/late-requests.csv.gz", "wt", newline="") as g:
+        rows = csv.DictReader(f)
+        out = csv.DictWriter(g, rows.fieldnames)
+        out.writeheader()
+        out.writerows(r for r in rows if int(r["completion_ns"]) > int(r["deadline_ns"]))
+    with open(f"{src}/actions.csv", "rb") as f, gzip.open(f"{dst}/actions.csv.gz", "wb") as g:
+        shutil.copyfileobj(f, g)
+PY
+  done
+  cp "$tmp"/*.html "$2/" 2>/dev/null || true
+  rm -rf "$tmp"
 }
 
 stage_begin() {  # build machine: .device afresh, and an empty .gpucheck.tmp to stage into
@@ -320,6 +368,25 @@ plans)  # device, carry [".device", ".gpucheck"] (stage-short), ~4 min: each CUT
   step 270 "cutlass convs" python3 bench/cutlass_convs.py run .gpucheck/cutlass --runs 5 \
     --plans "$OUT/cutlass-times.json" 2>&1 | tee "$OUT/cutlass-convs.txt"
   ;;
+next)  # device, carry [".device", ".gpucheck"] (stage-short), timeout 600: what issues 5 and 7
+  # still owe, in one call (~8 min): `plans` (issue 7's tuning records), then Fig. 5 at every SLO
+  # with the CUTLASS kernels (issue 5), each run's stall lines saying why (run-queue wait or
+  # GIL) and its summary.json the machine's CPU pressure (host_cpu). Then here: `ingest`,
+  # `stage-cutlass`, and a `kernels-measured` call (~5 min).
+  CALL_BUDGET=${CALL_BUDGET:-570}
+  PACK_TO=$OUT OUT=$W/next-out
+  device_setup
+  host_facts
+  step 240 "cutlass convs" python3 bench/cutlass_convs.py run .gpucheck/cutlass --runs 5 \
+    --plans "$PACK_TO/cutlass-times.json" 2>&1 | tee "$OUT/cutlass-convs.txt"
+  quick_profile 30
+  pkill -f "cw (serve|replay)" || true  # nothing of an earlier step may share the cores
+  SLOS="10ms 25ms 50ms 100ms 500ms" VARIANTS=0 AZURE=0 CW="python3 -m cw" step 240 "fig5" \
+    bash bench/live_gpu.sh "$W/live" "$W/fig5" cuda 15s 2>&1 | tee "$OUT/live.txt"
+  slim_fig5 "$W/fig5/live.tgz" "$OUT/fig5"
+  host_facts
+  pack_results
+  ;;
 p9999)  # device, carry [".device", ".gpucheck"], ~4 min: EXEC p99.99/p50 over 10,000 runs of
   # the CUTLASS bundles, one batch size per step (issue 7), then Fig. 5 at 10 ms (issue 5).
   # On 2026-11-27 (H200) 239 s; a Fig. 5 run beside it with every process's GIL handed over
@@ -389,8 +456,9 @@ stage-cutlass)  # build machine, after `kernels` and `cutlass_convs.py ingest FI
   rm -rf .gpumeasured && mkdir -p .gpumeasured/tmp
   $PY bench/gpu_stage.py --out .gpumeasured/tmp/kernels --hollow resnet18,resnet50,densenet121 \
     --batch-sizes 1,4,16
+  # NAME-untuned: the same without cw/tuning/ (the guessed plans), timed beside them in one go
   $PY bench/gpu_stage.py --out .gpumeasured/tmp/kernels --hollow resnet18,resnet50,densenet121 \
-    --batch-sizes 1,4,16 --precision tf32
+    --batch-sizes 1,4,16 --untuned
   XZ_OPT=-T0 tar -C .gpumeasured/tmp -cJf .gpumeasured/measured.tar.xz kernels
   rm -rf .gpumeasured/tmp
   total=$(( $(du -sb .device .gpumeasured | awk '{s += $1} END {print s}') \
@@ -398,7 +466,7 @@ stage-cutlass)  # build machine, after `kernels` and `cutlass_convs.py ingest FI
   echo "the kernels-measured call carries $(( total >> 20 )) MiB of 64 (.device, .gpumeasured, tracked files)"
   if [ "$total" -gt $(( 62 << 20 )) ]; then echo "too much to carry" >&2; exit 1; fi
   ;;
-kernels-measured)  # device, carry [".device", ".gpumeasured"], after stage-cutlass
+kernels-measured)  # device, carry [".device", ".gpumeasured"], after stage-cutlass, ~4 min
   source .device/activate.sh >/dev/null
   mkdir -p "$W" "$OUT"
   rm -rf "$W/measured" && mkdir -p "$W/measured"
@@ -406,9 +474,11 @@ kernels-measured)  # device, carry [".device", ".gpumeasured"], after stage-cutl
   for d in "$W"/measured/kernels/*/; do python3 bench/gpu_stage.py --refill "$d"; done
   { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } \
     | tee "$OUT/device.txt"
-  step 480 "kernels, measured plans" python3 bench/kernels.py --device cuda \
+  # ~3 min: what a session has left after `next`; fp32 = measured plans, fp32-untuned = guessed
+  CALL_BUDGET=${CALL_BUDGET:-280}
+  step 260 "kernels, measured plans" python3 bench/kernels.py --device cuda \
     --bundles "$W/measured/kernels" --models resnet18,resnet50,densenet121 --batch-sizes 1,4,16 \
-    --precision fp32,tf32 --rounds 3 --runs 20 2>&1 | tee "$OUT/kernels-measured.txt"
+    --precision fp32,fp32-untuned --rounds 2 --runs 20 2>&1 | tee "$OUT/kernels-measured.txt"
   ;;
 stage-tune)  # build machine: compile candidates for the kernels with the fewest records
   PY=${PYTHON:-.venv/bin/python}
@@ -466,7 +536,7 @@ ingest-tune)  # build machine: the tune-results.jsonl files the tune calls broug
   ;;
 *)
   echo "usage: bash bench/gpu_session.sh stage | pack | checks | live | kernels |" \
-       "stage-short | stash | short | plans | p9999 | recheck | stage-tune |" \
+       "stage-short | stash | short | next | plans | p9999 | recheck | stage-tune |" \
        "pack-tune | tune | ingest-tune" >&2
   exit 2
   ;;
