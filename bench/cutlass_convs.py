@@ -10,6 +10,7 @@ Build machine (compiles the kernels into a library, lists the models' convolutio
         [--batch-sizes 1,4,16]
 GPU machine (runtime-only TVM and PyTorch):
     python bench/cutlass_convs.py run DIR [--runs 20] [--plans OUT/cutlass-times.json]
+        [--first resnet18,resnet50]
 Build machine again (the fastest tile per convolution and math, merged into the plan file):
     python bench/cutlass_convs.py ingest OUT/cutlass-times.json \
         [--into cw/tuning/cuda-sm_90/cutlass.json]
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 LIBRARY = "cutlass_convs.so"
 SHAPES = "convs.json"
 SPLITS = (1, 2, 4, 8, 16)
+ODD = "odd shapes"  # the model name of the convolutions staged for shapes the zoo lacks
 
 
 def stage(out: Path, models: list[str], batch_sizes: list[int], arch: str) -> None:
@@ -86,7 +88,7 @@ def stage(out: Path, models: list[str], batch_sizes: list[int], arch: str) -> No
            ([2, 6, 5, 12], [8, 5, 3, 12], [2, 6, 5, 8], (2, 1), (1, 1), (1, 1))]
     for x, w, y, pad, stride, dilation in odd:
         tile, split = cutlass_conv.plan(y[0] * y[1] * y[2], y[3], w[1] * w[2] * w[3], sms)
-        convs.append({"model": "odd shapes", "batch": x[0], "x": x, "w": w, "y": y,
+        convs.append({"model": ODD, "batch": x[0], "x": x, "w": w, "y": y,
                       "params": [tile, split, *pad, *stride, *dilation]})
     (out / SHAPES).write_text(json.dumps({"arch": arch, "sms": sms, "tiles": cutlass_conv.TILES,
                                           "convs": convs}, indent=1))
@@ -94,7 +96,8 @@ def stage(out: Path, models: list[str], batch_sizes: list[int], arch: str) -> No
           f"(tvm {tvm.__version__})")
 
 
-def run(stage_dir: Path, runs: int, plans_out: Path | None = None) -> None:
+def run(stage_dir: Path, runs: int, plans_out: Path | None = None,
+        first: tuple[str, ...] = ()) -> None:
     import datetime
 
     import numpy as np
@@ -128,8 +131,15 @@ def run(stage_dir: Path, runs: int, plans_out: Path | None = None) -> None:
             times.append(start.elapsed_time(end) / back_to_back)
         return float(np.median(times))
 
+    staged: dict[str, list[int]] = {}  # the models and batch sizes whose convolutions these are
+    for c in spec["convs"]:
+        if c["model"] != ODD:
+            staged.setdefault(c["model"], [])
+            if c["batch"] not in staged[c["model"]]:
+                staged[c["model"]].append(c["batch"])
     measured = {"arch": spec["arch"], "device": torch.cuda.get_device_name(),
-                "date": datetime.date.today().isoformat(), "runs": runs, "convs": []}
+                "date": datetime.date.today().isoformat(), "runs": runs, "staged": staged,
+                "convs": []}
     print(f"device: {torch.cuda.get_device_name()}; GPU time per call, median of {runs} groups "
           "of 10 back-to-back calls; "
           "cuDNN fp32 with TF32 off; err = max |cw - cuDNN| / max |cuDNN|; TF32: every tile "
@@ -141,7 +151,9 @@ def run(stage_dir: Path, runs: int, plans_out: Path | None = None) -> None:
     print("|" + "---|" * len(header))
     totals = {"cudnn": 0.0, "plan": 0.0, "best": 0.0, "cudnn_tf32": 0.0, "plan_tf32": 0.0,
               "best_tf32": 0.0}
-    for c in spec["convs"]:
+    # the models named first go first: a call cut short by its time limit keeps whole models
+    order = {name: i for i, name in enumerate(first)}
+    for c in sorted(spec["convs"], key=lambda c: order.get(c["model"], len(order))):
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(c["x"], device="cuda", generator=gen)
         w = torch.randn(c["w"], device="cuda", generator=gen) * 0.05
@@ -232,6 +244,7 @@ def ingest(measured_file: Path, into: Path) -> None:
     measured = json.loads(measured_file.read_text())
     existing = cutlass_plans.read(into) if into.exists() else None
     doc = cutlass_plans.ingest(measured, existing)
+    doc["covers"] = covered(measured, doc, existing)
     cutlass_plans.write(into, doc)
     # (entries written by hand carry no guess or times)
     changed = [e for e in doc["plans"] if e.get("guess", [e["tile"], e["split"]])
@@ -239,6 +252,36 @@ def ingest(measured_file: Path, into: Path) -> None:
     saved = sum(e["guess_ms"] - e["ms"] for e in changed if e.get("guess_ms") and e.get("ms"))
     print(f"{into}: {len(doc['plans'])} plans ({doc['device']}, {doc['measured']}); "
           f"{len(changed)} differ from the guess, {saved:.3f} ms faster in all")
+
+
+def covered(measured: dict, doc: dict, existing: dict | None) -> dict[str, list[int]]:
+    """The zoo models and batch sizes whose every CUTLASS call (3xTF32 and TF32) now takes a
+    measured plan: what the test suite checks `cw compile` picks up (tests/integration/
+    test_cutlass_conv.py). A run cut short by its time limit covers fewer."""
+    import model_zoo
+    from cw.compile import cutlass_plans
+
+    plans = cutlass_plans.Plans({e["key"]: (e["tile"], e["split"]) for e in doc["plans"]})
+    models = dict((existing or {}).get("covers", {}))
+    staged = measured.get("staged")
+    if not staged:  # a run before `staged` was written: the models it measured
+        staged = {}
+        for c in measured["convs"]:
+            if c["model"] != ODD:
+                staged.setdefault(c["model"], []).append(c["batch"])
+    with tempfile.TemporaryDirectory(prefix="cw-cutlass-ingest-") as tmp:
+        for name, sizes in staged.items():
+            onnx_path = Path(tmp) / f"{name}.onnx"
+            model_zoo.export(name, onnx_path)
+            sizes = sorted(set(sizes))
+            found = [cutlass_plans.coverage(onnx_path, sizes, measured["arch"], tf32, plans)
+                     for tf32 in (False, True)]
+            whole = [b for b in sizes if all(f[b][0] == f[b][1] > 0 for f in found)]
+            if whole:
+                models[name] = sorted(set(models.get(name, [])) | set(whole))
+            print(f"{name}: every convolution measured at batch sizes {whole or 'none'} of "
+                  f"{sorted(set(sizes))}")
+    return models
 
 
 def main() -> None:
@@ -250,6 +293,9 @@ def main() -> None:
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--plans", type=Path, help="run: write every time here, for ingest")
+    ap.add_argument("--first", default="resnet18,resnet50",
+                    help="run: these models' convolutions first (~8,000 tile and split timings "
+                         "in all: a run cut short keeps whole models)")
     ap.add_argument("--into", type=Path, help="ingest: the plan file to merge into "
                     "(default cw/tuning/cuda-ARCH/cutlass.json)")
     args = ap.parse_args()
@@ -257,7 +303,7 @@ def main() -> None:
         stage(Path(args.dir), args.models.split(","),
               [int(b) for b in args.batch_sizes.split(",")], args.arch)
     elif args.mode == "run":
-        run(Path(args.dir), args.runs, args.plans)
+        run(Path(args.dir), args.runs, args.plans, tuple(filter(None, args.first.split(","))))
     else:
         from cw.compile import cutlass_plans, tuning
 

@@ -81,6 +81,31 @@ def load(key: str, user_dirs=(), use_committed: bool = True) -> Plans:
     return Plans(choices, tuple(path.resolve() for path in files))
 
 
+def coverage(onnx_path, batch_sizes, arch: str, tf32: bool = False,
+             plans: Plans | None = None) -> dict[int, tuple[int, int]]:
+    """Per batch size: (CUTLASS calls that take a tile and split from `plans`, CUTLASS calls)
+    when `onnx_path` is compiled for CUDA `arch`: the same offload `cw compile` runs, without
+    compiling (no GPU, no nvcc). `plans` None: what `cw compile` reads by default (the
+    committed plans for that target)."""
+    from cw.compile import cuda_conv, cutlass_conv, targets
+    from cw.compile.compiler import CompileConfig, bind_batch, import_graph
+
+    if plans is None:
+        plans = load(targets.target_key("cuda", arch))
+    config = CompileConfig(target="cuda", arch=arch, conv_algo="cutlass",
+                           precision="tf32" if tf32 else "fp32",
+                           batch_sizes=tuple(batch_sizes))
+    onnx_model, imported, _ = import_graph(onnx_path, config)
+    sms = cuda_conv.sm_count(arch)
+    found = {}
+    for batch in batch_sizes:
+        mod, _ = cutlass_conv.offload(bind_batch(imported.mod, onnx_model, batch), sms, tf32,
+                                      plans)
+        found[batch] = (cutlass_conv.count_measured(mod, plans),
+                        cutlass_conv.count_offloaded(mod))
+    return found
+
+
 def ingest(measured: dict, existing: dict | None = None, margin: float = MARGIN) -> dict:
     """A plan file from bench/cutlass_convs.py's measurements (`run --plans`), merged into
     `existing` (whose entries for other convolutions stay). Per convolution and math: the

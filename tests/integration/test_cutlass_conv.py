@@ -394,3 +394,59 @@ def test_cuda_bundle_links_the_cutlass_kernels(zoo_onnx, tmp_path):
     assert any("cutlass: 1 of 2 convolution calls (over the batch sizes) take the tile and "
                f"split measured in {tmp_path / 'plans' / cutlass_plans.FILE}" in n
                for n in p.notes), p.notes
+
+
+def test_coverage_counts_the_calls_a_compile_would_give_measured_plans(zoo_onnx):
+    """What `cw compile` would look up, without compiling: late_cnn's two convolutions, one of
+    them with a measured plan (in 3xTF32 only)."""
+    config = CompileConfig(target="cuda", conv_algo="cutlass", batch_sizes=(1,))
+    onnx_model, imported, _ = import_graph(zoo_onnx("late_cnn"), config)
+    guessed = _cutlass_calls(cutlass_conv.offload(bind_batch(imported.mod, onnx_model, 1),
+                                                  cutlass_conv_sms())[0])
+    plans = cutlass_plans.Plans({guessed[1][0]: (1, 2)})
+    assert cutlass_plans.coverage(zoo_onnx("late_cnn"), [1, 4], "sm_90", plans=plans) == \
+        {1: (1, 2), 4: (0, 2)}  # batch 4's convolutions are other shapes
+    assert cutlass_plans.coverage(zoo_onnx("late_cnn"), [1], "sm_90", tf32=True,
+                                  plans=plans) == {1: (0, 2)}
+
+
+def cutlass_conv_sms() -> int:
+    from cw.compile import cuda_conv
+
+    return cuda_conv.sm_count("sm_90")
+
+
+def _committed_plans():
+    from cw.compile import tuning
+
+    for path in sorted(tuning.COMMITTED_DIR.glob(f"cuda-*/{cutlass_plans.FILE}")):
+        yield pytest.param(path, id=path.parent.name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plan_file", list(_committed_plans()))
+def test_compile_picks_up_the_committed_cutlass_plans(plan_file, zoo_onnx, tmp_path):
+    """Issue 7: every zoo model and batch size the committed plans cover (their `covers`,
+    written by `bench/cutlass_convs.py ingest`) compiles with every CUTLASS convolution on a
+    measured tile and split, with no flag and no GPU: checked on the offload `cw compile` runs,
+    in both maths, and, where this machine compiles CUDA, by a real compile's note."""
+    doc = cutlass_plans.read(plan_file)
+    arch = doc["arch"]
+    assert plan_file.parent.name == f"cuda-{arch}"
+    assert doc.get("covers"), f"{plan_file} covers no model: ingest a whole run's times"
+    for name, sizes in doc["covers"].items():
+        for tf32 in (False, True):
+            found = cutlass_plans.coverage(zoo_onnx(name), sizes, arch, tf32)
+            assert all(measured == calls > 0 for measured, calls in found.values()), \
+                (name, "tf32" if tf32 else "3xtf32", found)
+    if cuda_codegen_problem():
+        return  # the offload above is what decides; no nvcc here to build the rest
+    name, sizes = min(doc["covers"].items(), key=lambda item: item[0] != "resnet18")
+    m = compile_model(zoo_onnx(name), tmp_path / name,
+                      CompileConfig(target="cuda", arch=arch, batch_sizes=(sizes[0],)))
+    calls = [n for n in m.notes if "convolution calls (over the batch sizes)" in n]
+    assert len(calls) == 1 and calls[0].endswith(
+        f"take the tile and split measured in cw/tuning/{plan_file.parent.name}/"
+        f"{cutlass_plans.FILE}"), m.notes
+    measured, total = (int(v) for v in calls[0].split()[1:4:2])
+    assert measured == total > 0, calls[0]
