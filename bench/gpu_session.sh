@@ -194,9 +194,9 @@ host_facts() {  # what else ran, and what the OS gave: to set against stalls (ap
     echo "== $(date -u +%T) nproc $(nproc), cgroup CPU quota:" \
       "$(cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null)"
     cat /proc/pressure/cpu 2>/dev/null || true
-    cat /proc/loadavg
-    ps -eo pid,pcpu,rss,args --sort=-pcpu | head -12
-  } >> "$OUT/host.txt" 2>&1
+    cat /proc/loadavg || true
+    ps -eo pid,pcpu,rss,args --sort=-pcpu | head -12 || true
+  } >> "$OUT/host.txt" 2>&1 || true
 }
 slim_fig5() {  # slim_fig5 LIVE_TGZ DIR: each run's summary and stall lines, and its CSVs only
   # where it answered late (the device brings back 16 MiB a file)
