@@ -1,7 +1,7 @@
 """Controller throughput over the real ZeroMQ path with simulated worker processes.
 
     python bench/serve_throughput.py --models DIR [--workers 2] [--rate 2000] [--seconds 10]
-        [--slo 100ms] [--ipc] [--no-shm] [--log-dir DIR] [--profile FILE]
+        [--slo 100ms] [--ipc] [--no-shm] [--log-dir DIR] [--log-stalls 1ms] [--profile FILE]
 
 `--ipc`: Unix sockets instead of TCP on loopback (with ResNet-50-sized inputs it saved ~8 % of
 the controller's CPU). `--no-shm`: inputs through the socket even though client, controller and
@@ -105,6 +105,9 @@ def main() -> None:
     ap.add_argument("--log-dir", default=None,
                     help="the controller writes its telemetry CSVs here, as `cw serve "
                          "--log-dir` and live replays do")
+    ap.add_argument("--log-stalls", default=None, metavar="DURATION",
+                    help="the controller watches for stalls as `cw serve --log-stalls` does "
+                         "(what the watch costs: run with and without)")
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="run the controller's thread under cProfile and write its stats here "
                          "(pstats; the figures above then include the profiler's cost)")
@@ -113,8 +116,10 @@ def main() -> None:
         listen = [f"ipc:///tmp/cw-bench-{os.getpid()}-{side}" for side in ("workers", "clients")]
     else:
         listen = ["tcp://127.0.0.1:*"] * 2
+    stalls_ns = parse_duration_ns(args.log_stalls, "--log-stalls") if args.log_stalls else None
     ctl = ControllerThread(ControllerConfig(workers_listen=listen[0], clients_listen=listen[1],
-                                            log_dir=Path(args.log_dir) if args.log_dir else None),
+                                            log_dir=Path(args.log_dir) if args.log_dir else None,
+                                            log_stalls_ns=stalls_ns),
                            keep_telemetry=True)
     if args.profile:
         profile_thread(ctl, args.profile)

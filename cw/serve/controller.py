@@ -236,16 +236,24 @@ class Controller:
         if self.config.log_stalls_ns is not None:
             from cw.serve.stalls import StallWatch
 
-            watch = StallWatch("controller", self.config.log_stalls_ns).start()
+            # the loop's polls tell when it could not run: no watch thread (its wake-ups cost)
+            watch = StallWatch("controller", self.config.log_stalls_ns, thread=False).start()
         handled = (0, 0)
         errors = LoopErrors(log, "controller step")
-        # with a watch, how much of a slow iteration this thread ran (a cheap clock, ~0.4 µs)
-        running = time.thread_time_ns if watch is not None else (lambda: 0)
+        # with a watch, what this thread did with a slow iteration's time (~1.5 µs an iteration)
+        meter = watch.loop_meter() if watch is not None else None
+        mark = None
         while not stop.is_set():
             try:
-                received = self.wait(1)
-                began = clock()
-                ran_before = running()
+                if meter is None:
+                    received = self.wait(1)
+                    began = clock()
+                else:
+                    polled, mark = clock(), meter.mark()
+                    received = self.wait(1)
+                    began = clock()
+                    watch.woke(began - polled, MS, meter.since(mark)[1])
+                    mark = meter.mark()
                 handled = self.handle_received(received, clock)
                 # a fresh instant for planning: what was just handled took time, and windows
                 # planned from a stale clock would reach the workers already late
@@ -266,9 +274,10 @@ class Controller:
             busy.observe(took)
             if watch is not None:
                 watch.iteration(took, f"{handled[0]} worker and {handled[1]} client messages",
-                                running() - ran_before)
+                                meter.since(mark) if mark is not None else None)
         errors.flush()
         if watch is not None:
+            meter.close()
             watch.stop()
         self.shutdown(clock())
 

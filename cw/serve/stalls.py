@@ -3,9 +3,9 @@
 
 Three kinds, each a plain log line, so that a run on the GPU machine shows which one a latency
 outlier coincides with:
-- a loop iteration that kept the loop busy that long (the loop reports it, with what it handled
-  and, where the loop measures it, how much of that time its thread was running: the rest it
-  waited, for the GIL, for a core or in a system call);
+- a loop iteration that kept the loop busy that long (the loop reports it, with what it handled,
+  how much of that time its thread ran and, on Linux, how much it was runnable without a core:
+  the rest it waited for the GIL or in a system call);
 - a garbage collection that long (`gc.callbacks`);
 - the process unable to run Python that long: a watch thread that asks to wake every
   millisecond and notes how late it wakes. It is late when another thread holds the GIL (a long
@@ -29,8 +29,11 @@ log = logging.getLogger("cw.stalls")
 
 
 class StallWatch:
-    def __init__(self, name: str, threshold_ns: int, report=log.warning):
-        """`report(message)` is called, from any thread, once per stall over `threshold_ns`."""
+    def __init__(self, name: str, threshold_ns: int, report=log.warning, thread: bool = True):
+        """`report(message)` is called, from any thread, once per stall over `threshold_ns`.
+        `thread=False`: no watch thread; a process whose one loop reports how late its polls
+        return (`woke`) sees the same for free. A watch thread that wakes every millisecond
+        cost the controller ~15 µs of CPU per request at 3,000 r/s (docs/benchmarks.md)."""
         self.name = name
         self.threshold_ns = threshold_ns
         self.report = report
@@ -38,30 +41,49 @@ class StallWatch:
         self._stop = threading.Event()
         self._watching = threading.Event()
         self._thread = threading.Thread(target=self._watch, name=f"{name}-stall-watch",
-                                        daemon=True)
+                                        daemon=True) if thread else None
         self._gc_started_ns: int | None = None
 
     def start(self) -> "StallWatch":
         gc.callbacks.append(self._on_gc)
-        self._thread.start()
-        self._watching.wait(1)  # a stall from here on is seen
+        if self._thread is not None:
+            self._thread.start()
+            self._watching.wait(1)  # a stall from here on is seen
         return self
 
     def stop(self) -> None:
         self._stop.set()
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout=1)
 
-    def iteration(self, busy_ns: int, detail: str, running_ns: int | None = None) -> None:
+    def woke(self, waited_ns: int, timeout_ns: int, core_wait_ns: int | None = None) -> None:
+        """The owning loop's report of one poll: `waited_ns` in it, with `timeout_ns` asked for,
+        and `core_wait_ns` of it runnable without a core (`LoopMeter.since`). Past its timeout,
+        or that long without a core, the loop could not run."""
+        stalled = max(waited_ns - timeout_ns, core_wait_ns or 0)
+        if stalled > self.threshold_ns:
+            self._stall(f"Python could not run for {stalled / 1e6:.2f} ms after the loop's poll "
+                        f"({_cause(stalled, core_wait_ns)})")
+
+    def iteration(self, busy_ns: int, detail: str, spent: tuple | None = None) -> None:
         """The owning loop's report of one iteration (a cheap comparison when below);
-        `running_ns`, where known, how much of `busy_ns` the loop's thread was on a core
-        (`time.thread_time_ns`)."""
+        `spent`, where known (`LoopMeter.since`), how much of `busy_ns` the loop's thread ran,
+        and how much it was runnable without a core (None where the OS does not say)."""
         if busy_ns > self.threshold_ns:
-            running = "" if running_ns is None else \
-                f", {min(running_ns, busy_ns) / 1e6:.2f} ms of it running"
-            self._stall(f"a loop iteration was busy {busy_ns / 1e6:.2f} ms{running} ({detail})")
+            how = ""
+            if spent is not None:
+                running_ns, core_wait_ns = spent
+                how = f", {min(running_ns, busy_ns) / 1e6:.2f} ms of it running"
+                if core_wait_ns is not None:
+                    how += f" and {min(core_wait_ns, busy_ns) / 1e6:.2f} ms without a core"
+            self._stall(f"a loop iteration was busy {busy_ns / 1e6:.2f} ms{how} ({detail})")
+
+    @staticmethod
+    def loop_meter() -> "LoopMeter":
+        """A meter of the calling thread, for its loop's `iteration` reports."""
+        return LoopMeter()
 
     def _stall(self, what: str) -> None:
         self.stalls += 1
@@ -101,6 +123,26 @@ def _cause(late_ns: int, core_wait_ns: int | None) -> str:
         return "another thread held the GIL, or the process had no core"
     core_wait_ns = min(core_wait_ns, late_ns)
     return f"{core_wait_ns / 1e6:.2f} ms of it without a core, the rest waiting for the GIL"
+
+
+class LoopMeter:
+    """What a serving loop's own thread did with its time: made in that thread (the run-queue
+    counter is the thread's that opens it). `mark()` at an iteration's start, `since(mark)` at
+    its end: ~1.5 µs for both."""
+
+    def __init__(self):
+        self._core_wait = RunQueueWait()
+
+    def mark(self) -> tuple[int, int | None]:
+        return time.thread_time_ns(), self._core_wait.total_ns()
+
+    def since(self, mark: tuple[int, int | None]) -> tuple[int, int | None]:
+        """(ns the thread ran, ns it was runnable without a core, or None) since `mark`."""
+        ran, waited = self.mark()
+        return ran - mark[0], None if waited is None or mark[1] is None else waited - mark[1]
+
+    def close(self) -> None:
+        self._core_wait.close()
 
 
 class RunQueueWait:

@@ -22,7 +22,6 @@ import re
 import secrets
 import socket
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,6 +200,7 @@ class Worker:
         self._registered_models: list[ModelInfo] | None = None
         self.stopped = False
         self.stall_watch = None  # a StallWatch while serving with config.log_stalls_ns
+        self.loop_meter = None   # ... and the loop thread's LoopMeter
 
     # --- lifecycle -----------------------------------------------------------------------
     def warm_up(self) -> None:
@@ -256,7 +256,7 @@ class Worker:
             timeout_ms = min(timeout_ms, max(0, -(-(min(due) - now_ns()) // 1_000_000)))
         received = self.transport.poll(timeout_ms)
         began = now_ns()
-        ran_before = time.thread_time_ns() if self.stall_watch is not None else 0
+        mark = self.loop_meter.mark() if self.loop_meter is not None else None
         if received:
             self.link.heard(began)
         for msg in received:
@@ -280,7 +280,7 @@ class Worker:
             self.shm.sweep()
         if self.stall_watch is not None:
             self.stall_watch.iteration(now_ns() - began, f"{len(received)} messages",
-                                       time.thread_time_ns() - ran_before)
+                                       self.loop_meter.since(mark) if mark else None)
 
     def serve_forever(self, stop: threading.Event) -> None:
         if self.config.log_stalls_ns is not None:
@@ -288,6 +288,7 @@ class Worker:
 
             self.stall_watch = StallWatch(f"worker {self.config.name}",
                                           self.config.log_stalls_ns).start()
+            self.loop_meter = self.stall_watch.loop_meter()
         self.link.register()
         try:
             while not stop.is_set() and self.link.fatal is None:
@@ -298,6 +299,7 @@ class Worker:
         finally:
             self.errors.flush()
             if self.stall_watch is not None:
+                self.loop_meter.close()
                 self.stall_watch.stop()
         self.shutdown()
         if self.link.fatal is not None:

@@ -93,15 +93,30 @@ def test_a_held_gil_is_told_apart_from_a_process_without_a_core():
     assert late_ms > 20 and no_core_ms > late_ms / 2, out.stdout
 
 
-def test_a_busy_iteration_says_how_much_of_it_its_thread_ran():
+def test_a_busy_iteration_says_how_much_of_it_its_thread_ran_and_waited_for_a_core():
     lines = []
     watch = StallWatch("controller", 2 * MS, lines.append)
-    watch.iteration(5 * MS, "3 worker and 9 client messages", running_ns=int(1.2 * MS))
-    watch.iteration(5 * MS, "1 messages", running_ns=7 * MS)  # clocks differ: capped
+    watch.iteration(5 * MS, "3 worker and 9 client messages", (int(1.2 * MS), 3 * MS))
+    watch.iteration(5 * MS, "1 messages", (7 * MS, None))  # clocks differ: capped
     assert lines == [
-        "controller stall: a loop iteration was busy 5.00 ms, 1.20 ms of it running "
-        "(3 worker and 9 client messages)",
+        "controller stall: a loop iteration was busy 5.00 ms, 1.20 ms of it running and "
+        "3.00 ms without a core (3 worker and 9 client messages)",
         "controller stall: a loop iteration was busy 5.00 ms, 5.00 ms of it running (1 messages)"]
+    # a meter of this thread: spinning is running, sleeping is not
+    meter = watch.loop_meter()
+    try:
+        mark = meter.mark()
+        until = time.perf_counter() + 0.2
+        while time.perf_counter() < until:
+            pass
+        ran, no_core = meter.since(mark)
+        mark = meter.mark()
+        time.sleep(0.2)
+        slept, _ = meter.since(mark)
+    finally:
+        meter.close()
+    assert ran > 0.1e9 and slept < 0.05e9, (ran, slept)
+    assert no_core is None or 0 <= no_core < 0.2e9
 
 
 def test_host_cpu_counters_and_their_difference_over_a_run():
@@ -126,3 +141,26 @@ def test_host_cpu_counters_and_their_difference_over_a_run():
                           {"cpus": 1, "quota_cpus": None, "pressure_some_us": None,
                            "throttled_ns": None}, MS) == {
         "cpus": 1, "quota_cpus": None, "no_core_fraction": None, "throttled_ms": None}
+
+
+def test_a_loop_that_reports_its_polls_needs_no_watch_thread():
+    lines = []
+    watch = StallWatch("controller", 2 * MS, lines.append, thread=False).start()
+    try:
+        assert watch._thread is None and watch._on_gc in gc.callbacks
+        watch.woke(int(1.5 * MS), MS)  # within the threshold past its timeout
+        watch.woke(int(0.2 * MS), MS, int(0.5 * MS))  # a message woke it; a short wait
+        assert lines == []
+        watch.woke(5 * MS, MS, 3 * MS)  # 4 ms past the timeout, 3 of them without a core
+        watch.woke(int(0.5 * MS), MS, int(2.5 * MS))  # woken early, but kept from a core
+        watch.woke(4 * MS, MS)  # where the OS does not say
+    finally:
+        watch.stop()
+    assert lines == [
+        "controller stall: Python could not run for 4.00 ms after the loop's poll (3.00 ms of "
+        "it without a core, the rest waiting for the GIL)",
+        "controller stall: Python could not run for 2.50 ms after the loop's poll (2.50 ms of "
+        "it without a core, the rest waiting for the GIL)",
+        "controller stall: Python could not run for 3.00 ms after the loop's poll (another "
+        "thread held the GIL, or the process had no core)"]
+    assert watch.stalls == 3 and watch._on_gc not in gc.callbacks
