@@ -33,7 +33,7 @@ class StallWatch:
         """`report(message)` is called, from any thread, once per stall over `threshold_ns`.
         `thread=False`: no watch thread; a process whose one loop reports how late its polls
         return (`woke`) sees the same for free. A watch thread that wakes every millisecond
-        cost the controller ~15 µs of CPU per request at 3,000 r/s (docs/benchmarks.md)."""
+        cost the controller ~23 µs of CPU per request at 3,000 r/s (docs/benchmarks.md)."""
         self.name = name
         self.threshold_ns = threshold_ns
         self.report = report
