@@ -381,8 +381,13 @@ next)  # device, carry [".device", ".gpucheck"] (stage-short), timeout 600: what
     --plans "$PACK_TO/cutlass-times.json" 2>&1 | tee "$OUT/cutlass-convs.txt"
   quick_profile 30
   pkill -f "cw (serve|replay)" || true  # nothing of an earlier step may share the cores
+  # every 2 s, what ran on which core (psr), to set against the stall lines' times
+  ( while sleep 2; do echo "== $(date -u +%T.%N | cut -c1-12)"; ps -eLo pid,tid,psr,pcpu,args \
+      --sort=-pcpu | head -16 | cut -c1-110; done ) > "$OUT/cores.txt" 2>&1 &
+  sampler=$!
   SLOS="10ms 25ms 50ms 100ms 500ms" VARIANTS=0 AZURE=0 CW="python3 -m cw" step 240 "fig5" \
     bash bench/live_gpu.sh "$W/live" "$W/fig5" cuda 15s 2>&1 | tee "$OUT/live.txt"
+  kill "$sampler" 2>/dev/null || true
   slim_fig5 "$W/fig5/live.tgz" "$OUT/fig5"
   host_facts
   pack_results
