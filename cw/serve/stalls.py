@@ -8,11 +8,13 @@ outlier coincides with:
   the rest it waited for the GIL or in a system call);
 - a garbage collection that long (`gc.callbacks`);
 - the process unable to run Python that long: a watch thread that asks to wake every
-  millisecond and notes how late it wakes. It is late when another thread holds the GIL (a long
-  call into C that does not release it, a collection) or when the OS gives the process no core.
-  On Linux the line says how much of it the watch thread spent runnable without a core (its
-  run-queue wait, /proc/thread-self/schedstat): the rest it waited for the GIL. A GPU run's late
-  answers came with stalls of either kind possible (docs/benchmarks.md, "Fig. 5 on the GPU").
+  millisecond and notes how late it wakes (workers), or a loop that is the process's one thread
+  reporting how late its polls return (`woke`: the controller, which saves the thread's cost).
+  Late means another thread held the GIL (a long call into C that does not release it, a
+  collection) or the OS gave the process no core. On Linux the line says how much of it was
+  spent runnable without a core (the run-queue wait, /proc/thread-self/schedstat): the rest
+  went waiting for the GIL. A GPU run's late answers came with stalls that could have been
+  either (docs/benchmarks.md, "Fig. 5 on the GPU").
 """
 
 from __future__ import annotations
