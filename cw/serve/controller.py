@@ -252,7 +252,7 @@ class Controller:
                     polled, mark = clock(), meter.mark()
                     received = self.wait(1)
                     began = clock()
-                    watch.woke(began - polled, MS, meter.since(mark)[1])
+                    watch.woke(began - polled, MS, *meter.since(mark)[1:])
                     mark = meter.mark()
                 handled = self.handle_received(received, clock)
                 # a fresh instant for planning: what was just handled took time, and windows

@@ -14,7 +14,10 @@ outlier coincides with:
   collection) or the OS gave the process no core. On Linux the line says how much of it was
   spent runnable without a core (the run-queue wait, /proc/thread-self/schedstat): the rest
   went waiting for the GIL. A GPU run's late answers came with stalls that could have been
-  either (docs/benchmarks.md, "Fig. 5 on the GPU").
+  either (docs/benchmarks.md, "Fig. 5 on the GPU"). A watch thread's line also names the
+  threads of the process that ran meanwhile, and where in Python the busiest one was: the one
+  that held the GIL, unless it ran in C without it. The loop's own line gives the CPU time its
+  process's other threads took over the late poll.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 import threading
 import time
 
@@ -60,14 +64,18 @@ class StallWatch:
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout=1)
 
-    def woke(self, waited_ns: int, timeout_ns: int, core_wait_ns: int | None = None) -> None:
+    def woke(self, waited_ns: int, timeout_ns: int, core_wait_ns: int | None = None,
+             others_ran_ns: int | None = None) -> None:
         """The owning loop's report of one poll: `waited_ns` in it, with `timeout_ns` asked for,
-        and `core_wait_ns` of it runnable without a core (`LoopMeter.since`). Past its timeout,
-        or that long without a core, the loop could not run."""
+        `core_wait_ns` of it runnable without a core and `others_ran_ns` of CPU time the
+        process's other threads took meanwhile (`LoopMeter.since`). Past its timeout, or that
+        long without a core, the loop could not run."""
         stalled = max(waited_ns - timeout_ns, core_wait_ns or 0)
         if stalled > self.threshold_ns:
+            others = "" if others_ran_ns is None else \
+                f"; the process's other threads ran {others_ran_ns / 1e6:.2f} ms meanwhile"
             self._stall(f"Python could not run for {stalled / 1e6:.2f} ms after the loop's poll "
-                        f"({_cause(stalled, core_wait_ns)})")
+                        f"({_cause(stalled, core_wait_ns)}{others})")
 
     def iteration(self, busy_ns: int, detail: str, spent: tuple | None = None) -> None:
         """The owning loop's report of one iteration (a cheap comparison when below);
@@ -76,7 +84,7 @@ class StallWatch:
         if busy_ns > self.threshold_ns:
             how = ""
             if spent is not None:
-                running_ns, core_wait_ns = spent
+                running_ns, core_wait_ns = spent[:2]
                 how = f", {min(running_ns, busy_ns) / 1e6:.2f} ms of it running"
                 if core_wait_ns is not None:
                     how += f" and {min(core_wait_ns, busy_ns) / 1e6:.2f} ms without a core"
@@ -104,20 +112,47 @@ class StallWatch:
     def _watch(self) -> None:
         clock = time.perf_counter_ns
         core_wait = RunQueueWait()  # opened here: it reads the thread that opens it
+        # every thread's CPU time, read every 16 ticks only: each read lets go of the GIL, and
+        # a thread that holds it would take it back at each (a stall's line then covers the
+        # stall and up to 16 ms before it)
+        threads = ThreadTimes(exclude=threading.get_native_id())
         try:
             expected = clock() + int(_TICK_S * 1e9)
             waited = core_wait.total_ns()
+            ran_at, ran = clock(), threads.snapshot()
             self._watching.set()
+            ticks, known = 0, threading.active_count()
             while not self._stop.wait(_TICK_S):
                 now = clock()
                 late = now - expected
                 before, waited = waited, core_wait.total_ns()
+                snapped = False
                 if late > self.threshold_ns:
+                    ran_at, (who, ran) = clock(), threads.since(ran, ran_at)
+                    snapped = True
                     self._stall(f"Python could not run for {late / 1e6:.2f} ms "
-                                f"({_cause(late, None if waited is None else waited - before)})")
-                expected = now + int(_TICK_S * 1e9)
+                                f"({_cause(late, None if waited is None else waited - before)}"
+                                f"{who})")
+                ticks += 1
+                # threads come and go: a listing (~8 µs) at once for a new Python thread, now
+                # and then for others (ZeroMQ's, CUDA's)
+                count = threading.active_count()
+                if count != known or ticks % 256 == 0:
+                    known = count
+                    threads.refresh()
+                    ran_at, ran, snapped = clock(), threads.snapshot(), True
+                elif ticks % 16 == 0:
+                    ran_at, ran, snapped = clock(), threads.snapshot(), True
+                if snapped:
+                    # the reads may have waited for the GIL: the next stall is counted from
+                    # here, so that its line covers no more than the snapshot does
+                    waited = core_wait.total_ns()
+                    expected = clock() + int(_TICK_S * 1e9)
+                else:
+                    expected = now + int(_TICK_S * 1e9)
         finally:
             core_wait.close()
+            threads.close()
 
 
 def _cause(late_ns: int, core_wait_ns: int | None) -> str:
@@ -130,18 +165,21 @@ def _cause(late_ns: int, core_wait_ns: int | None) -> str:
 class LoopMeter:
     """What a serving loop's own thread did with its time: made in that thread (the run-queue
     counter is the thread's that opens it). `mark()` at an iteration's start, `since(mark)` at
-    its end: ~1.5 µs for both."""
+    its end: ~2 µs for both."""
 
     def __init__(self):
         self._core_wait = RunQueueWait()
 
-    def mark(self) -> tuple[int, int | None]:
-        return time.thread_time_ns(), self._core_wait.total_ns()
+    def mark(self) -> tuple[int, int | None, int]:
+        return time.thread_time_ns(), self._core_wait.total_ns(), time.process_time_ns()
 
-    def since(self, mark: tuple[int, int | None]) -> tuple[int, int | None]:
-        """(ns the thread ran, ns it was runnable without a core, or None) since `mark`."""
-        ran, waited = self.mark()
-        return ran - mark[0], None if waited is None or mark[1] is None else waited - mark[1]
+    def since(self, mark: tuple[int, int | None, int]) -> tuple[int, int | None, int]:
+        """(ns the thread ran, ns it was runnable without a core or None, ns the process's
+        other threads ran) since `mark`."""
+        ran, waited, process = self.mark()
+        ran_ns = ran - mark[0]
+        return (ran_ns, None if waited is None or mark[1] is None else waited - mark[1],
+                max(0, process - mark[2] - ran_ns))
 
     def close(self) -> None:
         self._core_wait.close()
@@ -171,6 +209,93 @@ class RunQueueWait:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
+
+
+class ThreadTimes:
+    """CPU time of each thread of this process (Linux's per-thread schedstat), for naming what
+    ran while the watch thread could not. `snapshot()` reads every thread's counter through
+    files kept open (~0.7 µs a thread); only a stall's two snapshots are parsed."""
+
+    def __init__(self, exclude: int | None = None):
+        self._exclude = exclude
+        self._fds: dict[int, int] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Follow the threads that started or ended since the last listing."""
+        try:
+            tids = {int(t) for t in os.listdir("/proc/self/task")} - {self._exclude}
+        except OSError:
+            tids = set()
+        for tid in set(self._fds) - tids:
+            os.close(self._fds.pop(tid))
+        for tid in tids - set(self._fds):
+            try:
+                self._fds[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+            except OSError:
+                pass
+
+    def snapshot(self) -> dict[int, bytes]:
+        out = {}
+        for tid, fd in self._fds.items():
+            try:
+                out[tid] = os.pread(fd, 64, 0)
+            except OSError:  # the thread ended
+                pass
+        return out
+
+    def since(self, before: dict[int, bytes], before_ns: int,
+              most: int = 3) -> tuple[str, dict[int, bytes]]:
+        """("; in the last S ms other threads ran: NAME X ms (at FILE:LINE in FUNCTION), ...",
+        a new snapshot): the threads that ran over 0.1 ms since `before`, taken at
+        `before_ns` (perf_counter_ns), busiest first. A thread started since ran at most that
+        long."""
+        self.refresh()
+        after = self.snapshot()
+        span_ms = (time.perf_counter_ns() - before_ns) / 1e6
+        ran = []
+        for tid, raw in after.items():
+            try:
+                ran_ns = int(raw.split()[0])
+                ran_ns = ran_ns - int(before[tid].split()[0]) if tid in before \
+                    else min(ran_ns, int(span_ms * 1e6))
+            except (ValueError, IndexError):
+                continue
+            if ran_ns > 100_000:
+                ran.append((ran_ns, tid))
+        if not ran:
+            return f"; in the last {span_ms:.0f} ms no other thread ran", after
+        ran.sort(reverse=True)
+        by_tid = {t.native_id: t for t in threading.enumerate()}
+        parts = []
+        for i, (ran_ns, tid) in enumerate(ran[:most]):
+            thread = by_tid.get(tid)
+            part = f"{_thread_name(tid, thread)} {ran_ns / 1e6:.2f} ms"
+            if i == 0 and thread is not None:
+                part += _where(thread)
+            parts.append(part)
+        return f"; in the last {span_ms:.0f} ms other threads ran: " + ", ".join(parts), after
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+
+def _thread_name(tid: int, thread: threading.Thread | None) -> str:
+    if thread is not None:
+        return thread.name
+    name = _read(f"/proc/self/task/{tid}/comm")  # a thread Python did not start (ZeroMQ, CUDA)
+    return (name or "").strip() or f"thread {tid}"
+
+
+def _where(thread: threading.Thread) -> str:
+    """Where a Python thread is now: just after a stall, about where it held the GIL."""
+    frame = sys._current_frames().get(thread.ident)
+    if frame is None:
+        return ""
+    code = frame.f_code
+    return f" (now at {os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name})"
 
 
 # --- the machine's side: was there a core to run on? -----------------------------------------

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -43,6 +44,30 @@ def test_long_collections_and_a_held_gil_are_reported():
     finally:
         watch.stop()
     assert watch._on_gc not in gc.callbacks and not watch._thread.is_alive()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(),
+                    reason="Linux's per-thread counters (/proc/self/task) are not kept here")
+def test_a_stall_line_names_the_thread_that_ran_and_where():
+    lines = []
+    watch = StallWatch("worker w", 20 * MS, lines.append).start()
+    hog = threading.Thread(target=_hold_the_gil, args=(time.perf_counter() + 0.3,), name="hog")
+    try:
+        hog.start()  # started after the watch: it lists the threads again when one starts
+        hog.join()
+    finally:
+        watch.stop()
+    named = [line for line in lines if "could not run" in line and "threads ran: hog" in line]
+    assert named, lines
+    m = re.search(r"in the last (\d+) ms other threads ran: hog ([\d.]+) ms \(now at "
+                  r"test_stalls.py:\d+ in _hold_the_gil\)", named[0])
+    assert m and 10 < float(m[2]) <= float(m[1]) + 1, named[0]
+
+
+def _hold_the_gil(until_s: float) -> None:
+    while time.perf_counter() < until_s:
+        sum(range(3_000_000))  # calls into C that keep the GIL ~40 ms each
+    time.sleep(0.2)  # still there when the watch, let go, reads what each thread ran
 
 
 def _stall_ms(line: str) -> tuple[float, float]:
@@ -109,14 +134,25 @@ def test_a_busy_iteration_says_how_much_of_it_its_thread_ran_and_waited_for_a_co
         until = time.perf_counter() + 0.2
         while time.perf_counter() < until:
             pass
-        ran, no_core = meter.since(mark)
+        ran, no_core, others = meter.since(mark)
         mark = meter.mark()
+        stop = time.perf_counter() + 0.2
+        spinner = threading.Thread(target=_spin_until, args=(stop,))
+        spinner.start()
         time.sleep(0.2)
-        slept, _ = meter.since(mark)
+        spinner.join()
+        slept, _, others_spun = meter.since(mark)
     finally:
         meter.close()
     assert ran > 0.1e9 and slept < 0.05e9, (ran, slept)
     assert no_core is None or 0 <= no_core < 0.2e9
+    # the process's other threads: none while this one spun; the spinner while it slept
+    assert others < 0.05e9 and others_spun > 0.02e9, (others, others_spun)
+
+
+def _spin_until(deadline_s: float) -> None:
+    while time.perf_counter() < deadline_s:
+        pass
 
 
 def test_host_cpu_counters_and_their_difference_over_a_run():
@@ -154,6 +190,7 @@ def test_a_loop_that_reports_its_polls_needs_no_watch_thread():
         watch.woke(5 * MS, MS, 3 * MS)  # 4 ms past the timeout, 3 of them without a core
         watch.woke(int(0.5 * MS), MS, int(2.5 * MS))  # woken early, but kept from a core
         watch.woke(4 * MS, MS)  # where the OS does not say
+        watch.woke(4 * MS, MS, 0, int(2.9 * MS))  # another thread of the process ran
     finally:
         watch.stop()
     assert lines == [
@@ -162,5 +199,8 @@ def test_a_loop_that_reports_its_polls_needs_no_watch_thread():
         "controller stall: Python could not run for 2.50 ms after the loop's poll (2.50 ms of "
         "it without a core, the rest waiting for the GIL)",
         "controller stall: Python could not run for 3.00 ms after the loop's poll (another "
-        "thread held the GIL, or the process had no core)"]
-    assert watch.stalls == 3 and watch._on_gc not in gc.callbacks
+        "thread held the GIL, or the process had no core)",
+        "controller stall: Python could not run for 3.00 ms after the loop's poll (0.00 ms of "
+        "it without a core, the rest waiting for the GIL; the process's other threads ran "
+        "2.90 ms meanwhile)"]
+    assert watch.stalls == 4 and watch._on_gc not in gc.callbacks
