@@ -17,13 +17,17 @@
 # ~8 s of device time, `short` 381 s; `p9999` (below) 239 s. Without the stash calls `short`
 # runs on pattern weights (no accuracy). `recheck` (~4 min) reruns tests, worker bench, Fig. 5
 # and the kernel table after a fix.
-# What is left to measure (as of 2026-11-27, stop 43), in 15 minutes: `stage-short` here if
+# What is left to measure (as of 2026-11-27, stop 44), in 15 minutes: `stage-short` here if
 # .gpucheck is missing; a device call, carry [".device", ".gpucheck"], timeout 590: `bash
 # bench/gpu_session.sh next` (~8 min: every CUTLASS conv's tiles -> $OUT/cutlass-times.json,
 # Fig. 5 at five SLOs -> results.tgz); here `python bench/cutlass_convs.py ingest
 # FILES_AT/cutlass-times.json` and `bash bench/gpu_session.sh stage-cutlass` (~5 min); a device
 # call, carry [".device", ".gpumeasured"], timeout 300: `bash bench/gpu_session.sh
-# kernels-measured` (measured plans against the guessed ones, side by side).
+# kernels-measured` (measured plans against the guessed ones, side by side). Then, in the same
+# or the next session, `graphs` (carry [".device", ".gpucheck"], timeout 590, ~8 min; with
+# less time left, CALL_BUDGET=SECONDS keeps its first steps): EXEC as one CUDA graph, built
+# without a GPU at stop 44 (its GPU tests, Fig. 5 at 10 ms both ways, EXEC tails beside
+# PyTorch's).
 # With 30 minutes, `stage` instead, then three device calls, back to back, each with carry
 # [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and
@@ -146,9 +150,10 @@ gpu_tests() {  # -m gpu: tests/gpu and the contract tests' CUDA runtime, on the 
     | tee "$OUT/pytest-gpu.txt"
 }
 quick_profile() {  # resnet50's profile.json, which the worker bench and the replays read
-  step "$1" "cw profile resnet50" python3 -m cw profile "$W/kernels/resnet50" --device cuda:0 \
-    --iterations 300 --max-time 10s --load-iterations 20 --json > "$OUT/profile-resnet50.json" \
-    || true
+  # (PROFILE_FLAGS=--exec-graphs: EXEC measured as its CUDA graph)
+  step "$1" "cw profile resnet50 ${PROFILE_FLAGS:-}" python3 -m cw profile "$W/kernels/resnet50" \
+    --device cuda:0 --iterations 300 --max-time 10s --load-iterations 20 ${PROFILE_FLAGS:-} \
+    --json > "$OUT/profile-resnet50${PROFILE_FLAGS:+-graphs}.json" || true
 }
 worker_bench() {  # worker_bench LIMIT [RUN]: appends to worker-gpu.txt
   step "$1" "worker bench ${2:-}" python3 bench/worker_gpu.py --models "$W/live" \
@@ -179,13 +184,15 @@ real_accuracy() {  # real_accuracy LIMIT: `cw run --verify` (onnxruntime) on the
 }
 
 exec_tails() {  # exec_tails MODEL:BATCH:LIMIT...: EXEC p99.99/p50 over up to 10,000 runs, one
-  # batch size per step (profile.json keeps the other batch sizes' figures)
+  # batch size per step (profile.json keeps the other batch sizes' figures); PROFILE_FLAGS
+  # =--exec-graphs: EXEC as its CUDA graph (p9999-graphs-*.json)
   local spec m rest b limit
   for spec in "$@"; do
     m=${spec%%:*} rest=${spec#*:}; b=${rest%%:*} limit=${rest#*:}
-    step "$limit" "p99.99 $m batch $b" python3 -m cw profile "$W/kernels/$m" --device cuda:0 \
-      --iterations 10000 --batch-sizes "$b" --max-time "$(( limit - 10 ))s" --load-iterations 3 \
-      --json > "$OUT/p9999-$m-b$b.json" || true
+    step "$limit" "p99.99 $m batch $b ${PROFILE_FLAGS:-}" python3 -m cw profile "$W/kernels/$m" \
+      --device cuda:0 --iterations 10000 --batch-sizes "$b" --max-time "$(( limit - 10 ))s" \
+      --load-iterations 3 ${PROFILE_FLAGS:-} \
+      --json > "$OUT/p9999${PROFILE_FLAGS:+-graphs}-$m-b$b.json" || true
   done
 }
 
@@ -389,6 +396,42 @@ next)  # device, carry [".device", ".gpucheck"] (stage-short), timeout 600: what
     bash bench/live_gpu.sh "$W/live" "$W/fig5" cuda 15s 2>&1 | tee "$OUT/live.txt"
   kill "$sampler" 2>/dev/null || true
   slim_fig5 "$W/fig5/live.tgz" "$OUT/fig5"
+  host_facts
+  pack_results
+  ;;
+graphs)  # device, carry [".device", ".gpucheck"] (stage-short), timeout 590, ~8 min: EXEC as
+  # one CUDA graph (`--exec-graphs`, cw/serve/runtime/exec_graphs.py), built without a GPU at
+  # stop 44. In order of what matters: its GPU tests (the graphs compute what the VM does);
+  # Fig. 5 at 10 ms through the VM and then through graphs, each after a profile made its way
+  # (issue 5: a worker's host time per EXEC ~0.6 ms -> one call); EXEC p99.99/p50 at batch 1
+  # through graphs and the VM beside PyTorch's own CUDA graph (issue 7's tails: the GPU's or
+  # cw's?); the kernel table's served column both ways.
+  CALL_BUDGET=${CALL_BUDGET:-560}
+  PACK_TO=$OUT OUT=$W/graphs-out
+  device_setup
+  host_facts
+  CW_TEST_CUDA_BUNDLES="$W/tests" step 120 "pytest exec graphs" python3 -m pytest -q -m gpu \
+    tests/gpu/test_exec_graphs.py tests/contract -k graph -p no:cacheprovider -rs 2>&1 \
+    | tee "$OUT/pytest-graphs.txt"
+  pkill -f "cw (serve|replay)" || true
+  quick_profile 30
+  SLOS=10ms VARIANTS=0 AZURE=0 CW="python3 -m cw" step 50 "fig5 10 ms, VM" \
+    bash bench/live_gpu.sh "$W/live" "$W/fig5-vm" cuda 15s 2>&1 | tee "$OUT/live-vm.txt"
+  PROFILE_FLAGS=--exec-graphs quick_profile 30
+  SLOS=10ms VARIANTS=0 AZURE=0 REPLAY_FLAGS=--exec-graphs CW="python3 -m cw" \
+    step 50 "fig5 10 ms, graphs" bash bench/live_gpu.sh "$W/live" "$W/fig5-graphs" cuda 15s 2>&1 \
+    | tee "$OUT/live-graphs.txt"
+  slim_fig5 "$W/fig5-vm/live.tgz" "$OUT/fig5-vm"
+  slim_fig5 "$W/fig5-graphs/live.tgz" "$OUT/fig5-graphs"
+  pack_results
+  step 60 "PyTorch tails" python3 bench/torch_tails.py --bundles "$W/kernels" \
+    --models resnet18,resnet50 --batch 1 --runs 10000 --max-time 20 2>&1 \
+    | tee "$OUT/torch-tails.txt"
+  PROFILE_FLAGS=--exec-graphs exec_tails resnet18:1:25 resnet50:1:30
+  exec_tails resnet18:1:25 resnet50:1:35
+  step 90 "kernels, graphs" python3 bench/kernels.py --device cuda --bundles "$W/kernels" \
+    --models resnet50,resnet18,densenet121 --batch-sizes 1,16 --precision fp32,fp32+graphs \
+    --rounds 2 --runs 20 2>&1 | tee "$OUT/kernels-graphs.txt"
   host_facts
   pack_results
   ;;

@@ -10,6 +10,8 @@ CPU, on the build machine (compiles the bundles, then measures):
 GPU, on the GPU machine, with bundles compiled on the build machine for sm_90:
     python bench/kernels.py --device cuda --bundles DIR --models resnet18,resnet50,densenet121 \\
         --batch-sizes 1,4,16 [--precision fp32,fp16,tf32,fp32-nosplit,fp32-cutlass]
+    A variant ending in `+graphs` (fp32+graphs) serves the same bundle with EXEC as one CUDA
+    graph (`cw serve --exec-graphs`) in the "served" columns.
 
 Variants (CPU): `generic` = x86-64 code, NCHW convolutions, no tuning records (what cw first
 did), `avx2-untuned` = the same as x86-64-v3 code, `avx2` = what `cw compile --arch x86-64-v3`
@@ -67,11 +69,11 @@ def _failure(e: Exception) -> str:
     return f"failed: {(str(e).strip().splitlines() or [type(e).__name__])[-1]}"
 
 
-def served_timer(bundle: Path):
+def served_timer(bundle: Path, exec_graphs: bool = False):
     """The worker's EXEC path for `bundle` on GPU 0, or why it could not be set up (printed in
     its cells: the evaluator's column still comes)."""
     try:
-        return ExecTimer(bundle, "cuda:0")
+        return ExecTimer(bundle, "cuda:0", exec_graphs=exec_graphs)
     except Exception as e:
         return _failure(e)
 
@@ -173,13 +175,14 @@ def gpu_main(args) -> None:
         for precision in args.precision.split(","):
             # bench/gpu_stage.py names them so: NAME for fp32, NAME-fp16 for fp16, and
             # NAME-nosplit, NAME-fp16-nosplit for bundles compiled with --conv-split off
-            suffix = precision.replace("fp32", "").strip("-")
+            bundle_precision, _, mode = precision.partition("+")
+            suffix = bundle_precision.replace("fp32", "").strip("-")
             bundle = Path(args.bundles) / (f"{name}-{suffix}" if suffix else name)
             if not bundle.exists():
                 print(f"| {name} | {precision} | – | no bundle {bundle} |", flush=True)
                 continue
             cw_model = LocalModel(bundle, device="cuda:0")
-            served = served_timer(bundle)
+            served = served_timer(bundle, exec_graphs=mode == "graphs")
             half = precision.startswith("fp16")
             tf32 = precision.startswith("tf32")  # convolutions only, in both
             dtype = torch.float16 if half else torch.float32

@@ -6,6 +6,7 @@
 #   SLOS="10ms 100ms" VARIANTS=0 bash bench/live_gpu.sh ...   # fewer runs (~30 s each on the H100)
 #   VARIANT=clockwork:margin=3ms VARIANT_SLOS=10ms SOCKET=0 ...  # another scheduler beside
 #   AZURE=0 ...                                                  # no Azure trace replay
+#   REPLAY_FLAGS=--exec-graphs ...                               # more flags for every replay
 #
 # MODELS: a directory holding the resnet50 bundle (Fig. 5 serves 15 copies of every bundle in
 # it; the trace replay 10). Everything lands in OUT/live.tgz (the device tool brings back few
@@ -24,7 +25,7 @@ slos=${SLOS:-10ms 25ms 50ms 100ms 500ms}
 for slo in $slos; do
   echo "fig5 at SLO $slo" >&2
   $cw replay --preset fig5 --models "$models" --runtime "$runtime" --slo "$slo" \
-    --duration "$duration" --log-stalls 1ms --out "$work/fig5-$slo" --json \
+    --duration "$duration" --log-stalls 1ms ${REPLAY_FLAGS:-} --out "$work/fig5-$slo" --json \
     > "$work/fig5-$slo.json" || { echo "fig5 at SLO $slo failed (exit $?)" >&2;
                                   rm -f "$work/fig5-$slo.json"; }
 done
@@ -35,7 +36,7 @@ label=$(echo "${variant#*:}" | tr -d ':=')  # ahead2ms
 [ "${VARIANTS:-1}" = 0 ] || for slo in ${VARIANT_SLOS:-10ms 25ms}; do
   echo "fig5 at SLO $slo, $variant" >&2
   $cw replay --preset fig5 --models "$models" --runtime "$runtime" --slo "$slo" \
-    --scheduler "$variant" --duration "$duration" --log-stalls 1ms \
+    --scheduler "$variant" --duration "$duration" --log-stalls 1ms ${REPLAY_FLAGS:-} \
     --out "$work/fig5-$slo-$label" --json > "$work/fig5-$slo-$label.json" \
     || { echo "fig5 at SLO $slo, $variant failed" >&2; rm -f "$work/fig5-$slo-$label.json"; }
 done
@@ -44,7 +45,7 @@ done
 [ "${VARIANTS:-1}" = 0 ] || [ "${SOCKET:-1}" = 0 ] || {
 echo "fig5 at SLO 500ms, inputs through the socket" >&2
 $cw replay --preset fig5 --models "$models" --runtime "$runtime" --slo 500ms --no-shared-memory \
-  --duration "$duration" --log-stalls 1ms --out "$work/fig5-500ms-socket" \
+  --duration "$duration" --log-stalls 1ms ${REPLAY_FLAGS:-} --out "$work/fig5-500ms-socket" \
   --json > "$work/fig5-500ms-socket.json" \
   || { echo "fig5 through the socket failed" >&2; rm -f "$work/fig5-500ms-socket.json"; }; }
 runs=(); for slo in $slos; do if [ -f "$work/fig5-$slo.json" ]; then runs+=("$work/fig5-$slo"); fi; done
@@ -52,7 +53,8 @@ runs=(); for slo in $slos; do if [ -f "$work/fig5-$slo.json" ]; then runs+=("$wo
 [ "${AZURE:-1}" = 0 ] || {
 echo "azure trace at $rate r/s" >&2
 $cw replay --trace azure --models "$models" --copies 10 --runtime "$runtime" \
-  --target-rate "$rate" --duration "$duration" --log-stalls 1ms --out "$work/azure" --json \
+  --target-rate "$rate" --duration "$duration" --log-stalls 1ms ${REPLAY_FLAGS:-} \
+  --out "$work/azure" --json \
   > "$work/azure.json" || { echo "azure replay failed" >&2; rm -f "$work/azure.json"; }; }
 python3 - "$work" <<'PY'
 import json, pathlib, sys

@@ -41,6 +41,9 @@ def profile_cmd(
     import_file: Path = typer.Option(None, "--import", metavar="FILE",
                                      help="Measure nothing: register FILE, a profile.json "
                                           "measured elsewhere, as the bundle's profile."),
+    exec_graphs: bool = typer.Option(_D.exec_graphs, "--exec-graphs",
+                                     help="Run EXEC as one CUDA graph, as a worker started "
+                                          "with --exec-graphs does (CUDA; experimental)."),
     ungated: bool = typer.Option(False, "--ungated", hidden=True,
                                  help="Experiment: let the GPU start EXEC while the host is "
                                       "still launching its kernels (GPU; not stored)."),
@@ -54,14 +57,15 @@ def profile_cmd(
     """
     if import_file is not None:
         _import(bundle, import_file, as_json, batch_sizes is not None or concurrency != 1
-                or ungated)
+                or ungated or exec_graphs)
         return
     max_time_s = (None if max_time.strip().lower() == "none"
                   else parse_duration_ns(max_time, "--max-time") / 1e9)
     config = ProfileConfig(device=device, iterations=iterations, warmup=warmup,
                            load_iterations=load_iterations, max_time_s=max_time_s,
                            batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None,
-                           concurrency=concurrency, gate_exec=not ungated)
+                           concurrency=concurrency, gate_exec=not ungated,
+                           exec_graphs=exec_graphs)
     progress = progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), hidden=as_json)
     task = None

@@ -78,6 +78,9 @@ def replay_cmd(
     log_stalls: str = typer.Option(None, "--log-stalls",
                                    help="Live, local controller: log every stall of it and its "
                                         "workers longer than this (e.g. 1ms) to OUT/stalls.log."),
+    exec_graphs: bool = typer.Option(False, "--exec-graphs",
+                                     help="Live, --runtime cuda: run each EXEC as one CUDA "
+                                          "graph (experimental)."),
     seed: int = typer.Option(0, "--seed", help="Seeds arrivals, mapping and noise: the same "
                                                 "seed, the same requests."),
     out: Path = typer.Option(Path("replay-out"), "--out", help="Output directory."),
@@ -117,7 +120,7 @@ def replay_cmd(
                   runtime=runtime, out=out,
                   force=force, shared_memory=shared_memory,
                   log_stalls_ns=parse_duration_ns(log_stalls, "--log-stalls") if log_stalls
-                  else None)
+                  else None, exec_graphs=exec_graphs or None)
     if preset is not None:
         config = with_preset(preset, **chosen)
     else:

@@ -105,6 +105,8 @@ _SCHEDULER_HELP = ("clockwork, clipper, batch-timeout or fifo, with settings if 
                    "batch-timeout:max-batch=8:delay=5ms (docs/schedulers.md).")
 _LOG_STALLS_HELP = ("Log every stall of the serving loop longer than this, e.g. 1ms: a busy loop "
                     "iteration, a garbage collection, Python unable to run.")
+_EXEC_GRAPHS_HELP = ("CUDA workers: run each EXEC as one CUDA graph, captured in the background "
+                     "after each LOAD (one host call instead of one per kernel; experimental).")
 
 
 def _stall_ns(text: str | None) -> int | None:
@@ -152,6 +154,7 @@ def serve_all(
     metrics_port: int = typer.Option(None, "--metrics-port", help=_METRICS_PORT_HELP),
     log_dir: Path = typer.Option(None, "--log-dir", help="Telemetry CSVs and worker logs."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
+    exec_graphs: bool = typer.Option(False, "--exec-graphs", help=_EXEC_GRAPHS_HELP),
     key: Path = typer.Option(None, "--key", envvar="CW_KEY", help=_KEY_HELP),
     restart: bool = typer.Option(True, "--restart/--no-restart",
                                  help="Start a worker that ends again: after 1 s, doubling to "
@@ -179,7 +182,7 @@ def serve_all(
                                     default_slo, metrics_port, log_dir, log_stalls, key)
     config = LocalServeConfig(models_dir=models, workers=workers, runtime=runtime, copies=copies,
                               controller=controller, log_stalls_ns=_stall_ns(log_stalls),
-                              restarts=RestartConfig(enabled=restart))
+                              exec_graphs=exec_graphs, restarts=RestartConfig(enabled=restart))
     out = console()
     serving = LocalServing(config, say=out.print).prepare()
     _say_set_aside(log_dir, serving.earlier_run)
@@ -303,6 +306,7 @@ def serve_worker(
     cpus: str = typer.Option(None, "--cpus", help="CPU runtime: run on these CPUs only, one "
                              "kernel thread per core, e.g. 0-3 or 0,2 (default: all)."),
     log_stalls: str = typer.Option(None, "--log-stalls", help=_LOG_STALLS_HELP),
+    exec_graphs: bool = typer.Option(False, "--exec-graphs", help=_EXEC_GRAPHS_HELP),
     key: Path = typer.Option(None, "--key", envvar="CW_KEY", help=_KEY_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=_VERBOSE_HELP),
     parent_pid: int = typer.Option(None, "--parent-pid", hidden=True,
@@ -324,7 +328,7 @@ def serve_worker(
                           devices=tuple(d.strip() for d in device.split(",")), runtime=runtime,
                           page_cache_bytes=parse_size(page_cache, "page cache") if page_cache
                           else None, copies=copies, log_stalls_ns=_stall_ns(log_stalls),
-                          key_file=key, **kw)
+                          exec_graphs=exec_graphs, key_file=key, **kw)
     stop = threading.Event()
     install_signal_stop(stop)
     if parent_pid is not None:

@@ -24,14 +24,15 @@ from cw.serve.runtime.host import HostModel, HostWeights
 class ExecTimer:
     """One bundle loaded on one device (`cuda:N` or `cpu`) through cw's serving runtime."""
 
-    def __init__(self, path: str | Path, device: str = "cuda:0", gate_exec: bool = True):
+    def __init__(self, path: str | Path, device: str = "cuda:0", gate_exec: bool = True,
+                 exec_graphs: bool = False):
         from cw.profile.profiler import make_runtime
 
         bundle = open_bundle(path)
         m = bundle.manifest
         self.model = HostModel(m.name, bundle, HostWeights(bundle))
         pages = self.model.weights.num_pages
-        self.runtime = make_runtime(device, m.weights.page_size, pages, gate_exec)
+        self.runtime = make_runtime(device, m.weights.page_size, pages, gate_exec, exec_graphs)
         try:
             self.runtime.load(self.model, self.runtime.cache.allocate(pages))
         except BaseException:
@@ -45,6 +46,7 @@ class ExecTimer:
         slot = self._slots.get(size)
         if slot is None:
             self.runtime.prepare(self.model, size)
+            self.runtime.settle()  # with exec_graphs: its graph captured before it is timed
             slot = self._slots[size] = self.runtime.acquire_slot(self.model, size)
         self.runtime.copy_input(self.model, slot, inputs)
         return slot

@@ -49,6 +49,7 @@ class ProfileConfig:
     write: bool = True
     # False: the experiment without TvmCudaRuntime's EXEC gate (reported, never stored)
     gate_exec: bool = True
+    exec_graphs: bool = False  # EXEC as one CUDA graph, as `cw serve --exec-graphs` runs it
 
     def __post_init__(self):
         if self.iterations < 1 or self.warmup < 0 or self.load_iterations < 1:
@@ -56,6 +57,9 @@ class ProfileConfig:
                              "e.g. --iterations 1000 --warmup 20")
         if self.concurrency < 1:
             raise UsageError("--concurrency must be ≥ 1")
+        if self.exec_graphs and self.concurrency > 1:
+            raise UsageError("--exec-graphs runs one EXEC at a time",
+                             "measure --concurrency without --exec-graphs")
         if self.max_time_s is not None and not self.max_time_s > 0:
             raise UsageError(f"--max-time must be positive, not {self.max_time_s} s",
                              "e.g. --max-time 2m, or --max-time none for no limit")
@@ -76,14 +80,17 @@ class ConcurrencyResult:
     latency: Stats
 
 
-def make_runtime(device: str, page_size: int, num_pages: int, gate_exec: bool = True) -> Runtime:
+def make_runtime(device: str, page_size: int, num_pages: int, gate_exec: bool = True,
+                 exec_graphs: bool = False) -> Runtime:
     kind, index = parse_device(device)
+    if kind == "cpu" and exec_graphs:
+        raise UsageError("--exec-graphs is for CUDA devices", "drop it, or use --device cuda:N")
     tvm_device(kind, index)  # raises when there is no such device
     if kind == "cpu":
         from cw.serve.runtime.tvm_cpu import TvmCpuRuntime
         return TvmCpuRuntime(page_size, num_pages)
     from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
-    return TvmCudaRuntime(index, page_size, num_pages, gate_exec)
+    return TvmCudaRuntime(index, page_size, num_pages, gate_exec, exec_graphs)
 
 
 def _device_info(kind: str, runtime: Runtime, clock_before: int | None) -> DeviceInfo:
@@ -134,7 +141,7 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
         cuda_api.use_device(index)
         free_before, clock_before = cuda_api.free_bytes(), cuda_api.sm_clock_mhz(index)
     runtime = make_runtime(device, m.weights.page_size, model.weights.num_pages,
-                           config.gate_exec)
+                           config.gate_exec, config.exec_graphs)
     try:
         load = _measure_load(runtime, model, config, progress)
         shortened: list[str] = []  # batch sizes measured fewer times, to fit --max-time
@@ -152,6 +159,9 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
             notes = ["device memory = what cudaMemGetInfo lost from start to end (page cache, "
                      "IO buffers, TVM's kernels and workspace pool)"]
         notes += shortened
+        if config.exec_graphs:
+            notes.append("EXEC ran as one CUDA graph (--exec-graphs), as a worker with "
+                         "--exec-graphs runs it")
         device = _device_info(kind, runtime, clock_before)
     finally:
         runtime.close()
@@ -198,6 +208,7 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
     batches, concurrency = [], []
     for b in batch_sizes:
         runtime.prepare(model, b)
+        runtime.settle()  # with --exec-graphs: EXEC measured as its graph, not the VM's
         rng = np.random.default_rng(b)
         inputs = [rng.standard_normal((b, *s.sample_shape)).astype(s.dtype) for s in m.inputs]
         slot = runtime.acquire_slot(model, b)

@@ -289,7 +289,8 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                                     config.workers, runtime, devices, config.copies,
                                     log_dir=telemetry_dir,
                                     log_stalls=f"{config.log_stalls_ns}ns"
-                                    if config.log_stalls_ns is not None else None)
+                                    if config.log_stalls_ns is not None else None,
+                                    exec_graphs=config.exec_graphs)
             try:
                 procs.wait_until_joined(ctl, timeout_s=120)
             except CwError as e:  # its hint names a log that goes with the temporary folder
@@ -309,6 +310,8 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                      "inputs_via": "shared memory" if client.uses_shared_memory else "socket"}
             if config.controller and client.gpus:  # what serves it, not what --workers says
                 extra.update(workers=client.workers, gpus=client.gpus)
+            if config.exec_graphs:
+                extra["exec_graphs"] = True
             # a controller of the replay's own that has died answers nothing more: stop there
             # (a running one's end is not seen from here: its requests wait ANSWER_WAIT_NS)
             gone = None if ctl is None else (lambda: not ctl.process.is_alive())

@@ -75,6 +75,7 @@ class ReplayConfig:
     runtime: str | None = None                 # live local workers: simulated | cpu | cuda
     shared_memory: bool = True                 # live: inputs via /dev/shm where the host allows
     log_stalls_ns: int | None = None           # live, own controller: stalls.log in out
+    exec_graphs: bool = False                  # live, cuda workers: EXEC as one CUDA graph
     out: Path = Path("replay-out")
     force: bool = False
 
@@ -118,6 +119,10 @@ class ReplayConfig:
         if self.log_stalls_ns is not None and (self.simulate or self.controller):
             raise UsageError("--log-stalls watches the controller and workers a live replay "
                              "starts", "drop --simulate and --controller, or --log-stalls")
+        if self.exec_graphs and (self.simulate or self.controller or self.runtime != "cuda"):
+            raise UsageError("--exec-graphs is for the CUDA workers a live replay starts",
+                             "give --runtime cuda (without --simulate or --controller), or "
+                             "drop --exec-graphs")
         if self.zoo_timings not in ZOO_TIMINGS:
             raise UsageError(f"unknown --zoo-timings '{self.zoo_timings}'",
                              f"use one of {', '.join(ZOO_TIMINGS)}")

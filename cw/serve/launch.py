@@ -355,7 +355,7 @@ class WorkerProcesses:
     def __init__(self, controller: str, models_dir: Path, count: int, runtime: str,
                  devices: list[str], copies: int = 1, page_cache: str | None = None,
                  log_dir: Path | None = None, log_stalls: str | None = None,
-                 key_file: Path | None = None):
+                 key_file: Path | None = None, exec_graphs: bool = False):
         from cw.tvm_env import split_cores
 
         self.procs: list[subprocess.Popen] = []
@@ -382,6 +382,8 @@ class WorkerProcesses:
                 cmd += ["--log-stalls", log_stalls]
             if key_file is not None:
                 cmd += ["--key", str(key_file)]
+            if exec_graphs:
+                cmd += ["--exec-graphs"]
             self._cmds.append(cmd)
             self.procs.append(self._popen(i, "w"))
 

@@ -34,6 +34,7 @@ class LocalServeConfig:
     copies: int = 1                 # instances of each model per worker
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     log_stalls_ns: int | None = None
+    exec_graphs: bool = False       # cuda: EXEC as one CUDA graph (cw/serve/runtime/exec_graphs.py)
     join_timeout_s: float = 120.0
     # a worker that ends is started again (cw/serve/restarts.py says when, and when not)
     restarts: RestartConfig = field(default_factory=RestartConfig)
@@ -48,6 +49,8 @@ class LocalServeConfig:
             raise UsageError("the demo set is compiled for the CPU: --runtime cuda needs "
                              "--models", "give --models DIR of bundles compiled with "
                              "`cw compile --target cuda`")
+        if self.exec_graphs and self.runtime != "cuda":
+            raise UsageError("--exec-graphs is for --runtime cuda", "drop it, or serve on GPUs")
 
 
 def demo_models_dir(say: Callable[[str], None] = lambda text: None) -> Path:
@@ -132,7 +135,7 @@ class LocalServing:
             "simulated" if c.runtime == "simulated" else "tvm", self.devices, c.copies,
             log_dir=c.controller.log_dir,
             log_stalls=f"{c.log_stalls_ns}ns" if c.log_stalls_ns is not None else None,
-            key_file=c.controller.key_file)
+            key_file=c.controller.key_file, exec_graphs=c.exec_graphs)
         joined = self.workers.wait_until_joined(self.controller, timeout_s=c.join_timeout_s,
                                                 stop=stop)
         self._restarts = RestartPlan(c.restarts, c.workers, time.monotonic())

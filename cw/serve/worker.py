@@ -62,6 +62,7 @@ class WorkerConfig:
     shm_sweep_ns: int = 2_000_000_000     # how often to let go of clients' segments that are gone
     noise: float = 0.0                    # simulated runtime: relative std of durations
     log_stalls_ns: int | None = None      # log every stall longer than this (cw/serve/stalls.py)
+    exec_graphs: bool = False             # CUDA: EXEC as one CUDA graph (runtime/exec_graphs.py)
     key_file: Path | None = None          # the controller's key (`cw serve keygen`), if it has one
 
     def __post_init__(self):
@@ -85,6 +86,10 @@ class WorkerConfig:
                                  "give each device once; a CPU worker uses all the cores "
                                  "--cpus gives it")
             seen.add(key)
+        if self.exec_graphs and (self.runtime != "tvm"
+                                 or any(parse_device(d)[0] != "cuda" for d in self.devices)):
+            raise UsageError("--exec-graphs is for TVM workers on CUDA devices",
+                             "drop it, or serve with --runtime tvm --device cuda:N")
         if not 0 <= self.noise < 1:
             raise UsageError(f"noise {self.noise:g} must be ≥ 0 and < 1",
                              "a relative standard deviation of simulated durations, e.g. 0.02")

@@ -71,10 +71,11 @@ def queued_cpu_runtimes(min_exec_ns: int = 0):
 
 class FakeController:
     def __init__(self, bundles, runtime="tvm", page_cache_bytes=None, copies=1,
-                 devices=("cpu",), runtimes=make_runtimes):
+                 devices=("cpu",), runtimes=make_runtimes, exec_graphs=False):
         self.router = ZmqRouter("tcp://127.0.0.1:*", Codec(FromWorker), Codec(ToWorker))
         config = WorkerConfig(controller=self.router.address, runtime=runtime,
-                              page_cache_bytes=page_cache_bytes, copies=copies, devices=devices)
+                              page_cache_bytes=page_cache_bytes, copies=copies, devices=devices,
+                              exec_graphs=exec_graphs)
         models = load_models(bundles, copies, read_weights=runtime != "simulated")
         self.worker = Worker(config, ZmqDealer(self.router.address, Codec(ToWorker),
                                                Codec(FromWorker)), models,

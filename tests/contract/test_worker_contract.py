@@ -11,13 +11,17 @@ from tests.conftest import random_input
 from tests.contract.harness import MS, FakeController, queued_cpu_runtimes
 
 # "tvm-queued": TVM-CPU behind a launch queue, the worker's pipelined (CUDA-like) path;
-# "tvm-cuda": the same worker on GPU 0 with a CUDA bundle (marked gpu: skipped without one)
-RUNTIMES = ["tvm", "tvm-queued", "simulated", pytest.param("tvm-cuda", marks=pytest.mark.gpu)]
+# "tvm-cuda": the same worker on GPU 0 with a CUDA bundle (marked gpu: skipped without one);
+# "tvm-cuda-graphs": that worker with --exec-graphs (each LOAD's graphs captured meanwhile: an
+# INFER right after a LOAD may still run through the VM)
+RUNTIMES = ["tvm", "tvm-queued", "simulated", pytest.param("tvm-cuda", marks=pytest.mark.gpu),
+            pytest.param("tvm-cuda-graphs", marks=pytest.mark.gpu)]
 
 
 def _controller(runtime, cpu_bundle, cuda_bundle, **kw):
-    if runtime == "tvm-cuda":
-        return FakeController([cuda_bundle("small_cnn")], runtime="tvm", devices=("cuda:0",), **kw)
+    if runtime in ("tvm-cuda", "tvm-cuda-graphs"):
+        return FakeController([cuda_bundle("small_cnn")], runtime="tvm", devices=("cuda:0",),
+                              exec_graphs=runtime == "tvm-cuda-graphs", **kw)
     if runtime == "tvm-queued":
         return FakeController([cpu_bundle("small_cnn")], runtimes=queued_cpu_runtimes(), **kw)
     return FakeController([cpu_bundle("small_cnn")], runtime=runtime, **kw)

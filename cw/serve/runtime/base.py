@@ -152,6 +152,10 @@ class Runtime(ABC):
     def copy_output(self, model: HostModel, slot: IOSlot) -> tuple[list[np.ndarray], PhaseTiming]:
         """The first `n` samples of every output."""
 
+    def settle(self, timeout_s: float = 120.0) -> None:
+        """Wait for work the runtime does in the background after `load` and `prepare` (CUDA
+        graphs being captured), before measuring what it serves. Nothing here."""
+
     def copy_bandwidth_gbps(self, nbytes: int) -> float | None:
         """Bandwidth of one plain copy of `nbytes` into device memory (what LOAD's page-by-page
         copies are compared with), or None where there is nothing to compare."""

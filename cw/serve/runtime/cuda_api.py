@@ -263,3 +263,67 @@ class StreamGate:
                                       d.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT)
         if err != d.CUresult.CUDA_SUCCESS:
             raise DeviceError(f"CUDA cuStreamWriteValue32 failed: {err}", "check the GPU")
+
+
+# --- events and CUDA graphs (EXEC as one graph: cw/serve/runtime/exec_graphs.py) ------------
+def copy_d2d_async(dst: int, src: int, nbytes: int, stream: int) -> None:
+    rt = _rt()
+    check(rt.cudaMemcpyAsync(dst, src, nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice,
+                             stream), "cudaMemcpyAsync")
+
+
+def begin_capture(stream: int) -> None:
+    """Record instead of run what this thread queues on `stream`. Relaxed: another thread's
+    calls (the EXEC thread launching meanwhile) and this one's allocations stay legal."""
+    rt = _rt()
+    check(rt.cudaStreamBeginCapture(stream,
+                                    rt.cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed),
+          "cudaStreamBeginCapture")
+
+
+def end_capture(stream: int):
+    """The graph recorded since `begin_capture`; raises if the capture was invalidated (an
+    operation that cannot be captured, such as a synchronous copy)."""
+    graph = check(_rt().cudaStreamEndCapture(stream), "cudaStreamEndCapture")
+    if graph is None or int(graph) == 0:
+        raise DeviceError("CUDA cudaStreamEndCapture gave no graph", "run without --exec-graphs")
+    return graph
+
+
+def graph_node_count(graph) -> int | None:
+    """How many nodes a graph has (for telling what was captured), None if not readable."""
+    try:
+        _nodes, count = check(_rt().cudaGraphGetNodes(graph, 0), "cudaGraphGetNodes")
+        return int(count)
+    except Exception:  # the bindings' signature differs between versions; only a figure
+        return None
+
+
+def instantiate_graph(graph):
+    return check(_rt().cudaGraphInstantiateWithFlags(graph, 0), "cudaGraphInstantiate")
+
+
+def upload_graph(graph_exec, stream: int) -> None:
+    """Move the graph's launch state to the device now, not at its first launch."""
+    check(_rt().cudaGraphUpload(graph_exec, stream), "cudaGraphUpload")
+
+
+def sync_stream(stream: int) -> None:
+    check(_rt().cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+
+
+def launch_graph(graph_exec, stream: int) -> None:
+    check(_rt().cudaGraphLaunch(graph_exec, stream), "cudaGraphLaunch")
+
+
+def destroy_graph(graph) -> None:
+    _rt().cudaGraphDestroy(graph)
+
+
+def destroy_graph_exec(graph_exec) -> None:
+    _rt().cudaGraphExecDestroy(graph_exec)
+
+
+def clear_last_error() -> None:
+    """A failed capture leaves its error as this thread's last one: read it away."""
+    _rt().cudaGetLastError()

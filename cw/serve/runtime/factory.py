@@ -32,7 +32,7 @@ def make_runtimes(config: WorkerConfig, models: list[HostModel]) -> list[Runtime
         elif kind == "cpu":
             cache = 2 * 2**30
         else:
-            cache = default_gpu_cache_bytes(index, models)
+            cache = default_gpu_cache_bytes(index, models, config.exec_graphs)
         _check_fits(cache, page_size, models, text, given=config.page_cache_bytes is not None)
         if config.runtime == "simulated":
             from cw.serve.runtime.simulated import SimulatedRuntime
@@ -43,7 +43,8 @@ def make_runtimes(config: WorkerConfig, models: list[HostModel]) -> list[Runtime
             runtimes.append(TvmCpuRuntime(page_size, cache // page_size))
         else:
             from cw.serve.runtime.tvm_cuda import TvmCudaRuntime
-            runtimes.append(TvmCudaRuntime(index, page_size, cache // page_size))
+            runtimes.append(TvmCudaRuntime(index, page_size, cache // page_size,
+                                           exec_graphs=config.exec_graphs))
     return runtimes
 
 
@@ -68,10 +69,12 @@ def _check_fits(cache_bytes: int, page_size: int, models: list[HostModel], devic
     raise DeviceError(what, "free memory on the device, or serve smaller models")
 
 
-def default_gpu_cache_bytes(index: int, models: list[HostModel]) -> int:
+def default_gpu_cache_bytes(index: int, models: list[HostModel], exec_graphs: bool = False) -> int:
     """What the GPU has free, less what the kernels will take besides weights: every distinct
     bundle's workspace and IO buffers at every batch size (TVM's pool keeps a block per size), plus
-    1 GiB for TVM's modules and CUDA's own needs."""
+    1 GiB for TVM's modules and CUDA's own needs. With CUDA graphs, each (bundle, batch size)
+    also has input buffers of its graphs' own, device output buffers per IO slot, and a
+    capture may take a second workspace."""
     from cw.errors import DeviceError
     from cw.serve.runtime import cuda_api
 
@@ -80,6 +83,8 @@ def default_gpu_cache_bytes(index: int, models: list[HostModel]) -> int:
     from cw.serve.runtime.tvm_cuda import IO_SLOTS
 
     reserve = 2**30 + sum(k.workspace_bytes + IO_SLOTS * (k.input_bytes + k.output_bytes)
+                          + (k.workspace_bytes + k.input_bytes + IO_SLOTS * k.output_bytes
+                             if exec_graphs else 0)
                           for m in bundles for k in m.kernels)
     cache = cuda_api.free_bytes() - reserve
     if cache <= 0:

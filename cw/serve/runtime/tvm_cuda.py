@@ -7,7 +7,8 @@ page by page from pinned host memory on a copy stream of their own; INPUT and OU
 their own streams and EXEC runs on an exec stream, so copies overlap execution. Each phase is
 bracketed by CUDA events. EXEC is launched ahead of its start and released at it (`launch`,
 `finish`); the copies are waited for before their calls return. The worker's executors, not the
-runtime, decide when work starts.
+runtime, decide when work starts. With `exec_graphs`, EXEC is one CUDA graph launch once its
+graph is captured (cw/serve/runtime/exec_graphs.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from cw.serve.runtime import cuda_api as cuda
 from cw.serve.runtime.base import (IOSlot, PhaseTiming, Runtime, RuntimeFault, fill_input,
                                    now_ns, wait_until_ns)
 from cw.serve.runtime.dlpack import KDL_CUDA, RawTensor, tensor_at
+from cw.serve.runtime.exec_graphs import ExecGraph, GraphBuilder, GraphIO
 from cw.serve.runtime.host import HostModel, HostWeights
 from cw.tvm_env import load_tvm
 
@@ -64,6 +66,8 @@ class _CudaIO(IOSlot):
     input_tensors: list = field(default_factory=list)
     pinned_inputs: list[np.ndarray] = field(default_factory=list)
     pinned_outputs: list[np.ndarray] = field(default_factory=list)
+    # with CUDA graphs: EXEC's outputs, copied out of TVM's pool at its end (exec_graphs.py)
+    dev_outputs: list[RawTensor] = field(default_factory=list)
     in_events: object = None
     exec_events: object = None
     out_events: object = None
@@ -77,7 +81,8 @@ class TvmCudaRuntime(Runtime):
     # ~1.5 ms to launch); 3 ms covers the slowest launch of the zoo
     launch_lead_ns = 3_000_000
 
-    def __init__(self, index: int, page_size: int, num_pages: int, gate_exec: bool = True):
+    def __init__(self, index: int, page_size: int, num_pages: int, gate_exec: bool = True,
+                 exec_graphs: bool = False):
         super().__init__(page_size, num_pages)
         self.index = index
         self.tvm = load_tvm()
@@ -115,6 +120,17 @@ class TvmCudaRuntime(Runtime):
         self._all_slots: list[_CudaIO] = []
         self._device_buffers: list[int] = []
         self._host_buffers: list[int] = []
+        self._libs: dict[tuple[int, int], object] = {}  # (id(bundle), batch) -> kernels
+        self.graphs = None
+        self.graph_execs = 0  # EXECs launched as a CUDA graph
+        if exec_graphs:
+            import tvm_ffi
+
+            self._graph_io: dict[tuple[int, int], GraphIO] = {}
+            self._capture_fns: dict[tuple[int, int], object] = {}
+            self._capture_stream = cuda.new_stream()
+            self._capture_context = tvm_ffi.use_raw_stream(self.device, self._capture_stream)
+            self.graphs = GraphBuilder(self._capture, name=f"dev{index}-graphs")
 
     def _add_lanes(self, lanes: int) -> None:
         import tvm_ffi
@@ -138,6 +154,8 @@ class TvmCudaRuntime(Runtime):
         ev.wait()
         end = now_ns()
         self._weights[model.model_id] = tensors
+        if self.graphs is not None:
+            self._request_graphs(model, slots)
         return PhaseTiming(start, end, ev.elapsed_ns())
 
     def _weight_tensors(self, model: HostModel, slots: list[int]) -> list:
@@ -173,20 +191,37 @@ class TvmCudaRuntime(Runtime):
         # path is the likely reason EXECs launched meanwhile started late (H200, 2026-11-27:
         # 1.6-6.6 ms late while a run's first LOADs went)
         pin_host_weights(model.weights)
+        if self.graphs is not None and lanes > 1:
+            from cw.errors import UsageError
+            raise UsageError("CUDA graphs take one EXEC lane: their intermediates are TVM pool "
+                             "blocks that only EXECs in one stream's order may share",
+                             "measure concurrency without --exec-graphs")
         self._add_lanes(lanes)
-        lib = None
-        for lane in range(lanes):
-            key = (id(bundle), batch_size, lane)
-            if key not in self._vms:
-                if lib is None:
-                    kernel = next(k for k in model.manifest.kernels if k.batch_size == batch_size)
-                    lib = self.tvm.runtime.load_module(str(bundle.file(kernel.kernel_file)))
-                self._vms[key] = VirtualMachine(lib, self.device, memory_cfg="pooled")["main"]
-            if key not in self._warm:
-                self._warm_up(model, batch_size, lane)
         key = (id(bundle), batch_size)
+        lib = self._libs.get(key)
+        if lib is None:
+            kernel = next(k for k in model.manifest.kernels if k.batch_size == batch_size)
+            lib = self._libs[key] = self.tvm.runtime.load_module(
+                str(bundle.file(kernel.kernel_file)))
+        for lane in range(lanes):
+            lane_key = (id(bundle), batch_size, lane)
+            if lane_key not in self._vms:
+                self._vms[lane_key] = VirtualMachine(lib, self.device, memory_cfg="pooled")["main"]
+            if lane_key not in self._warm:
+                self._warm_up(model, batch_size, lane)
         while self._slot_count.get(key, 0) < IO_SLOTS:
             self.release_slot(self._new_slot(model, batch_size))
+        if self.graphs is not None:
+            if key not in self._graph_io:
+                self._graph_io[key] = self._new_graph_io(model, batch_size)
+            if self.is_loaded(model.model_id):
+                self._request_graphs(model, self.slots_of(model.model_id))
+
+    def settle(self, timeout_s: float = 120.0) -> None:
+        """Wait for the CUDA graphs being captured (before measuring EXEC with them)."""
+        if self.graphs is not None and not self.graphs.settle(timeout_s):
+            raise DeviceError(f"CUDA graphs still being captured after {timeout_s:.0f} s",
+                              "run without --exec-graphs")
 
     def _warm_up(self, model: HostModel, batch_size: int, lane: int) -> None:
         """Run the kernels twice before serving: CUDA modules load on first launch and TVM's
@@ -248,6 +283,11 @@ class TvmCudaRuntime(Runtime):
             nbytes = -(-batch_size * spec.sample_bytes // _ALIGN) * _ALIGN
             slot.pinned_outputs.append(_host_array(self._pinned_buffer(nbytes),
                                                    (batch_size, *spec.sample_shape), spec.dtype))
+            if self.graphs is not None:
+                ptr = cuda.malloc(nbytes, f"the outputs of {model.manifest.name}")
+                self._device_buffers.append(ptr)
+                slot.dev_outputs.append(tensor_at(ptr, (batch_size, *spec.sample_shape),
+                                                  spec.dtype, KDL_CUDA, self.index))
         slot.in_events, slot.out_events = cuda.EventPair(), cuda.EventPair()
         slot.exec_events = cuda.EventPair()
         with self._slots_released:
@@ -292,15 +332,28 @@ class TvmCudaRuntime(Runtime):
         stream, context, gate = self._exec_lanes[lane]
         ev = slot.exec_events
         reference = self.clock.current()
+        graph = None
+        if self.graphs is not None:
+            graph = self.graphs.get((id(model.bundle), slot.batch_size,
+                                     tuple(self.slots_of(model.model_id))))
         if gate is None:
             wait_until_ns(release_at_ns)  # ungated, launching is starting
         sequence = gate.close_on(stream) if gate is not None else 0
         try:
             ev.record_start(stream)
-            with context:
-                result = fn(*slot.input_tensors, *weights)
+            if graph is not None:
+                self._launch_graph(graph, slot, stream)
+                self.graph_execs += 1
+                outputs = graph.output_ptrs
+            else:
+                with context:
+                    result = fn(*slot.input_tensors, *weights)
+                outputs = [result] if hasattr(result, "data_ptr") else list(result)
+            if self.graphs is not None:  # out of the pool before anything later can reuse it
+                self._keep_outputs(model, slot, outputs, stream)
+            else:
+                slot.outputs = outputs
             ev.record_end(stream)
-            slot.outputs = [result] if hasattr(result, "data_ptr") else list(result)
             # the output copy follows EXEC on the GPU, on its own stream, without waiting for
             # a host thread to notice that EXEC ended
             cuda.stream_wait_event(self.output_stream, ev.end)
@@ -310,6 +363,23 @@ class TvmCudaRuntime(Runtime):
                 wait_until_ns(release_at_ns)
                 gate.open(sequence)
         return slot, reference, lane
+
+    @staticmethod
+    def _launch_graph(graph: ExecGraph, slot: _CudaIO, stream: int) -> None:
+        io = graph.io
+        for dst, src, nbytes in zip(io.input_ptrs, slot.dev_input_ptrs, io.input_nbytes):
+            cuda.copy_d2d_async(dst, src, nbytes, stream)
+        cuda.launch_graph(graph.handle, stream)
+
+    @staticmethod
+    def _keep_outputs(model: HostModel, slot: _CudaIO, outputs: list, stream: int) -> None:
+        """Copy EXEC's outputs (pool blocks: tensors, or a graph's addresses) into the slot's
+        own device buffers, on the exec stream."""
+        for holder, out, spec in zip(slot.dev_outputs, outputs, model.manifest.outputs):
+            src = out if isinstance(out, int) else out.data_ptr()
+            cuda.copy_d2d_async(holder.tensor.data_ptr(), src, slot.n * spec.sample_bytes,
+                                stream)
+        slot.outputs = [holder.tensor for holder in slot.dev_outputs]
 
     def finish(self, handle) -> PhaseTiming:
         """EXEC's start and end as the GPU saw them, on the host clock."""
@@ -370,8 +440,15 @@ class TvmCudaRuntime(Runtime):
         for the process's lifetime (it has no per-VM release)."""
         if self.base is None:
             return
+        graphs = self.graphs.close() if self.graphs is not None else []
         cuda.use_device(self.index)
         cuda.sync_device()
+        for graph in graphs:
+            cuda.destroy_graph_exec(graph.handle)
+        if self.graphs is not None:
+            self._graph_io.clear()
+            self._capture_fns.clear()
+            cuda.destroy_stream(self._capture_stream)
         self._vms.clear()
         self._weights.clear()
         self._page_tensors.clear()
@@ -394,4 +471,72 @@ class TvmCudaRuntime(Runtime):
         self._device_buffers, self._host_buffers, self.base = [], [], None
 
     def describe(self) -> dict:
-        return {**super().describe(), "device": self.props["name"], "arch": self.props["arch"]}
+        out = {**super().describe(), "device": self.props["name"], "arch": self.props["arch"]}
+        if self.graphs is not None:
+            out["exec_graphs"] = {"made": len(self.graphs.graphs),
+                                  "failed": len(self.graphs.failed),
+                                  "execs": self.graph_execs}
+        return out
+
+    # CUDA graphs (exec_graphs) -------------------------------------------------------------
+    def _request_graphs(self, model: HostModel, slots: list[int]) -> None:
+        """Capture, in the background, this placement's graph at every prepared batch size."""
+        for batch in model.manifest.batch_sizes:
+            if (id(model.bundle), batch) in self._graph_io:
+                self.graphs.request((id(model.bundle), batch, tuple(slots)),
+                                    (model, batch, list(slots)),
+                                    f"{model.manifest.name} at batch {batch}")
+
+    def _new_graph_io(self, model: HostModel, batch_size: int) -> GraphIO:
+        ptrs, sizes, tensors, holders = [], [], [], []
+        for spec in model.manifest.inputs:
+            nbytes = batch_size * spec.sample_bytes
+            ptr = cuda.malloc(-(-nbytes // _ALIGN) * _ALIGN,
+                              f"the graph inputs of {model.manifest.name}")
+            self._device_buffers.append(ptr)
+            cuda.memset(ptr, 0, nbytes)
+            holder = tensor_at(ptr, (batch_size, *spec.sample_shape), spec.dtype, KDL_CUDA,
+                               self.index)
+            ptrs.append(ptr)
+            sizes.append(nbytes)
+            tensors.append(holder.tensor)
+            holders.append(holder)
+        return GraphIO(ptrs, sizes, tensors, holders)
+
+    def _capture(self, item: tuple[HostModel, int, list[int]]) -> ExecGraph:
+        """One EXEC recorded as a graph (on the builder's thread and stream): the VM's
+        launches with this placement's weights and the graph's own inputs; where it leaves
+        its outputs (pool blocks, free again once this returns: see exec_graphs.py)."""
+        from tvm.runtime.vm import VirtualMachine
+
+        model, batch, slots = item
+        cuda.use_device(self.index)
+        key = (id(model.bundle), batch)
+        fn = self._capture_fns.get(key)
+        if fn is None:  # a VM of its own: a VM is not to be called from two threads at once
+            fn = self._capture_fns[key] = VirtualMachine(self._libs[key], self.device,
+                                                         memory_cfg="pooled")["main"]
+        io = self._graph_io[key]
+        weights = self._weight_tensors(model, slots)
+        stream, graph, result, outs = self._capture_stream, None, None, None
+        try:
+            cuda.begin_capture(stream)
+            try:
+                with self._capture_context:
+                    result = fn(*io.input_tensors, *weights)
+                outs = [result] if hasattr(result, "data_ptr") else list(result)
+                output_ptrs = [out.data_ptr() for out in outs]
+            finally:
+                graph = cuda.end_capture(stream)  # ends it also after an error
+            handle = cuda.instantiate_graph(graph)
+            nodes = cuda.graph_node_count(graph)
+        except Exception:
+            cuda.clear_last_error()
+            raise
+        finally:
+            result = outs = None  # the pool blocks go back (the graph keeps their addresses)
+            if graph is not None:
+                cuda.destroy_graph(graph)
+        cuda.upload_graph(handle, stream)
+        cuda.sync_stream(stream)  # uploaded before the EXEC thread can launch it elsewhere
+        return ExecGraph(handle, io, output_ptrs, nodes)
