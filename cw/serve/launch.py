@@ -328,8 +328,9 @@ def run_worker(config, stop: threading.Event | None = None) -> None:
     stop = stop or threading.Event()
     worker = build_worker(config)
     freeze_heap()
-    log.info("worker %s: %d models on %s, connecting to %s", config.name, len(worker.models),
-             ",".join(config.devices), config.controller)
+    log.info("worker %s: %d models on %s%s, connecting to %s", config.name, len(worker.models),
+             ",".join(config.devices), ", EXEC as CUDA graphs" if config.exec_graphs else "",
+             config.controller)
     try:
         worker.serve_forever(stop)
     finally:

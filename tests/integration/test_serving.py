@@ -685,6 +685,13 @@ def test_a_worker_says_when_its_controller_goes_silent_and_comes_back(models_dir
     second = None
     try:
         first.wait_for_workers(1)
+        # the controller counts the worker in on its Register; the worker is registered once the
+        # Welcome has come back (closed before that, it was never told it had joined, and a
+        # worker that has not joined does not miss its controller: seen in CI on 2 busy cores)
+        deadline = time.monotonic() + 10
+        while w.worker.worker_id is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert w.worker.worker_id is not None
         address = first.workers_address
         with caplog.at_level(logging.INFO, logger="cw.worker"):
             first.close()

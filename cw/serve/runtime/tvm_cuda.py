@@ -14,6 +14,7 @@ graph is captured (cw/serve/runtime/exec_graphs.py).
 from __future__ import annotations
 
 import ctypes
+import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ from cw.serve.runtime.exec_graphs import ExecGraph, GraphBuilder, GraphIO
 from cw.serve.runtime.host import HostModel, HostWeights
 from cw.tvm_env import load_tvm
 
+log = logging.getLogger(__name__)
 _ALIGN = 256
 # IO buffer sets per (bundle, batch size), all taken in `prepare`: how many INFERs of one bundle
 # and size can be between their input copy and their output copy at once. More wait for one
@@ -441,6 +443,10 @@ class TvmCudaRuntime(Runtime):
         if self.base is None:
             return
         graphs = self.graphs.close() if self.graphs is not None else []
+        if self.graphs is not None:
+            log.info("GPU %d: %d CUDA graphs made, %d EXECs ran as one, %d (bundle, batch size) "
+                     "without (capture failed)", self.index, len(graphs), self.graph_execs,
+                     len(self.graphs.failed))
         cuda.use_device(self.index)
         cuda.sync_device()
         for graph in graphs:
