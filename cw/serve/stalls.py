@@ -219,6 +219,7 @@ class ThreadTimes:
     def __init__(self, exclude: int | None = None):
         self._exclude = exclude
         self._fds: dict[int, int] = {}
+        self.available = os.path.isdir("/proc/self/task")  # Linux
         self.refresh()
 
     def refresh(self) -> None:
@@ -246,10 +247,12 @@ class ThreadTimes:
 
     def since(self, before: dict[int, bytes], before_ns: int,
               most: int = 3) -> tuple[str, dict[int, bytes]]:
-        """("; in the last S ms other threads ran: NAME X ms (at FILE:LINE in FUNCTION), ...",
-        a new snapshot): the threads that ran over 0.1 ms since `before`, taken at
+        """("; in the last S ms other threads ran: NAME X ms (now at FILE:LINE in FUNCTION),
+        ...", a new snapshot): the threads that ran over 0.1 ms since `before`, taken at
         `before_ns` (perf_counter_ns), busiest first. A thread started since ran at most that
-        long."""
+        long. ("", {}) where the OS keeps no per-thread counters."""
+        if not self.available:
+            return "", {}
         self.refresh()
         after = self.snapshot()
         span_ms = (time.perf_counter_ns() - before_ns) / 1e6
