@@ -110,29 +110,36 @@ class StallWatch:
                             f"{took / 1e6:.2f} ms")
 
     def _watch(self) -> None:
-        clock = time.perf_counter_ns
+        clock, tick_ns = time.perf_counter_ns, int(_TICK_S * 1e9)
         core_wait = RunQueueWait()  # opened here: it reads the thread that opens it
         # every thread's CPU time, read every 16 ticks only: each read lets go of the GIL, and
-        # a thread that holds it would take it back at each (a stall's line then covers the
-        # stall and up to 16 ms before it)
+        # a thread that holds it would take it back at each. A stall's line compares the last
+        # snapshot taken before the stall began with one taken after: it covers the stall and
+        # up to 32 ms before it.
         threads = ThreadTimes(exclude=threading.get_native_id())
         try:
-            expected = clock() + int(_TICK_S * 1e9)
+            expected = clock() + tick_ns
             waited = core_wait.total_ns()
-            ran_at, ran = clock(), threads.snapshot()
+            ran = older = threads.timed_snapshot()
             self._watching.set()
             ticks, known = 0, threading.active_count()
             while not self._stop.wait(_TICK_S):
                 now = clock()
                 late = now - expected
-                before, waited = waited, core_wait.total_ns()
-                snapped = False
                 if late > self.threshold_ns:
-                    ran_at, (who, ran) = clock(), threads.since(ran, ran_at)
-                    snapped = True
+                    began = expected - tick_ns  # when the last tick ended
+                    who, after = threads.since(ran if ran[1] <= began else older)
+                    older, ran = ran, after
+                    # held up in those reads too: all of it is this stall
+                    now = clock()
+                    late = now - expected
+                    before, waited = waited, core_wait.total_ns()
                     self._stall(f"Python could not run for {late / 1e6:.2f} ms "
                                 f"({_cause(late, None if waited is None else waited - before)}"
                                 f"{who})")
+                    expected = now + tick_ns
+                    continue
+                waited = core_wait.total_ns()
                 ticks += 1
                 # threads come and go: a listing (~8 µs) at once for a new Python thread, now
                 # and then for others (ZeroMQ's, CUDA's)
@@ -140,16 +147,11 @@ class StallWatch:
                 if count != known or ticks % 256 == 0:
                     known = count
                     threads.refresh()
-                    ran_at, ran, snapped = clock(), threads.snapshot(), True
+                    older, ran = ran, threads.timed_snapshot()
                 elif ticks % 16 == 0:
-                    ran_at, ran, snapped = clock(), threads.snapshot(), True
-                if snapped:
-                    # the reads may have waited for the GIL: the next stall is counted from
-                    # here, so that its line covers no more than the snapshot does
-                    waited = core_wait.total_ns()
-                    expected = clock() + int(_TICK_S * 1e9)
-                else:
-                    expected = now + int(_TICK_S * 1e9)
+                    older, ran = ran, threads.timed_snapshot()
+                # from this tick's start: time held up in its own reads is the next one's
+                expected = now + tick_ns
         finally:
             core_wait.close()
             threads.close()
@@ -245,29 +247,36 @@ class ThreadTimes:
                 pass
         return out
 
-    def since(self, before: dict[int, bytes], before_ns: int,
-              most: int = 3) -> tuple[str, dict[int, bytes]]:
+    def timed_snapshot(self) -> tuple[int, int, dict[int, bytes]]:
+        """(perf_counter_ns before, after, the snapshot): its reads may wait for the GIL."""
+        start = time.perf_counter_ns()
+        values = self.snapshot()
+        return start, time.perf_counter_ns(), values
+
+    def since(self, base: tuple[int, int, dict[int, bytes]],
+              most: int = 3) -> tuple[str, tuple[int, int, dict[int, bytes]]]:
         """("; in the last S ms other threads ran: NAME X ms (now at FILE:LINE in FUNCTION),
-        ...", a new snapshot): the threads that ran over 0.1 ms since `before`, taken at
-        `before_ns` (perf_counter_ns), busiest first. A thread started since ran at most that
-        long. ("", {}) where the OS keeps no per-thread counters."""
+        ...", a new timed snapshot): the threads that ran over 0.1 ms since the timed snapshot
+        `base`, busiest first. A thread started since ran at most that long. ("", base) where
+        the OS keeps no per-thread counters."""
         if not self.available:
-            return "", {}
+            return "", base
         self.refresh()
-        after = self.snapshot()
-        span_ms = (time.perf_counter_ns() - before_ns) / 1e6
+        after = self.timed_snapshot()
+        before = base[2]
+        span_ns = after[1] - base[0]
         ran = []
-        for tid, raw in after.items():
+        for tid, raw in after[2].items():
             try:
                 ran_ns = int(raw.split()[0])
                 ran_ns = ran_ns - int(before[tid].split()[0]) if tid in before \
-                    else min(ran_ns, int(span_ms * 1e6))
+                    else min(ran_ns, span_ns)
             except (ValueError, IndexError):
                 continue
             if ran_ns > 100_000:
                 ran.append((ran_ns, tid))
         if not ran:
-            return f"; in the last {span_ms:.0f} ms no other thread ran", after
+            return f"; in the last {span_ns / 1e6:.0f} ms no other thread ran", after
         ran.sort(reverse=True)
         by_tid = {t.native_id: t for t in threading.enumerate()}
         parts = []
@@ -277,7 +286,8 @@ class ThreadTimes:
             if i == 0 and thread is not None:
                 part += _where(thread)
             parts.append(part)
-        return f"; in the last {span_ms:.0f} ms other threads ran: " + ", ".join(parts), after
+        return (f"; in the last {span_ns / 1e6:.0f} ms other threads ran: " + ", ".join(parts),
+                after)
 
     def close(self) -> None:
         for fd in self._fds.values():
