@@ -78,4 +78,8 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
               f"ms; {s['started_after_latest']} INFERs started after latest_ns")
     if s.get("host_cpu"):
         print(f"{'':>14}host CPU: {s['host_cpu']}")
+    c = s.get("client_view")  # the same requests as the client counted them (since 2026-11-28)
+    if c:
+        print(f"{'':>14}client's count: in SLO {c['completed_in_slo']}, late {c['late']} "
+              f"{c['late_by_status']}, OK latency ms {c['latency_ms']}")
 PY

@@ -8,6 +8,7 @@ send and answer times on this machine (NO_ANSWER where none came), and there are
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import fnmatch
 import gc
@@ -225,6 +226,17 @@ def client_rows(futures, sent_ns, names, slo_ns: int) -> list[RequestRow]:
     return rows
 
 
+def client_view(rows: list[RequestRow]) -> dict:
+    """Lateness and latency as the client measured them, from its send to its receipt."""
+    from cw.replay.summary import percentiles_ms
+
+    late = collections.Counter(r.status for r in rows if r.completion_ns > r.deadline_ns)
+    return {"late": sum(late.values()), "late_by_status": dict(sorted(late.items())),
+            "completed_in_slo": sum(1 for r in rows if r.deadline_met),
+            "latency_ms": percentiles_ms([r.latency_ns for r in rows if r.status == "OK"]),
+            "answer_ms": percentiles_ms([r.latency_ns for r in rows if r.status != NO_ANSWER])}
+
+
 def no_answer(requests: list[RequestRow]) -> dict:
     """How many requests a controller never answered, and when the first and the last of them
     were sent (seconds into the replay: rows relative to its start): a controller that stopped,
@@ -326,6 +338,11 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                     client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6, advance, gone)
                 extra["send_lateness_ms"] = lateness_ms(lateness)
             wait_for(futures, (config.slo_ns + ANSWER_WAIT_NS) / 1e9, gone)
+            if ctl is not None:
+                # the controller's telemetry times a request from when its loop took it in: what
+                # waited before that (a busy loop) shows only from the client's side
+                extra["client_view"] = client_view(client_rows(futures, sent, chosen,
+                                                               config.slo_ns))
             extra["host_cpu"] = host_cpu_delta(cpu_before, host_cpu_counters(),
                                                time.perf_counter_ns() - cpu_since_ns)
         if ctl is not None:

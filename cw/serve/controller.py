@@ -465,12 +465,33 @@ class Controller:
             self.metrics.request(status.name, 0, False)
             return
         slo = msg.slo_ns or self.config.default_slo_ns
+        arrival = now_ns
+        if msg.sent_ns and self.clock_domain:
+            # A client on our clock says when it sent: time spent queued before this loop took
+            # the request in (a busy loop) is the client's time too, and counts against its SLO.
+            arrival = min(now_ns, msg.sent_ns)
+            waited = now_ns - arrival
+            self.metrics.intake.observe(waited)
+            if waited >= slo:
+                self._respond_now(now_ns, peer, msg, arrival, slo, RequestStatus.REJECTED,
+                                  f"waited {format_duration_ns(waited)} to be taken in, past "
+                                  f"its {format_duration_ns(slo)} SLO (the controller is "
+                                  "overloaded)")
+                return
         rid = next(self._request_ids)
         self.pending[rid] = _Pending(peer, msg.request_id, msg.model, msg.n, list(msg.inputs),
-                                     now_ns, now_ns + slo, slo)
+                                     arrival, arrival + slo, slo)
         self._apply(now_ns, self.scheduler.request_arrived(
-            now_ns, Request(rid, msg.model, msg.n, now_ns, now_ns + slo,
+            now_ns, Request(rid, msg.model, msg.n, arrival, arrival + slo,
                             type(msg.inputs[0]) is ShmRef)))
+
+    def _respond_now(self, now_ns: int, peer: bytes, msg: p.InferRequest, arrival_ns: int,
+                     slo_ns: int, status: RequestStatus, message: str) -> None:
+        """Answer a valid request without asking the scheduler (counted and logged as any)."""
+        rid = next(self._request_ids)
+        self.pending[rid] = _Pending(peer, msg.request_id, msg.model, msg.n, [], arrival_ns,
+                                     arrival_ns + slo_ns, slo_ns)
+        self._finish(now_ns, Finish(rid, status, message))
 
     def _validate(self, msg: p.InferRequest):
         info = self.scheduler.model_info(msg.model)
@@ -514,7 +535,7 @@ class Controller:
         self.clients_ep.send(peer, p.ModelsResponse(
             msg.request_id, infos, self.shm_domain, self.config.scheduler, len(self.workers),
             sum(w.gpus for w in self.workers.values()), self.config.default_slo_ns,
-            self.config.max_request_bytes))
+            self.config.max_request_bytes, self.clock_domain))
 
     def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
         # under the request's own id where one can be read: a client waiting on that request

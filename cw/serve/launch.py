@@ -298,7 +298,7 @@ def _controller_process_main(config: ControllerConfig, conn) -> None:
         try:
             telemetry = ctl.telemetry
             lost = (telemetry.lost_rows, telemetry.failure()) if telemetry.lost_rows else None
-            conn.send(("closed", loop_summary(ctl.metrics.loop_busy), lost))
+            conn.send(("closed", loop_summary(ctl.metrics.loop_busy, ctl.metrics.intake), lost))
         except OSError:
             pass
 

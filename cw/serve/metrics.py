@@ -46,11 +46,17 @@ class Histogram:
                         f"{name}_sum {self.sum_ns / 1e9:.6f}", f"{name}_count {cumulative}"]
 
 
-def loop_summary(busy: Histogram) -> dict:
+def loop_summary(busy: Histogram, intake: Histogram | None = None) -> dict:
     """The controller loop's busy times, for a replay's summary.json: iterations that kept it
-    busy past the answer guard (1 ms) or the completion margin (2 ms) are what answer late."""
-    return {"iterations": sum(busy.counts), "max_ms": round(busy.max_ns / 1e6, 3),
-            "over_1ms": busy.over(1), "over_2ms": busy.over(2), "over_5ms": busy.over(5)}
+    busy past the answer guard (1 ms) or the completion margin (2 ms) are what answer late.
+    With `intake`: how long requests from clients on its clock waited to be taken in."""
+    out = {"iterations": sum(busy.counts), "max_ms": round(busy.max_ns / 1e6, 3),
+           "over_1ms": busy.over(1), "over_2ms": busy.over(2), "over_5ms": busy.over(5)}
+    if intake is not None:
+        out["intake"] = {"requests": sum(intake.counts), "max_ms": round(intake.max_ns / 1e6, 3),
+                         "over_1ms": intake.over(1), "over_2ms": intake.over(2),
+                         "over_5ms": intake.over(5)}
+    return out
 
 
 class Metrics:
@@ -61,6 +67,8 @@ class Metrics:
         self.in_slo = 0
         self.latency = Histogram(LATENCY_BUCKETS_MS)  # answered OK
         self.loop_busy = Histogram(LOOP_BUCKETS_MS)   # controller loop iterations
+        # a request's send (by a client on the controller's clock) to the loop taking it in
+        self.intake = Histogram(LOOP_BUCKETS_MS)
         self.actions = Counter()        # (kind, status) -> count
         self.queue_length = 0
         self.workers = 0                # joined now
@@ -139,7 +147,9 @@ class Metrics:
             lines += self.latency.render("cw_latency_seconds")
             lines += self.loop_busy.render("cw_controller_loop_busy_seconds")
             lines += ["# TYPE cw_controller_loop_busy_max_seconds gauge",
-                      f"cw_controller_loop_busy_max_seconds {self.loop_busy.max_ns / 1e9:.6f}",
+                      f"cw_controller_loop_busy_max_seconds {self.loop_busy.max_ns / 1e9:.6f}"]
+            lines += self.intake.render("cw_controller_intake_seconds")
+            lines += [
                       "# TYPE cw_queue_length gauge", f"cw_queue_length {self.queue_length}",
                       "# TYPE cw_workers gauge", f"cw_workers {self.workers}",
                       "# TYPE cw_actions_total counter"]

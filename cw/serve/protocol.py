@@ -242,6 +242,10 @@ class InferRequest(msgspec.Struct, frozen=True, tag="infer"):
     inputs: list[Tensor]   # per model input: n samples, C-contiguous
     n: int                 # samples in this request (1 for a single request)
     slo_ns: int = 0        # 0: the controller's default SLO
+    # when the caller asked, on the controller's CLOCK_MONOTONIC (a client that reads the same
+    # clock: ModelsResponse.clock_domain), so that time spent waiting to be taken in counts
+    # against the SLO; 0: unknown, the SLO runs from when the controller takes it in
+    sent_ns: int = 0
 
 
 class ListModels(msgspec.Struct, frozen=True, tag="models"):
@@ -260,7 +264,7 @@ class InferResponse(msgspec.Struct, frozen=True, tag="infer_response"):
     status: RequestStatus
     message: str = ""
     outputs: list[memoryview] = []
-    latency_ns: int = 0     # arrival at the controller to response sent
+    latency_ns: int = 0     # the request's send (arrival where unknown) to response sent
     batch_size: int = 0     # the compiled batch size it ran in
     simulated: bool = False  # answered by a simulated worker: outputs are zeros
 
@@ -274,6 +278,7 @@ class ModelsResponse(msgspec.Struct, frozen=True, tag="models_response"):
     gpus: int = 0
     default_slo_ns: int = 0  # the SLO of a request that names none (0 from older controllers)
     max_request_bytes: int = 0  # the largest request it takes (0: older, unsaid)
+    clock_domain: str = ""  # the CLOCK_MONOTONIC it reads (clock.clock_domain()); "" unsaid
 
 
 class ErrorResponse(msgspec.Struct, frozen=True, tag="error"):

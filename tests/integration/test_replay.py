@@ -333,6 +333,13 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     loop = summary["controller_loop"]  # the controller process's busy times, sent back at close
     assert loop["iterations"] > 1000 and 0 < loop["max_ms"] < 1000
     assert loop["over_1ms"] >= loop["over_2ms"] >= loop["over_5ms"] >= 0
+    # the replay's client is on the controller's host: every request said when it was sent,
+    # and the controller's rows start there (the client's view adds the way back only)
+    assert loop["intake"]["requests"] == len(rows) and loop["intake"]["max_ms"] < 1000
+    client = summary["client_view"]
+    assert client["late"] == sum(client["late_by_status"].values())
+    assert 0.9 * good <= client["completed_in_slo"] <= good, (client, why)
+    assert client["latency_ms"]["p50"] >= summary["latency_ms"]["p50"]
     # --log-stalls: the controller's and both workers' stall lines, gathered and counted
     assert set(summary["stalls"]) == {"controller", "worker-0", "worker-1"}
     stall_lines = (out / "stalls.log").read_text().splitlines()

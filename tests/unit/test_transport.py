@@ -34,6 +34,35 @@ def test_one_wakeup_until_the_owner_drains():
         box.close()
 
 
+def test_a_put_during_the_owners_drain_leaves_the_next_put_able_to_wake_it(monkeypatch):
+    """A put that lands while the owner drains the pipe: afterwards, either its wake-up is
+    still in the pipe or the flag is clear, so that a later put signals. (Clearing the flag
+    before reading let the read swallow that put's wake-up with the flag left set: no put
+    woke the owner again, and a client's requests waited for its poll's timeout.)"""
+    box = _Outbox()
+    box.owner = threading.get_ident()
+    read = os.read
+    raced = []
+
+    def read_with_a_put_in_between(fd, n):
+        if not raced:
+            raced.append(True)
+            put_from_another_thread(box, "during")
+        return read(fd, n)
+
+    try:
+        put_from_another_thread(box, "before")
+        monkeypatch.setattr(os, "read", read_with_a_put_in_between)
+        box.drain_wakeups()
+        monkeypatch.setattr(os, "read", read)
+        assert raced
+        box.queue.clear()  # the owner's flush sends both
+        put_from_another_thread(box, "after")
+        assert box.signalled and pending_wakeups(box) == 1  # the owner's poll wakes for it
+    finally:
+        box.close()
+
+
 def test_the_owner_never_signals_itself():
     box = _Outbox()
     box.owner = threading.get_ident()
