@@ -475,8 +475,8 @@ class Controller:
             if waited >= slo:
                 self._respond_now(now_ns, peer, msg, arrival, slo, RequestStatus.REJECTED,
                                   f"waited {format_duration_ns(waited)} to be taken in, past "
-                                  f"its {format_duration_ns(slo)} SLO (the controller is "
-                                  "overloaded)")
+                                  f"its {format_duration_ns(slo)} SLO (a busy controller or "
+                                  "client host)")
                 return
         rid = next(self._request_ids)
         self.pending[rid] = _Pending(peer, msg.request_id, msg.model, msg.n, list(msg.inputs),

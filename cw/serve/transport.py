@@ -65,8 +65,8 @@ class _Outbox:
         self.owner: int | None = None  # the thread that polls; set on its first poll
         self.signalled = False  # a wake-up was written and the owner has not drained it yet
         # The owner waits in its poll (or is about to): only then does a put need to wake it.
-        # An owner that is awake flushes before it waits again; waking it once per put anyway
-        # cost a client sending 10,000 requests a second a core's worth of thread switches.
+        # An owner that is awake flushes before it waits again. (A client's I/O thread, woken
+        # for every request, took ~20 µs of CPU a request more at 10,000 r/s: cw/client.py.)
         self.waiting = True
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
