@@ -339,8 +339,9 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                 extra["send_lateness_ms"] = lateness_ms(lateness)
             wait_for(futures, (config.slo_ns + ANSWER_WAIT_NS) / 1e9, gone)
             if ctl is not None:
-                # the controller's telemetry times a request from when its loop took it in: what
-                # waited before that (a busy loop) shows only from the client's side
+                # the controller's rows end when it sends an answer (and start at the client's
+                # send only where they share a clock): the way back, and any wait before the
+                # controller took a request in, show from the client's side alone
                 extra["client_view"] = client_view(client_rows(futures, sent, chosen,
                                                                config.slo_ns))
             extra["host_cpu"] = host_cpu_delta(cpu_before, host_cpu_counters(),
