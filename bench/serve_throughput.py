@@ -1,11 +1,14 @@
 """Controller throughput over the real ZeroMQ path with simulated worker processes.
 
     python bench/serve_throughput.py --models DIR [--workers 2] [--rate 2000] [--seconds 10]
-        [--slo 100ms] [--ipc] [--no-shm] [--log-dir DIR] [--log-stalls 1ms] [--profile FILE]
+        [--slo 100ms] [--ipc] [--no-shm | --all-shm] [--log-dir DIR] [--log-stalls 1ms]
+        [--profile FILE]
 
 `--ipc`: Unix sockets instead of TCP on loopback (with ResNet-50-sized inputs it saved ~8 % of
 the controller's CPU). `--no-shm`: inputs through the socket even though client, controller and
-workers share this host (by default they go through shared memory, cw/serve/shm.py).
+workers share this host; `--all-shm`: through shared memory (cw/serve/shm.py) whatever their size.
+By default the client chooses, as it does for users: shared memory for inputs of
+`cw.client.SHM_MIN_BYTES` or more.
 
 The controller runs in this process, the workers in their own, and an open-loop client in
 another (so that its pacing does not compete with the controller for the GIL). Prints offered
@@ -32,7 +35,7 @@ from cw.units import parse_duration_ns
 
 
 def client_process(address: str, rate: float, seconds: float, slo_ms: float, results,
-                   shared_memory: bool) -> None:
+                   shared_memory: bool | None) -> None:
     from cw.client import Client
     from cw.serve.protocol import RequestStatus
     from cw.replay.live import wait_until
@@ -41,6 +44,7 @@ def client_process(address: str, rate: float, seconds: float, slo_ms: float, res
         models = client.models()
         inputs = {m.model_id: np.zeros((1, *m.inputs[0].sample_shape), m.inputs[0].dtype)
                   for m in models}
+        via = " and ".join(sorted({client.inputs_via(x.nbytes) for x in inputs.values()}))
         names = sorted(inputs)
         n = int(rate * seconds)
         cpu_start = time.process_time()
@@ -68,7 +72,7 @@ def client_process(address: str, rate: float, seconds: float, slo_ms: float, res
                 failed += 1
         results.put((n, ok, failed, (time.monotonic_ns() - start) / 1e9,
                      float(np.percentile(late, 99)) / 1e6, sent_s,
-                     time.process_time() - cpu_start, in_slo))
+                     time.process_time() - cpu_start, in_slo, via))
 
 
 def process_cpu_s(pid: int) -> float:
@@ -107,7 +111,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--slo", default="100ms")
     ap.add_argument("--ipc", action="store_true", help="Unix sockets instead of TCP loopback")
-    ap.add_argument("--no-shm", action="store_true", help="inputs through the socket")
+    shm = ap.add_mutually_exclusive_group()
+    shm.add_argument("--no-shm", action="store_true", help="inputs through the socket")
+    shm.add_argument("--all-shm", action="store_true",
+                     help="inputs through shared memory, however small")
     ap.add_argument("--log-dir", default=None,
                     help="the controller writes its telemetry CSVs here, as `cw serve "
                          "--log-dir` and live replays do")
@@ -123,6 +130,7 @@ def main() -> None:
     else:
         listen = ["tcp://127.0.0.1:*"] * 2
     stalls_ns = parse_duration_ns(args.log_stalls, "--log-stalls") if args.log_stalls else None
+    shared_memory = False if args.no_shm else (True if args.all_shm else None)
     ctl = ControllerThread(ControllerConfig(workers_listen=listen[0], clients_listen=listen[1],
                                             log_dir=Path(args.log_dir) if args.log_dir else None,
                                             log_stalls_ns=stalls_ns),
@@ -138,11 +146,11 @@ def main() -> None:
         client = mp.get_context("spawn").Process(
             target=client_process, args=(local_address(ctl.clients_address), args.rate,
                                          args.seconds, parse_duration_ns(args.slo) / 1e6,
-                                         results, not args.no_shm))
+                                         results, shared_memory))
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         workers_cpu0 = sum(process_cpu_s(w.pid) for w in procs.procs)
         client.start()
-        n, ok, failed, elapsed, late_p99, sent_s, client_cpu, client_in_slo = results.get(
+        n, ok, failed, elapsed, late_p99, sent_s, client_cpu, client_in_slo, via = results.get(
             timeout=args.seconds + 120)
         workers_cpu = sum(process_cpu_s(w.pid) for w in procs.procs) - workers_cpu0
         client.join()
@@ -170,7 +178,7 @@ def main() -> None:
             print(f"client send → taken in by the controller: {sum(intake.counts)} requests, "
                   f"> 1 ms {intake.over(1)}, > 5 ms {intake.over(5)}, > 50 ms {intake.over(50)}"
                   f"; longest {intake.max_ns / 1e6:.2f} ms")
-        print(f"inputs through {'the socket' if args.no_shm else 'shared memory'}: "
+        print(f"inputs through {via}: "
               f"offered {n / args.seconds:.0f} r/s for {args.seconds:g} s, {args.workers} "
               f"simulated workers: answered {ok + failed} of {n} ({ok} ok, {failed} failed) in "
               f"{elapsed:.2f} s; SLO attainment {good / max(1, len(rows)):.4f} (the client's "

@@ -7,8 +7,8 @@
         y = await c.ainfer("resnet50", x)                 # asyncio
 
 A background thread owns the ZeroMQ socket; calls from any thread are safe. On the controller's
-host, inputs go through shared memory (cw/serve/shm.py) instead of the socket, unless
-`shared_memory=False`.
+host, inputs of `SHM_MIN_BYTES` or more go through shared memory (cw/serve/shm.py) instead of
+the socket, unless `shared_memory=False`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,11 @@ from cw.units import format_bytes
 log = logging.getLogger("cw.client")
 SWEEP_S = 0.2  # how often the I/O thread looks for requests whose time to wait is up
 SEND_BATCH_MS = 1  # with requests in flight, how long a request may wait for the I/O thread
+# Smaller inputs go through the socket even where shared memory is there: a slot costs a fixed
+# ~6 µs to take and give back, while a few KiB more through a socket cost ~3 µs a hop (two hops
+# to a worker). A 256-byte input through shared memory cost a client 58 µs a request against 51
+# through the socket, at 10,000 r/s (docs/benchmarks.md, "Small inputs through the socket").
+SHM_MIN_BYTES = 4096
 _WORKER_MESSAGES = p.Codec(p.ToWorker)  # what a controller's workers' address sends
 
 
@@ -76,9 +81,9 @@ def _buffer(a) -> memoryview:
     return memoryview(np.ascontiguousarray(a)).cast("B")
 
 class Client:
-    """`shared_memory`: None (default) sends inputs through shared memory when the controller
-    shares this host's /dev/shm, and through the socket otherwise; True insists (an error if it
-    cannot); False always uses the socket."""
+    """`shared_memory`: None (default) sends inputs of `SHM_MIN_BYTES` or more through shared
+    memory when the controller shares this host's /dev/shm, and through the socket otherwise;
+    True insists, whatever their size (an error if it cannot); False always uses the socket."""
 
     def __init__(self, address: str = "tcp://127.0.0.1:7001", timeout_s: float = 30.0,
                  shared_memory: bool | None = None, key_file: str | os.PathLike | None = None):
@@ -244,8 +249,16 @@ class Client:
 
     @property
     def uses_shared_memory(self) -> bool:
-        """Whether inputs go through shared memory (known after the first call)."""
+        """Whether inputs (of `SHM_MIN_BYTES` or more, unless `shared_memory=True`) go through
+        shared memory (known after the first call)."""
         return self._arena is not None and not self._arena_full
+
+    def inputs_via(self, nbytes: int) -> str:
+        """How a request's inputs of `nbytes` in all travel: "shared memory" or "socket"
+        (known after the first call)."""
+        by_reference = self.uses_shared_memory and (self.shared_memory or
+                                                     nbytes >= SHM_MIN_BYTES)
+        return "shared memory" if by_reference else "socket"
 
     # --- API -----------------------------------------------------------------------------
     def models(self, only: Iterable[str] | None = None) -> list[p.ModelInfo]:
@@ -288,7 +301,8 @@ class Client:
         the slots to free when the response comes."""
         if not self._hello_done:
             self.models(())  # learns whether the controller shares this host (once)
-        if self._arena is not None and not self._arena_full:
+        if self._arena is not None and not self._arena_full and (
+                self.shared_memory or sum(a.nbytes for a in inputs) >= SHM_MIN_BYTES):
             try:
                 refs = self._arena.put(inputs)
                 return refs, refs

@@ -319,7 +319,8 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             advance = lambda i, t: progress("advance", {"requests": i, "virtual_ns": t})  # noqa
             extra = {"live": True, "controller": config.controller or "local",
                      "scheduler": policy, "models": len(names),
-                     "inputs_via": "shared memory" if client.uses_shared_memory else "socket"}
+                     "inputs_via": " and ".join(sorted({
+                         client.inputs_via(sum(a.nbytes for a in x)) for x in inputs.values()}))}
             if config.controller and client.gpus:  # what serves it, not what --workers says
                 extra.update(workers=client.workers, gpus=client.gpus)
             if config.exec_graphs:

@@ -252,6 +252,7 @@ class SimulatedDevice:
 
     def _finish(self, job, status: Status, message: str, outputs=()) -> None:
         self._in_flight.pop(id(job), None)
-        self.worker._send(job.action, status, job.received_ns, job.timings, message=message,
-                          outputs=outputs)
+        w = self.worker
+        w._send(job.action, status, job.received_ns, job.timings, message=message,
+                outputs=outputs, via=w.devices[job.action.gpu].result_sender)
 

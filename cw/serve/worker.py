@@ -163,8 +163,10 @@ class _Device:
         # INFER results leave from the thread that collects the outputs, on a connection of
         # its own (on the controller's host, its lane past ZeroMQ): a hand-over to the poll
         # loop (pipe, wake-up, GIL) and ZeroMQ's I/O threads are most of the way back
-        # (bench/result_path.py)
-        self.result_sender = w.transport.sender() if self.sim is None else None
+        # (bench/result_path.py). Simulated devices finish on the loop thread, and share one
+        # such connection of that thread's: the same way back as a GPU's, and on one host the
+        # lane saves both processes' ZeroMQ I/O threads a message per INFER.
+        self.result_sender = w.transport.sender() if self.sim is None else w.loop_sender()
         self.completions: queue.SimpleQueue | None = None
         if self.sim is None and runtime.launch_lead_ns:
             self.completions = queue.SimpleQueue()
@@ -195,10 +197,10 @@ class Worker:
         self.errors = LoopErrors(log, "worker step")
         self.shm = ShmReader()  # clients' input segments, for INFERs that carry ShmRef
         self.incarnation = secrets.randbits(62) + 1  # Register.incarnation
+        self._loop_sender = None  # the loop thread's result connection (loop_sender)
         self.devices = [_Device(i, rt, self) for i, rt in enumerate(runtimes)]
         self.link = ControllerLink(config, transport, self.clock, self._registration,
-                                   [d.result_sender for d in self.devices
-                                    if d.result_sender is not None])
+                                   self._result_senders())
         self._handlers = {Load: self._on_weights, Unload: self._on_weights, Infer: self._on_infer,
                           **self.link.handlers}
         self._last_shm_sweep_ns = 0
@@ -206,6 +208,17 @@ class Worker:
         self.stopped = False
         self.stall_watch = None  # a StallWatch while serving with config.log_stalls_ns
         self.loop_meter = None   # ... and the loop thread's LoopMeter
+
+    def loop_sender(self):
+        """A result connection of the loop thread's own, made once (simulated devices)."""
+        if self._loop_sender is None:
+            self._loop_sender = self.transport.sender()
+        return self._loop_sender
+
+    def _result_senders(self) -> list:
+        """The devices' result connections, each once (simulated devices share one)."""
+        return list({id(d.result_sender): d.result_sender for d in self.devices
+                     if d.result_sender is not None}.values())
 
     # --- lifecycle -----------------------------------------------------------------------
     def warm_up(self) -> None:
@@ -239,7 +252,7 @@ class Worker:
             [DeviceDesc(d.index, d.runtime.name, d.runtime.cache.page_size,
                         d.runtime.cache.num_pages) for d in self.devices],
             self._model_infos(), sent_ns, shm_domain(), clock_domain(),
-            [d.result_sender.routing_id for d in self.devices if d.result_sender is not None],
+            [sender.routing_id for sender in self._result_senders()],
             self.incarnation)
 
     def _model_infos(self) -> list[ModelInfo]:
@@ -327,8 +340,8 @@ class Worker:
         if all(not e.alive for d in self.devices for e in d.executors()):
             for device in self.devices:
                 device.runtime.close()
-                if device.result_sender is not None:  # no thread sends on it any more
-                    device.result_sender.close()
+            for sender in self._result_senders():  # no thread sends on them any more
+                sender.close()
 
     # --- actions -------------------------------------------------------------------------
     def _check(self, action) -> tuple[Status, str] | None:

@@ -108,6 +108,9 @@ def test_two_simulated_workers_thousands_of_requests_none_late(models_dir, tmp_p
         # (one host, so one clock: the worker's offset is pinned to 0)
         ran = [a for a in infers if a.status == "OK"]
         assert all(a.end_ns <= a.result_sent_ns <= a.result_ns for a in ran)
+        # simulated INFER results take a GPU worker's way back: on one host, the lane
+        on_lane = sum(w.worker.devices[0].result_sender.sent_on_lane for w in workers)
+        assert on_lane == len(infers) and ctl.workers_ep.lane.received == len(infers)
         # the loop wrote the rows as it went (housekeeping hands them to the OS every 200 ms)
         on_disk = (tmp_path / "log" / "requests.csv").read_text().splitlines()
         assert len(on_disk) == 3001
@@ -266,6 +269,32 @@ def test_inputs_through_shared_memory_give_the_outputs_of_the_socket(models_dir,
         while (len(ctl.controller.shm) or len(w.worker.shm)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(ctl.controller.shm) == 0 and len(w.worker.shm) == 0
+    finally:
+        w.close()
+        ctl.close()
+
+
+@pytest.mark.skipif(not shm_domain(), reason="no /dev/shm here")
+def test_small_inputs_take_the_socket_by_default(models_dir, tmp_path):
+    """A shared-memory slot costs more than a few KiB through the socket: by default only
+    requests of SHM_MIN_BYTES or more go by reference (mlp: 256 bytes a sample)."""
+    from cw.client import SHM_MIN_BYTES
+
+    ctl = start(tmp_path)
+    w = WorkerThread(ctl.workers_address, models_dir, "tvm", "cpu0")
+    try:
+        ctl.wait_for_workers(1)
+        local = LocalModel(models_dir / "mlp")
+        small, large = random_input((1, 64), seed=1), random_input((16, 64), seed=2)
+        assert small.nbytes < SHM_MIN_BYTES <= large.nbytes
+        with Client(ctl.clients_address) as client:
+            assert np.array_equal(client.infer("mlp", small, slo_ms=2000), local.run([small])[0])
+            assert client.uses_shared_memory and client.inputs_via(small.nbytes) == "socket"
+            assert not client._arena._slots  # no slot taken
+            assert np.array_equal(client.infer("mlp", large, slo_ms=2000), local.run([large])[0])
+            assert client.inputs_via(large.nbytes) == "shared memory"
+            assert sum(client._arena._slots.values()) >= 1
+            assert len(ctl.controller.shm) == 1  # the controller read the large one's segment
     finally:
         w.close()
         ctl.close()
