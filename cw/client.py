@@ -40,8 +40,9 @@ SWEEP_S = 0.2  # how often the I/O thread looks for requests whose time to wait 
 SEND_BATCH_MS = 1  # with requests in flight, how long a request may wait for the I/O thread
 # Smaller inputs go through the socket even where shared memory is there: a slot costs a fixed
 # ~6 µs to take and give back, while a few KiB more through a socket cost ~3 µs a hop (two hops
-# to a worker). A 256-byte input through shared memory cost a client 58 µs a request against 51
-# through the socket, at 10,000 r/s (docs/benchmarks.md, "Small inputs through the socket").
+# to a worker). A 256-byte input through shared memory cost a client 57-61 µs a request against
+# 53-54 through the socket, at 10,000 r/s (docs/benchmarks.md, "small inputs through the
+# socket").
 SHM_MIN_BYTES = 4096
 _WORKER_MESSAGES = p.Codec(p.ToWorker)  # what a controller's workers' address sends
 
