@@ -217,13 +217,17 @@ class _ZmqEndpoint:
 
     def _watch_handshakes(self) -> None:
         """A dealer's monitor of its handshakes: what a peer thought of our key."""
+        # imported here, not at the first event: it pulls in zmq.asyncio, ~0.1 s that stalled a
+        # worker's loop (or a client's I/O thread) at its first handshake
+        from zmq.utils.monitor import recv_monitor_message
+
         zmq = self._zmq
+        self._recv_monitor_message = recv_monitor_message
         self._words = handshake_words(zmq)
         self._monitor = self.socket.get_monitor_socket(sum(self._words))
 
     def _read_handshakes(self) -> None:
-        from zmq.utils.monitor import recv_monitor_message
-
+        recv_monitor_message = self._recv_monitor_message
         zmq = self._zmq
         while True:
             try:
