@@ -437,6 +437,9 @@ class Controller:
             if peer in self.by_peer:
                 self._worker_left(now_ns, self.by_peer[peer], "unreachable")
         self.workers_ep.unreachable.clear()
+        # clients that went away before their answers: nothing to do, and a long-running
+        # controller must not keep a list of them
+        self.clients_ep.unreachable.clear()
         for wid, w in list(self.workers.items()):
             if now_ns - w.last_seen_ns > self.config.worker_timeout_ns:
                 self._worker_left(now_ns, wid, "silent")

@@ -369,6 +369,22 @@ def test_bad_requests_get_errors_and_serving_continues(models_dir, tmp_path):
         assert time.monotonic() - began < 1
 
 
+def test_answers_to_clients_that_went_away_are_forgotten(models_dir, tmp_path):
+    """A send to a client that disconnected fails (ROUTER_MANDATORY) and the router notes the
+    peer; the controller has nothing to do about it, and must not keep the notes: one per
+    lost answer, for as long as it runs."""
+    with serving(tmp_path, models_dir) as (ctl, w):
+        unreachable = ctl.controller.clients_ep.unreachable
+        unreachable.extend([b"gone-1", b"gone-2"])  # as the router's failed sends leave them
+        deadline = time.monotonic() + 5
+        while unreachable and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert unreachable == []
+        with Client(ctl.clients_address) as client:  # and it serves on
+            assert client.infer_response("mlp", random_input((1, 64)), 1000).status == \
+                RequestStatus.OK
+
+
 def test_worker_leaving_requests_replanned_or_failed(models_dir, tmp_path):
     ctl = start(tmp_path, worker_timeout_ns=500_000_000)
     a = WorkerThread(ctl.workers_address, models_dir, "simulated", "a")
