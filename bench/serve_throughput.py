@@ -10,6 +10,9 @@ workers share this host; `--all-shm`: through shared memory (cw/serve/shm.py) wh
 By default the client chooses, as it does for users: shared memory for inputs of
 `cw.client.SHM_MIN_BYTES` or more.
 
+The same file drives older code (back to 2026-11-23, 715287e) for side-by-side runs: run it
+with a Python whose path puts a worktree of that commit first (a `.pth` file).
+
 The controller runs in this process, the workers in their own, and an open-loop client in
 another (so that its pacing does not compete with the controller for the GIL). Prints offered
 and answered rates, SLO attainment, late answers, how long the controller's loop iterations kept
@@ -40,11 +43,20 @@ def client_process(address: str, rate: float, seconds: float, slo_ms: float, res
     from cw.serve.protocol import RequestStatus
     from cw.replay.live import wait_until
 
-    with Client(address, timeout_s=30, shared_memory=shared_memory) as client:
+    import inspect
+
+    # (older clients, which the bench also drives side by side, had no such choice)
+    choice = {"shared_memory": shared_memory} \
+        if "shared_memory" in inspect.signature(Client).parameters else {}
+    with Client(address, timeout_s=30, **choice) as client:
         models = client.models()
         inputs = {m.model_id: np.zeros((1, *m.inputs[0].sample_shape), m.inputs[0].dtype)
                   for m in models}
-        via = " and ".join(sorted({client.inputs_via(x.nbytes) for x in inputs.values()}))
+        if hasattr(client, "inputs_via"):
+            via = " and ".join(sorted({client.inputs_via(x.nbytes) for x in inputs.values()}))
+        else:  # a client before 2026-11-28 (the bench drives older code side by side)
+            via = "shared memory (unless older than 2026-11-23)" if shared_memory is not False \
+                else "socket"
         names = sorted(inputs)
         n = int(rate * seconds)
         cpu_start = time.process_time()
@@ -133,7 +145,9 @@ def main() -> None:
     shared_memory = False if args.no_shm else (True if args.all_shm else None)
     ctl = ControllerThread(ControllerConfig(workers_listen=listen[0], clients_listen=listen[1],
                                             log_dir=Path(args.log_dir) if args.log_dir else None,
-                                            log_stalls_ns=stalls_ns),
+                                            # (older code has no stall watch)
+                                            **({"log_stalls_ns": stalls_ns} if stalls_ns
+                                               else {})),
                            keep_telemetry=True)
     if args.profile:
         profile_thread(ctl, args.profile)
@@ -168,11 +182,12 @@ def main() -> None:
         if delays:
             print(f"EXEC end → result at the controller: p50 {delays[len(delays) // 2] / 1e6:.2f} "
                   f"ms, p99 {delays[int(0.99 * len(delays))] / 1e6:.2f} ms")
-        busy = ctl.metrics.loop_busy
-        loops = sum(busy.counts)
-        over = {b: loops - sum(busy.counts[:i + 1]) for i, b in enumerate(busy.bounds_ms)}
-        print(f"controller loop: {loops} iterations, busy > 1 ms in {over[1]}, > 2 ms in "
-              f"{over[2]}, > 5 ms in {over[5]}; longest {busy.max_ns / 1e6:.2f} ms")
+        busy = getattr(ctl.metrics, "loop_busy", None)  # (absent before 2026-11-24)
+        if busy is not None:
+            loops = sum(busy.counts)
+            over = {b: loops - sum(busy.counts[:i + 1]) for i, b in enumerate(busy.bounds_ms)}
+            print(f"controller loop: {loops} iterations, busy > 1 ms in {over[1]}, > 2 ms in "
+                  f"{over[2]}, > 5 ms in {over[5]}; longest {busy.max_ns / 1e6:.2f} ms")
         intake = getattr(ctl.metrics, "intake", None)  # (absent before 2026-11-28)
         if intake is not None and sum(intake.counts):
             print(f"client send → taken in by the controller: {sum(intake.counts)} requests, "

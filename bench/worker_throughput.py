@@ -1,13 +1,15 @@
 """Actions per second through one simulated worker process over loopback ZeroMQ.
 
     python bench/worker_throughput.py --models DIR [--actions 50000] [--in-flight 256]
-        [--batch 1]
+        [--batch 1] [--no-lane]
 
 This process plays a minimal controller (a ROUTER: it answers registration and pings) and keeps
 `--in-flight` INFERs outstanding, each with an open window starting now; the worker
 (`cw serve worker --runtime simulated`, its own process) runs them through its input, EXEC and
-output executors. Prints actions/s and the result statuses. Use a bundle whose profile makes the
-simulated phases short (e.g. the demo mlp profiled on the CPU), so that the worker's own
+output executors. As a controller on the worker's host does, it opens a lane and names it in
+its Welcome: the worker's INFER results come back past ZeroMQ (`--no-lane`: through ZeroMQ, as
+from another host). Prints actions/s and the result statuses. Use a bundle whose profile makes
+the simulated phases short (e.g. the demo mlp profiled on the CPU), so that the worker's own
 overhead is what is measured.
 """
 
@@ -34,8 +36,10 @@ def main() -> None:
     ap.add_argument("--actions", type=int, default=50_000)
     ap.add_argument("--in-flight", type=int, default=256)
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--no-lane", action="store_true", help="results through ZeroMQ only")
     args = ap.parse_args()
-    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker))
+    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker),
+                       lane=not args.no_lane)
     procs = WorkerProcesses(local_address(router.address), Path(args.models), 1, "simulated",
                             ["cpu"])
     try:
@@ -47,7 +51,9 @@ def main() -> None:
             for who, msg in router.poll(50):
                 if isinstance(msg, p.Register):
                     peer, registration = who, msg
-        router.send(peer, p.Welcome(1, registration.worker_ns, now_ns()))
+        # (one host: the same clock; the lane where there is one)
+        router.send(peer, p.Welcome(1, registration.worker_ns, now_ns(), True,
+                                    router.lane_address))
         model = registration.models[0]
         if model.estimates_from not in ("profile", "profile-partial"):
             # then each EXEC takes a made-up 1.5 ms and that, not the worker, is what is timed
@@ -85,7 +91,8 @@ def main() -> None:
         elapsed = time.perf_counter() - start
         print(f"{args.actions} INFERs (batch {args.batch}, {args.in_flight} in flight) through "
               f"one simulated worker in {elapsed:.2f} s: {args.actions / elapsed:,.0f} actions/s; "
-              f"statuses {dict(statuses)}")
+              f"statuses {dict(statuses)}; results by the lane: "
+              f"{router.lane.received if router.lane is not None else 0}")
     finally:
         procs.stop()
         router.close()
