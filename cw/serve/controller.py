@@ -211,7 +211,9 @@ class Controller:
     def handle_received(self, received: tuple[list, list], clock) -> tuple[int, int]:
         """Handle one poll's messages: the workers' first, then the clients' a chunk at a time;
         between chunks, at a fresh instant from `clock`, whatever the workers sent meanwhile
-        and a scheduler tick. Returns the worker and client messages handled."""
+        (their answers leave at once) and what the scheduler finds urgent (its answer guard);
+        its planning waits for the loop's tick. Returns the worker and client messages
+        handled."""
         from_workers, from_clients = received
         now = clock()  # after the wait: arrivals are stamped when handled
         if from_workers:
@@ -225,7 +227,7 @@ class Controller:
                 if results:
                     workers += len(results)
                     self.handle(now, (results, []))
-                self.tick(now)
+                self._apply(now, self.scheduler.urgent(now))
             self.handle(now, ([], from_clients[start:start + chunk]))
         return workers, len(from_clients)
 

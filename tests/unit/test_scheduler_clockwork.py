@@ -571,6 +571,33 @@ def test_a_result_still_missing_before_the_deadline_is_answered_timed_out_on_tim
     assert h.finished[late].status == RequestStatus.OK
 
 
+def test_urgent_runs_the_answer_guard_and_plans_nothing(clock):
+    """Between parts of a burst the controller asks only what cannot wait: an overdue result
+    is answered TIMED_OUT, while requests taken in meanwhile wait for the tick to be planned
+    (planned every few requests, batches came out smaller)."""
+    h = Harness(clock)
+    h.request()
+    h.load_all()
+    h.complete_infers()
+    h.sent.clear()
+    arrival = clock.now
+    stuck = h.request(slo_ms=40)
+    infer = _infer_of(h, stuck)
+    clock.now = arrival + 40 * MS - h.s.config.answer_guard_ns
+    queued = []
+    for _ in range(3):  # taken in during the burst: no tick yet
+        rid = next(h.ids)
+        h.apply(h.s.request_arrived(clock.now, Request(rid, "m", 1, clock.now,
+                                                       clock.now + 100 * MS)))
+        queued.append(rid)
+    urgent = h.s.urgent(clock.now)
+    assert [(d.request_id, d.status) for d in urgent] == [(stuck, RequestStatus.TIMED_OUT)]
+    assert not of(urgent, SendInfer)
+    h.apply(urgent)
+    (planned,) = of(h.s.tick(clock.now), SendInfer)  # the tick plans them, as one batch
+    assert sorted(planned.request_ids) == queued and infer.request_ids == [stuck]
+
+
 def test_part_of_a_batch_times_out_and_the_rest_is_served(clock):
     h = Harness(clock)
     h.request()

@@ -273,6 +273,11 @@ class Scheduler(ABC):
     @abstractmethod
     def tick(self, now_ns: int) -> list[Decision]: ...
 
+    def urgent(self, now_ns: int) -> list[Decision]:
+        """What cannot wait for the next `tick`: a caller working through a burst of requests
+        asks this between parts of it. By default the whole tick."""
+        return self.tick(now_ns)
+
     def models(self) -> dict[str, ModelInfo]:
         """Servable models (present on some worker)."""
         return {}
