@@ -531,6 +531,16 @@ def test_inputs_in_shared_memory_are_allowed_the_time_of_a_copy_not_of_the_socke
     assert allowance == pytest.approx(expected, abs=1)
 
 
+def _warm(clock):
+    """A harness whose model is loaded, one request served, nothing in flight."""
+    h = Harness(clock)
+    h.request()
+    h.load_all()
+    h.complete_infers()
+    h.sent.clear()
+    return h
+
+
 def _infer_of(h, rid):
     (d,) = [d for d in of(h.sent, SendInfer) if rid in d.request_ids]
     return d
@@ -539,11 +549,7 @@ def _infer_of(h, rid):
 def test_a_result_still_missing_before_the_deadline_is_answered_timed_out_on_time(clock):
     """The answer guard: a client hears by its deadline even when the result is stuck (a worker
     stalled, a slow way back). The late result is then dropped: one answer per request."""
-    h = Harness(clock)
-    h.request()
-    h.load_all()
-    h.complete_infers()
-    h.sent.clear()
+    h = _warm(clock)
     arrival = clock.now
     early = h.request(slo_ms=40)
     clock.advance(10 * MS)
@@ -575,11 +581,7 @@ def test_urgent_runs_the_answer_guard_and_plans_nothing(clock):
     """Between parts of a burst the controller asks only what cannot wait: an overdue result
     is answered TIMED_OUT, while requests taken in meanwhile wait for the tick to be planned
     (planned every few requests, batches came out smaller)."""
-    h = Harness(clock)
-    h.request()
-    h.load_all()
-    h.complete_infers()
-    h.sent.clear()
+    h = _warm(clock)
     arrival = clock.now
     stuck = h.request(slo_ms=40)
     infer = _infer_of(h, stuck)
@@ -599,11 +601,7 @@ def test_urgent_runs_the_answer_guard_and_plans_nothing(clock):
 
 
 def test_part_of_a_batch_times_out_and_the_rest_is_served(clock):
-    h = Harness(clock)
-    h.request()
-    h.load_all()
-    h.complete_infers()
-    h.sent.clear()
+    h = _warm(clock)
     # the GPU is planned busy for 20 ms: two requests with different deadlines wait, go together
     h.s.gpus[(0, 0)].exec_free_ns = clock.now + 20 * MS
     arrival = clock.now
