@@ -213,8 +213,7 @@ class ClockworkScheduler(Scheduler):
             self._last_sweep_ns = now_ns
             self._expire_margins(now_ns)
             self._reject_infeasible(now_ns, decisions)
-        if self._guards and self._guards[0][0] <= now_ns + c.answer_guard_ns:
-            self._time_out_overdue(now_ns, decisions)
+        decisions += self.urgent(now_ns)
         self._plan_infers(now_ns, decisions)
         replicate = (self._last_replication_ns is None
                      or now_ns - self._last_replication_ns >= c.replication_check_ns)
