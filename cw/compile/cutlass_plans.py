@@ -143,6 +143,8 @@ def write(path: Path, doc: dict) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
+        # mkstemp makes it 0600; a committed, installed plan file must be readable by all
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
