@@ -9,10 +9,12 @@ send and answer times on this machine (NO_ANSWER where none came), and there are
 from __future__ import annotations
 
 import collections
-import concurrent.futures
+import contextlib
 import fnmatch
 import gc
+import queue
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,6 +38,8 @@ TIME_FIELDS_ACTION = ("sent_ns", "earliest_ns", "latest_ns", "expected_end_ns", 
 ANSWER_WAIT_NS = 10 * 1_000_000_000
 # the status of a request the controller never answered (the client's, not a RequestStatus)
 NO_ANSWER = "NO_ANSWER"
+PROGRESS_EVERY_NS = 100_000_000  # a closed loop's progress report, at most this often
+SENDER_SWITCH_INTERVAL_S = 0.0002  # sys.setswitchinterval while a sender runs (below)
 
 
 def shift(rows, fields, origin_ns: int):
@@ -121,6 +125,21 @@ def wait_until(target_ns: int) -> int:
     return now
 
 
+@contextlib.contextmanager
+def sender_switch_interval():
+    """While a sender runs, Python lets another thread of this process take the GIL after
+    SENDER_SWITCH_INTERVAL_S instead of 5 ms: the client's I/O thread, which sends the requests
+    and takes the answers in, waited up to that long behind a sender busy with a burst of
+    requests (each answer lets a closed-loop client send again), late by the client's count."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(SENDER_SWITCH_INTERVAL_S)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
+@sender_switch_interval()
 def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo_ms: float,
                    progress=None, stop=None):
     """Send request i at start + times_ns[i]; returns (futures, send times, lateness), of the
@@ -148,38 +167,60 @@ def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo
     return futures, sent, sent - (start + np.asarray(times_ns[:len(sent)], dtype=np.int64)), start
 
 
+@sender_switch_interval()
 def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress=None,
                      stop=None):
     """`loop.concurrency` clients per model, each sending its next request when the previous
     one is answered, until `loop.duration_ns` has passed. Returns (futures, send times, model
     of each request, start)."""
     futures, sent, names = [], [], []
-    pending = {}
+    # Answers reach this thread through a queue their futures' callbacks fill. Waiting on the
+    # futures themselves (concurrent.futures.wait over the ~240 in flight) cost ~145 µs of
+    # this thread's time per wake-up, held the GIL that the client's I/O thread needs to send
+    # and to take answers in, and so delayed both by milliseconds at 12,000 r/s (the 10 ms
+    # Fig. 5 on the H200, 2026-11-28).
+    answered: queue.SimpleQueue = queue.SimpleQueue()
+    in_flight = 0
     start = time.monotonic_ns()
     end = start + loop.duration_ns
 
+    def answer(future) -> None:
+        future.done_ns = time.monotonic_ns()
+        answered.put(future.model)
+
     def issue(model: str) -> None:
+        nonlocal in_flight
         if len(futures) % 2000 == 0:
             gc.freeze()  # as in send_open_loop: keep full collections off the live futures
         sent.append(time.monotonic_ns())
         future = client.infer_response_async(model, inputs[model], slo_ms=slo_ms)
-        future.add_done_callback(lambda f: setattr(f, "done_ns", time.monotonic_ns()))
-        pending[future] = model
+        future.model = model
+        in_flight += 1
         futures.append(future)
         names.append(model)
+        future.add_done_callback(answer)  # (at once, in this thread, if already answered)
 
     for model in loop.models:
         for _ in range(loop.concurrency):
             issue(model)
-    while pending:
-        done, _ = concurrent.futures.wait(list(pending), timeout=1.0,
-                                          return_when=concurrent.futures.FIRST_COMPLETED)
-        now = time.monotonic_ns()
-        for future in done:
-            model = pending.pop(future)
-            if now + loop.think_ns < end:
+    reported = start
+    while in_flight:
+        try:
+            done = [answered.get(timeout=1.0)]
+        except queue.Empty:
+            done = []
+        while True:  # every answer there is, in one go
+            try:
+                done.append(answered.get_nowait())
+            except queue.Empty:
+                break
+        in_flight -= len(done)
+        for model in done:
+            if time.monotonic_ns() + loop.think_ns < end:
                 issue(model)
-        if progress is not None:
+        now = time.monotonic_ns()
+        if progress is not None and (now - reported > PROGRESS_EVERY_NS or not in_flight):
+            reported = now
             progress(len(futures), min(now - start, loop.duration_ns))
         if now > end + ANSWER_WAIT_NS + int(slo_ms * 1e6) or (stop is not None and stop()):
             break  # what is still unanswered then counts as NO_ANSWER
