@@ -400,6 +400,51 @@ next)  # device, carry [".device", ".gpucheck"] (stage-short), timeout 600: what
   host_facts
   pack_results
   ;;
+fig5)  # device, carry [".device", ".gpucheck"], ~45 s a run: Fig. 5 at $SLOS (all five unless
+  # set) with this code. ALT=DIR (a folder in the working tree holding another cw package):
+  # then at $ALT_SLOS (10ms unless set) with that code and again with this one: an A/B on one
+  # machine in one call. RUNS (below): more runs, each with some variables set. GRAPHS_TESTS=1:
+  # then the --exec-graphs GPU tests with what is left of the call.
+  CALL_BUDGET=${CALL_BUDGET:-570}
+  PACK_TO=$OUT OUT=$W/fig5-out
+  device_setup
+  host_facts
+  quick_profile 30
+  pkill -f "cw (serve|replay)" || true
+  if [ "${SLOS-unset}" != "" ]; then  # SLOS="": only the A/B runs below
+    SLOS=${SLOS:-10ms 25ms 50ms 100ms 500ms} VARIANTS=0 AZURE=0 CW="python3 -m cw" step 300 \
+      "fig5" bash bench/live_gpu.sh "$W/live" "$W/fig5" cuda 15s 2>&1 | tee "$OUT/live.txt"
+    slim_fig5 "$W/fig5/live.tgz" "$OUT/fig5"
+  fi
+  if [ -n "${ALT:-}" ]; then
+    # PYTHONSAFEPATH: the working directory's cw must not come before ALT's
+    SLOS=${ALT_SLOS:-10ms} VARIANTS=0 AZURE=0 \
+      CW="env PYTHONSAFEPATH=1 PYTHONPATH=$ROOT/$ALT:$PYTHONPATH python3 -m cw" step 120 \
+      "fig5, $ALT" bash bench/live_gpu.sh "$W/live" "$W/fig5-alt" cuda 15s 2>&1 \
+      | tee "$OUT/live-alt.txt"
+    slim_fig5 "$W/fig5-alt/live.tgz" "$OUT/fig5-alt"
+    SLOS=${ALT_SLOS:-10ms} VARIANTS=0 AZURE=0 CW="python3 -m cw" step 120 "fig5 again" \
+      bash bench/live_gpu.sh "$W/live" "$W/fig5-again" cuda 15s 2>&1 | tee "$OUT/live-again.txt"
+    slim_fig5 "$W/fig5-again/live.tgz" "$OUT/fig5-again"
+  fi
+  # RUNS="LABEL=VAR=VALUE VAR=VALUE;LABEL=...": each at $RUN_SLOS (10ms unless set) with those
+  # variables (@ROOT: the working tree; @PYTHONPATH: the path as it is)
+  IFS=';' read -ra variants <<< "${RUNS:-}"
+  for r in "${variants[@]}"; do
+    label=${r%%=*} vars=${r#*=}; vars=${vars//@ROOT/$ROOT}; vars=${vars//@PYTHONPATH/$PYTHONPATH}
+    SLOS=${RUN_SLOS:-10ms} VARIANTS=0 AZURE=0 CW="env $vars python3 -m cw" step 120 \
+      "fig5 $label ($vars)" bash bench/live_gpu.sh "$W/live" "$W/fig5-$label" cuda 15s 2>&1 \
+      | tee "$OUT/live-$label.txt"
+    slim_fig5 "$W/fig5-$label/live.tgz" "$OUT/fig5-$label"
+  done
+  if [ "${GRAPHS_TESTS:-0}" = 1 ]; then
+    CW_TEST_CUDA_BUNDLES="$W/tests" step 90 "pytest exec graphs" python3 -m pytest -q -m gpu \
+      tests/gpu/test_exec_graphs.py tests/contract -k graph -p no:cacheprovider -rs 2>&1 \
+      | tee "$OUT/pytest-graphs.txt"
+  fi
+  host_facts
+  pack_results
+  ;;
 graphs)  # device, carry [".device", ".gpucheck"] (stage-short), timeout 590, ~8 min: EXEC as
   # one CUDA graph (`--exec-graphs`, cw/serve/runtime/exec_graphs.py), built without a GPU at
   # stop 44. In order of what matters: its GPU tests (the graphs compute what the VM does);
@@ -585,7 +630,7 @@ ingest-tune)  # build machine: the tune-results.jsonl files the tune calls broug
   ;;
 *)
   echo "usage: bash bench/gpu_session.sh stage | pack | checks | live | kernels |" \
-       "stage-short | stash | short | next | plans | p9999 | recheck | stage-tune |" \
+       "stage-short | stash | short | next | fig5 | plans | p9999 | recheck | stage-tune |" \
        "pack-tune | tune | ingest-tune" >&2
   exit 2
   ;;
