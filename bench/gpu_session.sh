@@ -17,18 +17,19 @@
 # ~8 s of device time, `short` 381 s; `p9999` (below) 239 s. Without the stash calls `short`
 # runs on pattern weights (no accuracy). `recheck` (~4 min) reruns tests, worker bench, Fig. 5
 # and the kernel table after a fix.
-# What is left to measure (as of 2026-11-27, stop 44), in 15 minutes: `stage-short` here if
-# .gpucheck is missing; a device call, carry [".device", ".gpucheck"], timeout 590: `bash
-# bench/gpu_session.sh next` (~8 min: every CUTLASS conv's tiles -> $OUT/cutlass-times.json,
-# Fig. 5 at five SLOs -> results.tgz); here `python bench/cutlass_convs.py ingest
-# FILES_AT/cutlass-times.json` and `bash bench/gpu_session.sh stage-cutlass` (~5 min); a device
-# call, carry [".device", ".gpumeasured"], timeout 300: `bash bench/gpu_session.sh
-# kernels-measured` (measured plans against the guessed ones, side by side). `graphs` (carry
-# [".device", ".gpucheck"], timeout 590, ~8 min; CALL_BUDGET=300 keeps its first steps: the
-# tests and Fig. 5 at 10 ms both ways): EXEC as one CUDA graph, built without a GPU at stop 44.
-# With 15 minutes: `next`, then `CALL_BUDGET=300 bash bench/gpu_session.sh graphs` rather than
-# `kernels-measured` (issue 7's records need only `next`'s times, ingested and committed here;
-# `kernels-measured` only says how much faster they are).
+# What is left to measure (as of 2026-11-28, stop 47), in 15 minutes; `next` ran on
+# 2026-11-28 (its CUTLASS plans are committed, its Fig. 5 is in docs/benchmarks.md). `stage-short`
+# here if .gpucheck is missing. Then, in order of what the open issues need:
+#   1. `CALL_BUDGET=300 bash bench/gpu_session.sh graphs` (carry [".device", ".gpucheck"],
+#      timeout 330): Fig. 5 at 10 ms through the VM and through CUDA graphs, EXEC tails through
+#      graphs beside PyTorch's (issue 7's p99.99/p50 at batch 1). Its GPU tests passed on
+#      2026-11-28 (24); CALL_BUDGET=300 keeps the tests and both Fig. 5 runs.
+#   2. `bash bench/gpu_session.sh stage-cutlass` here (~5 min: the bundles again, compiled with
+#      the committed plans, into .gpumeasured), then a device call, carry [".device",
+#      ".gpumeasured"], timeout 300: `bash bench/gpu_session.sh kernels-measured` (measured plans
+#      against the guessed ones, side by side).
+#   3. `bash bench/gpu_session.sh fig5` (~4 min: Fig. 5 at five SLOs with this code; SLOS=...
+#      for fewer, ALT=DIR or RUNS=... for an A/B in the same call, GRAPHS_TESTS=1).
 # With 30 minutes, `stage` instead, then three device calls, back to back, each with carry
 # [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and
