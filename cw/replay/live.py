@@ -267,15 +267,42 @@ def client_rows(futures, sent_ns, names, slo_ns: int) -> list[RequestRow]:
     return rows
 
 
-def client_view(rows: list[RequestRow]) -> dict:
-    """Lateness and latency as the client measured them, from its send to its receipt."""
+def client_view(rows: list[RequestRow], futures=None) -> dict:
+    """Lateness and latency as the client measured them, from its send to its receipt. With
+    the requests' `futures` (a controller on this host, whose answers say how long the request
+    took until the answer left: InferResponse.latency_ns), also what the way back took."""
     from cw.replay.summary import percentiles_ms
 
     late = collections.Counter(r.status for r in rows if r.completion_ns > r.deadline_ns)
-    return {"late": sum(late.values()), "late_by_status": dict(sorted(late.items())),
+    view = {"late": sum(late.values()), "late_by_status": dict(sorted(late.items())),
             "completed_in_slo": sum(1 for r in rows if r.deadline_met),
             "latency_ms": percentiles_ms([r.latency_ns for r in rows if r.status == "OK"]),
             "answer_ms": percentiles_ms([r.latency_ns for r in rows if r.status != NO_ANSWER])}
+    if futures is not None:
+        way_back, left_in_time = [], 0
+        for r, f in zip(rows, futures):
+            sent_ns = _answer_left_after_ns(r, f)
+            if sent_ns is None:
+                continue
+            way_back.append(r.latency_ns - sent_ns)
+            left_in_time += r.completion_ns > r.deadline_ns and sent_ns <= r.slo_ns
+        # the answer's way from the controller to the client's receipt (and the client's own
+        # call before the send's stamp: microseconds); late answers that left in time were
+        # late on this way alone
+        view["way_back_ms"] = percentiles_ms(way_back)
+        view["late_that_left_in_time"] = left_in_time
+    return view
+
+
+def _answer_left_after_ns(row: RequestRow, future) -> int | None:
+    """The controller's latency_ns of a request's answer (the send to the answer leaving), or
+    None where there is none (unanswered, failed in the client, an ErrorResponse)."""
+    if row.status in (NO_ANSWER, "ERROR") or not future.done() or future.cancelled() \
+            or future.exception() is not None:
+        return None
+    response = future.result()
+    return response.latency_ns if isinstance(response, InferResponse) and \
+        response.latency_ns > 0 else None
 
 
 def no_answer(requests: list[RequestRow]) -> dict:
@@ -384,8 +411,8 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                 # the controller's rows end when it sends an answer (and start at the client's
                 # send only where they share a clock): the way back, and any wait before the
                 # controller took a request in, show from the client's side alone
-                extra["client_view"] = client_view(client_rows(futures, sent, chosen,
-                                                               config.slo_ns))
+                extra["client_view"] = client_view(
+                    client_rows(futures, sent, chosen, config.slo_ns), futures)
             extra["host_cpu"] = host_cpu_delta(cpu_before, host_cpu_counters(),
                                                time.perf_counter_ns() - cpu_since_ns)
         if ctl is not None:

@@ -340,6 +340,9 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     assert client["late"] == sum(client["late_by_status"].values())
     assert 0.9 * good <= client["completed_in_slo"] <= good, (client, why)
     assert client["latency_ms"]["p50"] >= summary["latency_ms"]["p50"]
+    # the way back: the client's latency less the controller's, from the same send
+    assert 0 < client["way_back_ms"]["p50"] < client["latency_ms"]["p50"], client
+    assert 0 <= client["late_that_left_in_time"] <= client["late"]
     # --log-stalls: the controller's and both workers' stall lines, gathered and counted
     assert set(summary["stalls"]) == {"controller", "worker-0", "worker-1"}
     stall_lines = (out / "stalls.log").read_text().splitlines()
