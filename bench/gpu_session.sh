@@ -28,8 +28,11 @@
 #      the committed plans, into .gpumeasured), then a device call, carry [".device",
 #      ".gpumeasured"], timeout 300: `bash bench/gpu_session.sh kernels-measured` (measured plans
 #      against the guessed ones, side by side).
-#   3. `bash bench/gpu_session.sh fig5` (~4 min: Fig. 5 at five SLOs with this code; SLOS=...
-#      for fewer, ALT=DIR or RUNS=... for an A/B in the same call, GRAPHS_TESTS=1).
+#   3. `VARIANTS=1 VARIANT=clockwork:way-back=1 VARIANT_SLOS="10ms 25ms" bash
+#      bench/gpu_session.sh fig5` (~5.5 min: Fig. 5 at five SLOs with this code, then 10 and
+#      25 ms planning for the client's way back: does it cut the late answers by the client's
+#      count, and at what goodput? SLOS=... for fewer, ALT=DIR or RUNS=... for other A/Bs in the
+#      same call, GRAPHS_TESTS=1).
 # With 30 minutes, `stage` instead, then three device calls, back to back, each with carry
 # [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and
@@ -413,8 +416,11 @@ fig5)  # device, carry [".device", ".gpucheck"], ~45 s a run: Fig. 5 at $SLOS (a
   quick_profile 30
   pkill -f "cw (serve|replay)" || true
   if [ "${SLOS-unset}" != "" ]; then  # SLOS="": only the A/B runs below
-    SLOS=${SLOS:-10ms 25ms 50ms 100ms 500ms} VARIANTS=0 AZURE=0 CW="python3 -m cw" step 300 \
-      "fig5" bash bench/live_gpu.sh "$W/live" "$W/fig5" cuda 15s 2>&1 | tee "$OUT/live.txt"
+    # VARIANTS=1 VARIANT=SPEC VARIANT_SLOS="10ms 25ms": those SLOs again with that scheduler
+    # (bench/live_gpu.sh), e.g. VARIANT=clockwork:way-back=1
+    SLOS=${SLOS:-10ms 25ms 50ms 100ms 500ms} VARIANTS=${VARIANTS:-0} SOCKET=0 AZURE=0 \
+      CW="python3 -m cw" step 420 "fig5" bash bench/live_gpu.sh "$W/live" "$W/fig5" cuda 15s \
+      2>&1 | tee "$OUT/live.txt"
     slim_fig5 "$W/fig5/live.tgz" "$OUT/fig5"
   fi
   if [ -n "${ALT:-}" ]; then

@@ -488,7 +488,7 @@ class Controller:
                                      arrival, arrival + slo, slo)
         self._apply(now_ns, self.scheduler.request_arrived(
             now_ns, Request(rid, msg.model, msg.n, arrival, arrival + slo,
-                            type(msg.inputs[0]) is ShmRef)))
+                            type(msg.inputs[0]) is ShmRef, max(msg.unseen_ns, 0))))
 
     def _respond_now(self, now_ns: int, peer: bytes, msg: p.InferRequest, arrival_ns: int,
                      slo_ns: int, status: RequestStatus, message: str) -> None:

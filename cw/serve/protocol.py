@@ -246,6 +246,11 @@ class InferRequest(msgspec.Struct, frozen=True, tag="infer"):
     # clock: ModelsResponse.clock_domain), so that time spent waiting to be taken in counts
     # against the SLO; 0: unknown, the SLO runs from when the controller takes it in
     sent_ns: int = 0
+    # how much of its latency this client saw that the controller does not: lately (the most of
+    # its last 100 answers) its receipt less the answer's latency_ns, i.e. the answer's way
+    # back (and for a client on another clock, the way in). The controller plans the request
+    # to be answered that much before its deadline (at most half its SLO). 0: none said.
+    unseen_ns: int = 0
 
 
 class ListModels(msgspec.Struct, frozen=True, tag="models"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
+import msgspec
 import zmq
 
 from cw.serve import protocol as p
@@ -26,13 +27,13 @@ MODEL = p.ModelInfo("m", "m", 1000, 1, [1, 2], [TENSOR], [TENSOR], 1 * MS, {1: M
                     "profile")
 
 
-def _controller():
+def _controller(scheduler: str = "clockwork"):
     hub = InprocHub()
     workers = InprocRouter(hub, "w", p.Codec(p.FromWorker), p.Codec(p.ToWorker))
     clients = InprocRouter(hub, "c", p.Codec(p.FromClient), p.Codec(p.ToClient))
     worker = InprocDealer(hub, "w", p.Codec(p.ToWorker), p.Codec(p.FromWorker))
     client = InprocDealer(hub, "c", p.Codec(p.ToClient), p.Codec(p.FromClient))
-    ctl = Controller(ControllerConfig(), workers, clients, make_scheduler("clockwork"),
+    ctl = Controller(ControllerConfig(), workers, clients, make_scheduler(scheduler),
                      TelemetryLog(keep=True))
     worker.send(p.Register(p.PROTOCOL_VERSION, "w", "simulated", True,
                            [p.DeviceDesc(0, "sim", 16 << 20, 64)], [MODEL], NOW))
@@ -69,6 +70,45 @@ def test_the_slo_runs_from_the_clients_send_and_a_request_that_waited_it_out_is_
     assert 'cw_controller_intake_seconds_bucket{le="+Inf"} 3' in ctl.metrics.render()
 
 
+def test_the_scheduler_plans_for_the_way_back_its_client_has_seen():
+    """With `clockwork:way-back=1`, a client that says its answers lately took 3 ms more than
+    the controller saw (InferRequest.unseen_ns: their way back) has its requests planned to be
+    answered 3 ms before the deadline; the request's own deadline, which telemetry judges by,
+    stays. At most half the SLO comes off; a negative figure counts as none. Without the
+    setting (the default) the figure is carried but not used."""
+    for spec, off in (("clockwork:way-back=1", {1: 3, 2: 5, 3: 0, 4: 0}),
+                      ("clockwork", {1: 0, 2: 0, 3: 0, 4: 0})):
+        ctl, client = _controller(spec)
+        for request_id, unseen_ms in ((1, 3), (2, 8), (3, 0), (4, -5)):
+            client.send(msgspec.structs.replace(_infer(request_id, 10, NOW),
+                                                unseen_ns=unseen_ms * MS))
+        ctl.handle(NOW, ctl._poller.poll(0))
+        planned = {ctl.pending[rid].client_request_id: deadline
+                   for deadline, rid, _ in ctl.scheduler.queues["m"]}
+        assert planned == {i: NOW + (10 - ms) * MS for i, ms in off.items()}, spec
+        assert all(r.deadline_ns == NOW + 10 * MS for r in ctl.pending.values())
+
+
+def test_a_client_tells_the_controller_what_its_answers_way_back_took():
+    """Answers that reached the client ~5 ms after the controller's own latency_ns (1 ms):
+    the client's later requests say ~4 ms unseen, its first ones none."""
+    import numpy as np
+
+    from cw.client import UNSEEN_EVERY, Client
+
+    address, got, close = _fake_controller(clock_domain(), delay_s=0.005)
+    try:
+        with Client(address, timeout_s=5, shared_memory=False) as client:
+            for _ in range(UNSEEN_EVERY + 1):
+                client.infer_response("m", np.zeros((1, 2), np.float32), slo_ms=100)
+    finally:
+        close()
+    unseen = [msg.unseen_ns for msg, _ in got]
+    assert unseen[:UNSEEN_EVERY] == [0] * UNSEEN_EVERY
+    # (5 ms of the fake's sleep, less its claimed 1 ms, and the way back; a busy machine more)
+    assert 3.9 * MS < unseen[-1] < 100 * MS, unseen[-1] / MS
+
+
 def test_a_controller_on_another_clock_takes_no_clients_send_time():
     """A caller driving the controller with a clock of its own (a simulation) clears its
     clock domain: a client's CLOCK_MONOTONIC would mean nothing to it."""
@@ -80,9 +120,10 @@ def test_a_controller_on_another_clock_takes_no_clients_send_time():
     assert pending.arrival_ns == NOW and sum(ctl.metrics.intake.counts) == 0
 
 
-def _fake_controller(domain: str, answer: bool = True):
+def _fake_controller(domain: str, answer: bool = True, delay_s: float = 0.0):
     """A ZeroMQ router that lists one model with `domain` and keeps the requests it gets (with
-    the time each came), answering them unless `answer` is False."""
+    the time each came), answering them unless `answer` is False; with `delay_s`, that much
+    later, and saying the request took 1 ms (as if its answer's way back took the rest)."""
     ctx = zmq.Context.instance()
     router = ctx.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
@@ -102,7 +143,10 @@ def _fake_controller(domain: str, answer: bool = True):
                     got.append((msg, time.monotonic_ns()))
                     if not answer:
                         continue
-                    reply = p.InferResponse(msg.request_id, RequestStatus.REJECTED, "test")
+                    if delay_s:
+                        time.sleep(delay_s)
+                    reply = p.InferResponse(msg.request_id, RequestStatus.REJECTED, "test",
+                                            latency_ns=MS if delay_s else 0)
                 router.send_multipart([peer, encode.encode(reply)])
 
     thread = threading.Thread(target=serve, daemon=True)

@@ -64,6 +64,12 @@ class SchedulerConfig:
     # infeasible is answered, and how soon a hot model gets another copy.
     reject_sweep_ns: int = 1_000_000
     replication_check_ns: int = 10_000_000
+    # 1: plan each answer to reach its client, not only to leave the controller, by the
+    # deadline: the way back the client says it has lately seen (Request.unseen_ns) comes off
+    # the deadline, at most half the SLO. Clockwork only. Off until measured on the GPU: on the
+    # 2-core build machine, saturated, it cost a tenth of the goodput and did not clearly cut
+    # the late answers (docs/benchmarks.md, 2026-11-28).
+    plan_way_back: int = 0
 
     def __post_init__(self):
         from cw.errors import UsageError
@@ -100,6 +106,7 @@ class Request(msgspec.Struct, frozen=True, gc=False):
     arrival_ns: int
     deadline_ns: int
     by_reference: bool = False  # inputs in shared memory: a worker that shares it reads them
+    unseen_ns: int = 0  # the way back its client has lately seen (InferRequest.unseen_ns, ≥ 0)
 
 
 class ActionResult(msgspec.Struct, frozen=True, gc=False):

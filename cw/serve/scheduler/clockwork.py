@@ -138,6 +138,10 @@ class ClockworkScheduler(Scheduler):
         return []
 
     def request_arrived(self, now_ns: int, request: Request) -> list[Decision]:
+        if request.unseen_ns and self.config.plan_way_back:
+            # from here on the request's deadline is the one its answer must leave by
+            way_back = min(request.unseen_ns, (request.deadline_ns - request.arrival_ns) // 2)
+            request = msgspec.structs.replace(request, deadline_ns=request.deadline_ns - way_back)
         model = request.model
         feasible, resident = self._feasibility(now_ns, model, request.deadline_ns,
                                                request.by_reference)

@@ -48,6 +48,10 @@ SETTINGS: dict[str, dict[str, Setting]] = {
         "window": Setting("estimate_window", "count", True, "10",
                           "estimates: the p99 of this many latest measurements", low=1,
                           high=10_000),
+        "way-back": Setting("plan_way_back", "count", True, "0",
+                            "1: plan each answer to reach its client by the deadline (the "
+                            "way back the client reports comes off it, at most half the SLO)",
+                            high=1),
     },
     "batch-timeout": {
         "max-batch": Setting("max_batch", "count", False, "16",
