@@ -24,10 +24,12 @@
 #      timeout 330): Fig. 5 at 10 ms through the VM and through CUDA graphs, EXEC tails through
 #      graphs beside PyTorch's (issue 7's p99.99/p50 at batch 1). Its GPU tests passed on
 #      2026-11-28 (24); CALL_BUDGET=300 keeps the tests and both Fig. 5 runs.
-#   2. `bash bench/gpu_session.sh stage-cutlass` here (~5 min: the bundles again, compiled with
-#      the committed plans, into .gpumeasured), then a device call, carry [".device",
-#      ".gpumeasured"], timeout 300: `bash bench/gpu_session.sh kernels-measured` (measured plans
-#      against the guessed ones, side by side).
+#   2. A device call, carry [".device", ".gpumeasured"], timeout 300: `bash
+#      bench/gpu_session.sh kernels-measured` (bundles compiled with the committed plans against
+#      the guessed ones, side by side). .gpumeasured was staged on 2026-11-28 with the plans
+#      committed then (`bash bench/gpu_session.sh stage-cutlass` here, ~5 min, if missing; each
+#      measured bundle's note says "60 of 60 convolution calls ... take the tile and split
+#      measured").
 #   3. `VARIANTS=1 VARIANT=clockwork:way-back=1 VARIANT_SLOS="10ms 25ms" bash
 #      bench/gpu_session.sh fig5` (~5.5 min: Fig. 5 at five SLOs with this code, then 10 and
 #      25 ms planning for the client's way back: does it cut the late answers by the client's
