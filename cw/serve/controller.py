@@ -222,8 +222,9 @@ class Controller:
         chunk = self.config.client_messages_per_chunk
         for start in range(0, len(from_clients), chunk):
             if start:
-                now = clock()
+                # taken, then stamped: a result must not be stamped before its worker sent it
                 results = self._poller.take(0, self.config.max_messages_per_step)
+                now = clock()
                 if results:
                     workers += len(results)
                     self.handle(now, (results, []))

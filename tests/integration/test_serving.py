@@ -108,9 +108,12 @@ def test_two_simulated_workers_thousands_of_requests_none_late(models_dir, tmp_p
         # (one host, so one clock: the worker's offset is pinned to 0)
         ran = [a for a in infers if a.status == "OK"]
         assert all(a.end_ns <= a.result_sent_ns <= a.result_ns for a in ran)
-        # simulated INFER results take a GPU worker's way back: on one host, the lane
+        # simulated INFER results take a GPU worker's way back: on one host, the lane. (Linux
+        # queues at most net.unix.max_dgram_qlen = 10 datagrams on it: a result that comes
+        # while the controller is busy takes ZeroMQ instead; CI saw 1 of 2,374.)
         on_lane = sum(w.worker.devices[0].result_sender.sent_on_lane for w in workers)
-        assert on_lane == len(infers) and ctl.workers_ep.lane.received == len(infers)
+        assert 0.9 * len(infers) <= on_lane <= len(infers), (on_lane, len(infers))
+        assert ctl.workers_ep.lane.received == on_lane
         # the loop wrote the rows as it went (housekeeping hands them to the OS every 200 ms)
         on_disk = (tmp_path / "log" / "requests.csv").read_text().splitlines()
         assert len(on_disk) == 3001

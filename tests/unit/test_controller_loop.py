@@ -64,15 +64,19 @@ def test_worker_messages_that_arrive_during_a_burst_are_handled_between_chunks(m
 
         def clock():
             now = next(instants)
-            if now == 2_000:  # a worker's message arrives while the first chunk is handled
-                worker.send(p.Ping(now))
+            # a worker's message arrives while the first chunk is handled; another is sent just
+            # after the second chunk's stamp (as a result sent while the loop reads its clock)
+            if now in (1_000, 2_000):
+                worker.send(p.Ping(now + 500))
                 worker.poll(0)
                 time.sleep(0.2)  # through ZeroMQ's I/O threads
             return now
 
-        assert ctl.handle_received(received, clock) == (1, 10)
-        # the ping waits for no more than one chunk, and is stamped when it is handled
-        assert calls == [(1_000, 0, 4), (2_000, 1, 0), (2_000, 0, 4), (3_000, 0, 2)]
+        assert ctl.handle_received(received, clock) == (2, 10)
+        # each ping waits for no more than one chunk, and is stamped when taken in: never
+        # before its worker sent it (result_ns before result_sent_ns, seen in CI)
+        assert calls == [(1_000, 0, 4), (2_000, 1, 0), (2_000, 0, 4), (3_000, 1, 0),
+                         (3_000, 0, 2)]
         # between chunks the scheduler's answer guard only: planned there, batches came out
         # smaller (the loop's tick after the burst plans)
         assert urgent == [2_000, 3_000] and ticks == []
