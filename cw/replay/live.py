@@ -281,11 +281,11 @@ def client_view(rows: list[RequestRow], futures=None) -> dict:
     if futures is not None:
         way_back, left_in_time = [], 0
         for r, f in zip(rows, futures):
-            sent_ns = _answer_left_after_ns(r, f)
-            if sent_ns is None:
+            left_after_ns = _answer_left_after_ns(r, f)
+            if left_after_ns is None:
                 continue
-            way_back.append(r.latency_ns - sent_ns)
-            left_in_time += r.completion_ns > r.deadline_ns and sent_ns <= r.slo_ns
+            way_back.append(r.latency_ns - left_after_ns)
+            left_in_time += r.completion_ns > r.deadline_ns and left_after_ns <= r.slo_ns
         # the answer's way from the controller to the client's receipt (and the client's own
         # call before the send's stamp: microseconds); late answers that left in time were
         # late on this way alone

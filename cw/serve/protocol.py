@@ -248,8 +248,9 @@ class InferRequest(msgspec.Struct, frozen=True, tag="infer"):
     sent_ns: int = 0
     # how much of its latency this client saw that the controller does not: lately (the most of
     # its last 100 answers) its receipt less the answer's latency_ns, i.e. the answer's way
-    # back (and for a client on another clock, the way in). The controller plans the request
-    # to be answered that much before its deadline (at most half its SLO). 0: none said.
+    # back (and for a client on another clock, the way in). With `clockwork:way-back=1` the
+    # request is planned to be answered that much before its deadline (at most half its SLO
+    # off). 0: none said.
     unseen_ns: int = 0
 
 
