@@ -17,7 +17,7 @@
 # ~8 s of device time, `short` 381 s; `p9999` (below) 239 s. Without the stash calls `short`
 # runs on pattern weights (no accuracy). `recheck` (~4 min) reruns tests, worker bench, Fig. 5
 # and the kernel table after a fix.
-# What is left to measure (as of 2026-11-28, stop 47), in 15 minutes; `next` ran on
+# What is left to measure (as of 2026-11-28, stop 48), in 15 minutes; `next` ran on
 # 2026-11-28 (its CUTLASS plans are committed, its Fig. 5 is in docs/benchmarks.md). `stage-short`
 # here if .gpucheck is missing. Then, in order of what the open issues need:
 #   1. `CALL_BUDGET=300 bash bench/gpu_session.sh graphs` (carry [".device", ".gpucheck"],
@@ -34,7 +34,10 @@
 #      bench/gpu_session.sh fig5` (~5.5 min: Fig. 5 at five SLOs with this code, then 10 and
 #      25 ms planning for the client's way back: does it cut the late answers by the client's
 #      count, and at what goodput? SLOS=... for fewer, ALT=DIR or RUNS=... for other A/Bs in the
-#      same call, GRAPHS_TESTS=1).
+#      same call, GRAPHS_TESTS=1). Since stop 48 (2026-11-28) this code packs the client's
+#      requests and the answers (protocol.pack) and widens a late worker's INFER windows
+#      (`clockwork:adapt-slack`, on): neither is measured on a GPU yet. Compare the TOO_LATE
+#      counts in the summaries with stop 47's; `VARIANT=clockwork:adapt-slack=0` is the A/B.
 # With 30 minutes, `stage` instead, then three device calls, back to back, each with carry
 # [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and

@@ -4,6 +4,7 @@
         [--slo 100ms] [--ipc] [--no-shm | --all-shm] [--log-dir DIR] [--log-stalls 1ms]
         [--profile FILE]
 
+`--unpacked`: one message a ZeroMQ frame, as clients sent before packed frames (2026-11-28).
 `--ipc`: Unix sockets instead of TCP on loopback (with ResNet-50-sized inputs it saved ~8 % of
 the controller's CPU). `--no-shm`: inputs through the socket even though client, controller and
 workers share this host; `--all-shm`: through shared memory (cw/serve/shm.py) whatever their size.
@@ -23,6 +24,7 @@ the client's send lateness.
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import multiprocessing as mp
 import os
@@ -38,7 +40,19 @@ from cw.units import parse_duration_ns
 
 
 def client_process(address: str, rate: float, seconds: float, slo_ms: float, results,
-                   shared_memory: bool | None) -> None:
+                   shared_memory: bool | None, profile: str | None = None,
+                   unpacked: bool = False) -> None:
+    if profile:  # the sending thread only (the I/O thread's share shows as the process's CPU)
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            client_process(address, rate, seconds, slo_ms, results, shared_memory,
+                           unpacked=unpacked)
+        finally:
+            prof.disable()
+            prof.dump_stats(profile)
+        return
     from cw.client import Client
     from cw.serve.protocol import RequestStatus
     from cw.replay.live import wait_until
@@ -50,6 +64,8 @@ def client_process(address: str, rate: float, seconds: float, slo_ms: float, res
         if "shared_memory" in inspect.signature(Client).parameters else {}
     with Client(address, timeout_s=30, **choice) as client:
         models = client.models()
+        if unpacked:
+            client._dealer.pack = False  # (and so the controller does not pack its answers)
         inputs = {m.model_id: np.zeros((1, *m.inputs[0].sample_shape), m.inputs[0].dtype)
                   for m in models}
         if hasattr(client, "inputs_via"):
@@ -75,16 +91,37 @@ def client_process(address: str, rate: float, seconds: float, slo_ms: float, res
             futures.append(future)
         sent_s = (time.monotonic_ns() - start) / 1e9
         ok = failed = in_slo = 0
+        misses = []  # (seconds into the run, failed, client's latency ms, controller's ms)
         for f, t0 in zip(futures, sent):
-            if f.result(timeout=60).status == RequestStatus.OK:
+            response = f.result(timeout=60)
+            # as the client saw it: from its call to the answer's receipt
+            met = f.done_ns - t0 <= slo_ms * 1e6
+            if response.status == RequestStatus.OK:
                 ok += 1
-                # as the client saw it: from its call to the answer's receipt
-                in_slo += f.done_ns - t0 <= slo_ms * 1e6
+                in_slo += met
             else:
                 failed += 1
+            if response.status != RequestStatus.OK or not met:
+                misses.append(((t0 - start) / 1e9, response.status != RequestStatus.OK,
+                               (f.done_ns - t0) / 1e6,
+                               getattr(response, "latency_ns", 0) / 1e6))
         results.put((n, ok, failed, (time.monotonic_ns() - start) / 1e9,
                      float(np.percentile(late, 99)) / 1e6, sent_s,
-                     time.process_time() - cpu_start, in_slo, via))
+                     time.process_time() - cpu_start, in_slo, via, misses))
+
+
+def print_misses(misses: list, slo_ms: float) -> None:
+    """Where the requests out of SLO by the client's count came from: refused, or answered in
+    time by the controller's count and late by the time they reached the client (the way back),
+    or late at the controller; and in which seconds of the run."""
+    if not misses:
+        return
+    refused = sum(m[1] for m in misses)
+    way_back = sum(not m[1] and m[3] <= slo_ms for m in misses)
+    seconds = collections.Counter(int(m[0]) for m in misses)
+    print(f"out of SLO by the client's count: {len(misses)}: refused {refused}, late only on the "
+          f"way back {way_back}, late at the controller {len(misses) - refused - way_back}; by "
+          f"second of the run: {dict(sorted(seconds.items()))}")
 
 
 def process_cpu_s(pid: int) -> float:
@@ -122,6 +159,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=2000)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--slo", default="100ms")
+    ap.add_argument("--scheduler", default=None, metavar="SPEC",
+                    help="the controller's policy, as `cw serve --scheduler` takes it")
     ap.add_argument("--ipc", action="store_true", help="Unix sockets instead of TCP loopback")
     shm = ap.add_mutually_exclusive_group()
     shm.add_argument("--no-shm", action="store_true", help="inputs through the socket")
@@ -136,6 +175,10 @@ def main() -> None:
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="run the controller's thread under cProfile and write its stats here "
                          "(pstats; the figures above then include the profiler's cost)")
+    ap.add_argument("--unpacked", action="store_true",
+                    help="one message a frame, as before packed frames (protocol.pack)")
+    ap.add_argument("--client-profile", default=None, metavar="FILE",
+                    help="the same for the client's sending thread")
     args = ap.parse_args()
     if args.ipc:
         listen = [f"ipc:///tmp/cw-bench-{os.getpid()}-{side}" for side in ("workers", "clients")]
@@ -145,6 +188,8 @@ def main() -> None:
     shared_memory = False if args.no_shm else (True if args.all_shm else None)
     ctl = ControllerThread(ControllerConfig(workers_listen=listen[0], clients_listen=listen[1],
                                             log_dir=Path(args.log_dir) if args.log_dir else None,
+                                            **({"scheduler": args.scheduler} if args.scheduler
+                                               else {}),
                                             # (older code has no stall watch)
                                             **({"log_stalls_ns": stalls_ns} if stalls_ns
                                                else {})),
@@ -160,12 +205,12 @@ def main() -> None:
         client = mp.get_context("spawn").Process(
             target=client_process, args=(local_address(ctl.clients_address), args.rate,
                                          args.seconds, parse_duration_ns(args.slo) / 1e6,
-                                         results, shared_memory))
+                                         results, shared_memory, args.client_profile, args.unpacked))
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         workers_cpu0 = sum(process_cpu_s(w.pid) for w in procs.procs)
         client.start()
-        n, ok, failed, elapsed, late_p99, sent_s, client_cpu, client_in_slo, via = results.get(
-            timeout=args.seconds + 120)
+        n, ok, failed, elapsed, late_p99, sent_s, client_cpu, client_in_slo, via, misses = \
+            results.get(timeout=args.seconds + 120)
         workers_cpu = sum(process_cpu_s(w.pid) for w in procs.procs) - workers_cpu0
         client.join()
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -173,7 +218,6 @@ def main() -> None:
         rows = ctl.telemetry.requests
         good = sum(r.deadline_met for r in rows)
         cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
-        import collections
         statuses = collections.Counter(r.status for r in rows)
         messages = collections.Counter(r.status for r in ctl.telemetry.actions)
         print("request statuses:", dict(statuses), "action statuses:", dict(messages))
@@ -193,6 +237,7 @@ def main() -> None:
             print(f"client send → taken in by the controller: {sum(intake.counts)} requests, "
                   f"> 1 ms {intake.over(1)}, > 5 ms {intake.over(5)}, > 50 ms {intake.over(50)}"
                   f"; longest {intake.max_ns / 1e6:.2f} ms")
+        print_misses(misses, parse_duration_ns(args.slo) / 1e6)
         print(f"inputs through {via}: "
               f"offered {n / args.seconds:.0f} r/s for {args.seconds:g} s, {args.workers} "
               f"simulated workers: answered {ok + failed} of {n} ({ok} ok, {failed} failed) in "

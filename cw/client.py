@@ -303,6 +303,8 @@ class Client:
             self._same_clock = bool(response.clock_domain) and \
                 response.clock_domain == clock_domain()
             self._choose_transfer(response.shm_domain)
+            # requests that leave together go in one frame, and their answers come so
+            self._dealer.pack = response.packed_frames
         return response.models
 
     def _choose_transfer(self, controller_domain: str) -> None:

@@ -93,7 +93,7 @@ def run(scheduler_config: SchedulerConfig, models: list[ModelInfo], durations: d
               c.estimate_window, c.network_latency_ns, float(c.input_ns_per_byte),
               c.completion_margin_ns, c.margin_expiry_ns, c.answer_guard_ns, c.reject_sweep_ns,
               c.replication_check_ns, s.workers, s.gpus_per_worker, s.pages_per_gpu,
-              s.network_ns, float(s.noise), _seed_words(s.seed), slo_ns)
+              s.network_ns, float(s.noise), _seed_words(s.seed), slo_ns, c.adapt_slack)
     position = {m.model_id: i for i, m in enumerate(models)}
     names = [m.model_id for m in models]
     rank = {n: i for i, n in enumerate(sorted(names))}

@@ -399,8 +399,14 @@ class Controller:
         record.result = msg
         main = msg.timings[1] if msg.kind == "infer" and len(msg.timings) > 1 else (
             msg.timings[0] if msg.timings and msg.kind != "infer" else None)
-        result = ActionResult(msg.id, msg.status, main.start_ns if main else 0,
-                              main.end_ns if main else 0, main.device_ns if main else 0)
+        if main is None and msg.status == p.Status.TOO_LATE:
+            # when the worker refused it: how late it would have started, at least (the
+            # scheduler widens a late worker's windows, SchedulerConfig.adapt_slack)
+            refused = msg.sent_ns or now_ns
+            result = ActionResult(msg.id, msg.status, refused, refused, 0)
+        else:
+            result = ActionResult(msg.id, msg.status, main.start_ns if main else 0,
+                                  main.end_ns if main else 0, main.device_ns if main else 0)
         self._action_row(now_ns, record, p.STATUS_NAME[msg.status], main, msg.simulated)
         decisions = self.scheduler.result_returned(now_ns, result)
         self._apply(now_ns, decisions)
@@ -541,7 +547,8 @@ class Controller:
         self.clients_ep.send(peer, p.ModelsResponse(
             msg.request_id, infos, self.shm_domain, self.config.scheduler, len(self.workers),
             sum(w.gpus for w in self.workers.values()), self.config.default_slo_ns,
-            self.config.max_request_bytes, self.clock_domain))
+            self.config.max_request_bytes, self.clock_domain,
+            getattr(self.clients_ep, "takes_packed_frames", False)))
 
     def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
         # under the request's own id where one can be read: a client waiting on that request

@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import msgspec
 
 from cw.serve.keys import CurveKey, curve_client, curve_server, handshake_words
-from cw.serve.protocol import Codec
+from cw.serve.protocol import (PACK_MAX_BYTES, PACK_MAX_MESSAGE_BYTES, PACK_MAX_MESSAGES, Codec,
+                               Packed, pack)
 
 
 @dataclass(frozen=True)
@@ -148,12 +149,44 @@ def _port_problem(address: str) -> str | None:
     return None
 
 
+# --- packed frames (protocol.pack) ------------------------------------------------------------
+
+MAX_PACKING_PEERS = 1 << 16  # a router remembers this many peers that take packed frames
+
+
+class _Alone(bytes):
+    """A frame never packed with others."""
+
+
+def _packed(frames: list) -> bytes:
+    return frames[0] if len(frames) == 1 else pack(frames)
+
+
+def _take_pack(queue: collections.deque) -> tuple[bytes, int]:
+    """The frame to send for the head of `queue` (encoded messages, oldest first): as many
+    small ones as fit in a packed frame, else the head alone; and how many it takes."""
+    frames, size = [], 0
+    # by index: other threads append to the queue meanwhile (iterating it would raise); only
+    # its owner takes from the left
+    for i in range(min(len(queue), PACK_MAX_MESSAGES)):
+        data = queue[i]
+        if type(data) is not bytes or len(data) > PACK_MAX_MESSAGE_BYTES or \
+                size + len(data) > PACK_MAX_BYTES:
+            break
+        frames.append(data)
+        size += len(data)
+    if len(frames) < 2:
+        return queue[0], 1
+    return pack(frames), len(frames)
+
+
 # --- ZeroMQ -----------------------------------------------------------------------------------
 
 class _ZmqEndpoint:
     """Socket setup, the outbox, and the poll loop shared by both socket kinds."""
 
     _blocked = False  # (dealers) the outbox waits for a connection: poll wakes when one is up
+    takes_packed_frames = True  # its receive unpacks them (protocol.pack)
 
     def __init__(self, kind: str, address: str, decode: Codec, encode: Codec, context=None,
                  key: CurveKey | None = None):
@@ -243,12 +276,18 @@ class _ZmqEndpoint:
                 self.handshake_problem = self._words.get(event)
 
     def _receive_all(self, receive, limit: int | None = None) -> list:
+        """What is there, until `limit` messages or more are taken (a packed frame is taken
+        whole)."""
         received = []
         while limit is None or len(received) < limit:
             try:
-                received.append(receive())
+                item = receive()
             except self._zmq.Again:
                 break
+            if type(item) is Packed:
+                received.extend(item)
+            else:
+                received.append(item)
         return received
 
     def close(self) -> None:
@@ -314,6 +353,10 @@ class ZmqRouter(_ZmqEndpoint):
         never takes it into memory). `key`: only peers holding it get through."""
         self.unreachable: list[bytes] = []  # peers a send failed for, since the last poll
         self._max_message_bytes = max_message_bytes
+        # peers that sent packed frames, and so take them: what is sent to them at once goes
+        # packed (insertion-ordered: past MAX_PACKING_PEERS the oldest is forgotten, and only
+        # costs it its answers' packing)
+        self._packing_peers: dict[bytes, None] = {}
         super().__init__("ROUTER", address, decode, encode, context, key)
         self.lane = None
         if lane:
@@ -344,14 +387,44 @@ class ZmqRouter(_ZmqEndpoint):
         self._outbox.put((peer, self._out.encode(msg)))
 
     def _flush(self) -> None:
-        queue, send, more, last = self._outbox.queue, self._send_frame, self._more, self._last
+        queue = self._outbox.queue
+        if self._packing_peers:
+            return self._flush_packing()
+        while queue:
+            self._send_to(*queue.popleft())
+
+    def _send_to(self, peer: bytes, data) -> None:
+        try:
+            self._send_frame(peer, self._more)  # a vanished peer fails here (ROUTER_MANDATORY)
+            self._send_frame(data, self._last)
+        except self._zmq.ZMQError:
+            self.unreachable.append(peer)
+            self._packing_peers.pop(peer, None)
+
+    def _flush_packing(self) -> None:
+        """Send what is queued, each packing peer's small messages packed (in their order)."""
+        queue, packing, send_to = self._outbox.queue, self._packing_peers, self._send_to
+        packs: dict[bytes, list] = {}  # peer -> [messages, bytes]
         while queue:
             peer, data = queue.popleft()
-            try:
-                send(peer, more)  # a vanished peer fails here (ROUTER_MANDATORY)
-                send(data, last)
-            except self._zmq.ZMQError:
-                self.unreachable.append(peer)
+            held = packs.get(peer)
+            if peer in packing and len(data) <= PACK_MAX_MESSAGE_BYTES:
+                if held is None:
+                    packs[peer] = [[data], len(data)]
+                    continue
+                if len(held[0]) < PACK_MAX_MESSAGES and held[1] + len(data) <= PACK_MAX_BYTES:
+                    held[0].append(data)
+                    held[1] += len(data)
+                    continue
+            if held is not None:  # what was held for the peer goes first
+                del packs[peer]
+                send_to(peer, _packed(held[0]))
+            if peer in packing and len(data) <= PACK_MAX_MESSAGE_BYTES:
+                packs[peer] = [[data], len(data)]
+            else:
+                send_to(peer, data)
+        for peer, (frames, _) in packs.items():
+            send_to(peer, _packed(frames))
 
     def _receive(self):
         recv, last = self._recv_frame, self._last
@@ -361,7 +434,15 @@ class ZmqRouter(_ZmqEndpoint):
             frames.append(recv(last, False).buffer)
         if len(frames) != 1:
             return peer, Malformed(b"".join(frames), "bad framing")
-        return peer, _decode(self._in, frames[0])
+        msg = _decode(self._in, frames[0])
+        if type(msg) is not Packed:
+            return peer, msg
+        packing = self._packing_peers
+        if peer not in packing:
+            packing[peer] = None
+            if len(packing) > MAX_PACKING_PEERS:
+                del packing[next(iter(packing))]
+        return Packed([(peer, m) for m in msg])
 
     _receive_one = _receive
 
@@ -391,6 +472,9 @@ class ZmqDealer(_ZmqEndpoint):
         restarting), which a connection-only pipe would drop."""
         self._hold_unsent = hold_unsent
         self.dropped_unsent = 0  # messages dropped so, in all
+        # send what is queued at once as packed frames (protocol.pack): set once the peer has
+        # said it takes them
+        self.pack = False
         super().__init__("DEALER", address, decode, encode, context, key)
 
     def _configure(self, zmq) -> None:
@@ -411,16 +495,20 @@ class ZmqDealer(_ZmqEndpoint):
         self._outbox.put(self._out.encode(msg))
 
     def send_raw(self, data: bytes) -> None:
-        """Bytes as they are (tests send malformed messages with this)."""
-        self._outbox.put(data)
+        """Bytes as they are, in a frame of their own (tests send malformed messages with
+        this)."""
+        self._outbox.put(_Alone(data))
 
     def _flush(self) -> None:
         queue, send, flags = self._outbox.queue, self._send_frame, self._last
         while queue:
+            frame, taken = queue[0], 1
+            if self.pack and len(queue) > 1:
+                frame, taken = _take_pack(queue)
             try:
                 # never blocking: with no connection to send on a blocking send waits for one,
                 # and the owner thread with it (forever, when a handshake keeps failing)
-                send(queue[0], flags)
+                send(frame, flags)
             except self._zmq.Again:
                 hold = self._hold_unsent
                 while hold is not None and len(queue) > hold:
@@ -428,7 +516,8 @@ class ZmqDealer(_ZmqEndpoint):
                     self.dropped_unsent += 1
                 self._set_blocked(True)
                 return  # kept, in order, for when a connection is up
-            queue.popleft()
+            for _ in range(taken):
+                queue.popleft()
         self._set_blocked(False)
 
     def _set_blocked(self, blocked: bool) -> None:

@@ -675,3 +675,47 @@ def test_a_queue_heaps_head_is_its_k_smallest_in_order(seed):
             heapq.heappop(heap)
     for k in (1, 2, 5, 16, len(heap), len(heap) + 3):
         assert _heap_head(heap, k) == sorted(heap)[:k]
+
+
+@pytest.mark.parametrize("adapt", [1, 0])
+def test_a_late_worker_gets_wider_windows_and_a_punctual_one_tight_ones_again(clock, adapt):
+    config = SchedulerConfig(infer_slack_ns=3 * MS, adapt_slack=adapt)
+    h = Harness(clock, config)
+    rid = h.request()
+    h.load_all()
+    (infer,) = of(h.sent, SendInfer)
+    assert infer.latest_ns - infer.earliest_ns == 3 * MS
+    h.sent.clear()
+    # the worker got to it 10 ms after its earliest: refused, and the request planned again
+    h.complete(infer, status=Status.TOO_LATE, late_ns=10 * MS)
+    (again,) = of(h.sent, SendInfer)
+    assert again.request_ids == [rid]
+    # twice the lateness seen (with room to the deadline), or the fixed slack
+    assert again.latest_ns - again.earliest_ns == (20 * MS if adapt else 3 * MS)
+    h.sent.clear()
+    h.complete(again, late_ns=15 * MS)  # started late, inside its window: served
+    assert h.finished[rid].status == RequestStatus.OK
+    # the window stays wide while a late start is among the worker's last 100 INFERs...
+    for i in range(100):
+        h.request()
+        (d,) = of(h.sent, SendInfer)
+        h.sent.clear()
+        assert d.latest_ns - d.earliest_ns == (30 * MS if adapt else 3 * MS), i
+        h.complete(d)  # on time
+    # ... and is tight again once none is
+    h.request()
+    (d,) = of(h.sent, SendInfer)
+    assert d.latest_ns - d.earliest_ns == 3 * MS
+
+
+def test_recent_max_is_the_largest_of_the_window():
+    import random
+
+    from cw.serve.scheduler.base import RecentMax
+
+    rng = random.Random(3)
+    values = [rng.randrange(50) for _ in range(2000)] + [100] + [0] * 30
+    top = RecentMax(10)
+    for i, v in enumerate(values, start=1):
+        top.observe("w", v)
+        assert top.value["w"] == max(values[max(0, i - 10):i]), i

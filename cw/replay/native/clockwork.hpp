@@ -24,7 +24,6 @@ void Scheduler::request_arrived(i64 now, Req r) {
 
 void Scheduler::result_returned(i64 now, i64 action_id, int status, i64 start, i64 end,
                                 i64 device) {
-  (void)start;
   auto it = inflight.find(action_id);
   if (it == inflight.end()) return;
   if (p.kind != P_CLOCKWORK && it->second.kind == K_INFER) {
@@ -36,7 +35,7 @@ void Scheduler::result_returned(i64 now, i64 action_id, int status, i64 start, i
   inflight.erase(it);
   Gpu* gpu = gpu_of_slot(f.slot);
   if (f.kind == K_INFER) {
-    infer_returned(now, action_id, status, end, device, f, gpu);
+    infer_returned(now, action_id, status, start, end, device, f, gpu);
   } else if (f.kind == K_LOAD && gpu) {
     gpu->loads_in_flight -= 1;
     if (status == S_OK) {
@@ -50,8 +49,11 @@ void Scheduler::result_returned(i64 now, i64 action_id, int status, i64 start, i
   }
 }
 
-void Scheduler::infer_returned(i64 now, i64 action_id, int status, i64 end, i64 device, InFlight& f,
-                               Gpu* gpu) {
+void Scheduler::infer_returned(i64 now, i64 action_id, int status, i64 start, i64 end, i64 device,
+                               InFlight& f, Gpu* gpu) {
+  if (c.adapt_slack && (status == S_OK || status == S_TOO_LATE)) {
+    saw_start(workers[gpus[f.slot].worker], (start ? start : now) - f.earliest);
+  }
   if (status == S_OK) {
     int worker = gpus[f.slot].worker;  // slots are never removed in a simulation
     WorkerState& w = workers[worker];
@@ -274,11 +276,12 @@ void Scheduler::plan_infers(i64 now) {
       if (model < 0) continue;
       InFlight f;
       f.kind = K_INFER; f.slot = g.slot; f.model = model; f.batch = best.b; f.pages = 0;
+      f.earliest = best.start;
       for (int i = 0; i < best.k; i++) f.reqs.push_back(pop_queue(model));
       if (heaps[model].empty()) queues.remove(model);
       if (!touched[model]) { touched[model] = 1; touched_list.push_back(model); }
       i64 action_id = next_id++;
-      i64 latest = std::min(best.start + c.infer_slack, best.deadline - best.est);
+      i64 latest = std::min(best.start + slack(g.worker), best.deadline - best.est);
       Decision d{};
       d.type = D_INFER; d.id = action_id; d.worker = g.worker; d.gpu = g.index;
       d.model = model; d.batch = best.b; d.nreq = best.k;

@@ -39,6 +39,7 @@ struct Config {
   i64 max_loads, window, network_latency;
   double input_ns_per_byte;
   i64 completion_margin, margin_expiry, answer_guard, reject_sweep, replication_check;
+  i64 adapt_slack;
   // SimConfig
   i64 workers, gpus_per_worker, pages_per_gpu, network_ns;
   double noise;

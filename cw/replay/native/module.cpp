@@ -112,8 +112,8 @@ PyObject* fastsim_run(PyObject*, PyObject* args) {
   Config& c = sim->c;
   i64* ints[] = {&c.schedule_ahead, &c.infer_slack, &c.load_slack, &c.max_loads, &c.window,
                  &c.network_latency};
-  bool ok = PySequence_Size(cfg) == 19;
-  if (!ok && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "config: 19 numbers");
+  bool ok = PySequence_Size(cfg) == 20;
+  if (!ok && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "config: 20 numbers");
   for (int i = 0; ok && i < 6; i++) ok = get_i64(cfg, i, ints[i]);
   ok = ok && get_f64(cfg, 6, &c.input_ns_per_byte);
   i64* more[] = {&c.completion_margin, &c.margin_expiry, &c.answer_guard, &c.reject_sweep,
@@ -123,7 +123,8 @@ PyObject* fastsim_run(PyObject*, PyObject* args) {
   ok = ok && get_f64(cfg, 16, &c.noise);
   std::vector<i64> seed_words;
   i64 slo = 0;
-  ok = ok && get_i64_list(cfg, 17, &seed_words) && get_i64(cfg, 18, &slo);
+  ok = ok && get_i64_list(cfg, 17, &seed_words) && get_i64(cfg, 18, &slo) &&
+       get_i64(cfg, 19, &c.adapt_slack);
   if (ok && seed_words.empty()) seed_words.push_back(0);
   sim->slo = slo;
   if (ok && (c.window < 1 || c.workers < 1 || c.gpus_per_worker < 1)) {

@@ -67,7 +67,10 @@ struct InFlight {
   int kind, slot, model, batch;
   std::vector<Req> reqs;
   i64 pages;
+  i64 earliest = 0;  // (INFER) the start it was planned for
 };
+
+const int LATE_START_WINDOW = 100, SLACK_PER_LATENESS = 2;  // as clockwork.py
 
 struct WorkerState {  // margin_ns, _answer_seen_ns and answer_delays (RollingQuantile) per worker
   bool has_margin = false, has_seen = false, has_value = false;
@@ -75,6 +78,11 @@ struct WorkerState {  // margin_ns, _answer_seen_ns and answer_delays (RollingQu
   std::vector<i64> win;
   int whead = 0;
   i64 count = 0;
+  // late_starts (RecentMax) and slack_ns
+  std::vector<i64> late;
+  int lhead = 0;
+  bool has_late = false, has_slack = false;
+  i64 late_max = 0, slack = 0;
 };
 
 struct Decision {
@@ -234,6 +242,22 @@ struct Scheduler {
       w.has_value = true;
     }
   }
+  // ClockworkScheduler._saw_start (RecentMax.observe)
+  void saw_start(WorkerState& w, i64 late) {
+    late = std::max<i64>(0, late);
+    bool full = (int)w.late.size() == LATE_START_WINDOW;
+    i64 gone = 0;
+    if (!full) w.late.push_back(late);
+    else { gone = w.late[w.lhead]; w.late[w.lhead] = late; w.lhead = (w.lhead + 1) % LATE_START_WINDOW; }
+    if (!w.has_late || late >= w.late_max) { w.late_max = late; w.has_late = true; }
+    else if (full && gone == w.late_max) w.late_max = *std::max_element(w.late.begin(), w.late.end());
+    w.has_slack = true;
+    w.slack = std::max(c.infer_slack, SLACK_PER_LATENESS * w.late_max);
+  }
+  i64 slack(int worker) const {
+    const WorkerState& w = workers[worker];
+    return w.has_slack ? w.slack : c.infer_slack;
+  }
   void rq_forget(WorkerState& w) {
     w.win.clear(); w.whead = 0; w.count = 0; w.has_value = false; w.value = 0;
   }
@@ -243,8 +267,8 @@ struct Scheduler {
   // clockwork.hpp
   void request_arrived(i64 now, Req r);
   void result_returned(i64 now, i64 action_id, int status, i64 start, i64 end, i64 device);
-  void infer_returned(i64 now, i64 action_id, int status, i64 end, i64 device, InFlight& f,
-                      Gpu* gpu);
+  void infer_returned(i64 now, i64 action_id, int status, i64 start, i64 end, i64 device,
+                      InFlight& f, Gpu* gpu);
   void tick(i64 now);
   void time_out_overdue(i64 now);
   void expire_margins(i64 now);

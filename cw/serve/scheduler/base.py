@@ -70,6 +70,14 @@ class SchedulerConfig:
     # 2-core build machine, saturated, it cost a tenth of the goodput and did not clearly cut
     # the late answers (docs/benchmarks.md, 2026-11-28).
     plan_way_back: int = 0
+    # 1: a worker's INFER windows widen to twice the latest start it has lately needed (the most
+    # of its last LATE_START_WINDOW INFERs: EXEC start, or refusal, less earliest_ns), never
+    # below infer_slack_ns and never past deadline less estimate. A worker that keeps time
+    # keeps the tight window; one that the machine holds up (a loaded host: 7-11 ms behind
+    # on the 2-core build machine) stops refusing, as TOO_LATE, every INFER it is sent, each
+    # refusal a round trip that brought the requests it carried nearer their deadlines
+    # (docs/benchmarks.md, "INFER windows that widen").
+    adapt_slack: int = 1
 
     def __post_init__(self):
         from cw.errors import UsageError
@@ -207,6 +215,32 @@ class Estimator:
 
     def __len__(self) -> int:
         return len(self.value)
+
+
+class RecentMax:
+    """The largest of the last `window` values per key, exactly: a larger value takes over at
+    once, and only the largest leaving the window makes it look at the rest."""
+
+    def __init__(self, window: int):
+        self.window = window
+        self._values: dict = {}
+        self.value: dict = {}  # key -> the largest; read-only for callers
+
+    def forget(self, key) -> None:
+        self._values.pop(key, None)
+        self.value.pop(key, None)
+
+    def observe(self, key, value: int) -> None:
+        ring = self._values.get(key)
+        if ring is None:
+            ring = self._values[key] = collections.deque(maxlen=self.window)
+        gone = ring[0] if len(ring) == self.window else None
+        ring.append(value)
+        top = self.value.get(key)
+        if top is None or value >= top:
+            self.value[key] = value
+        elif gone == top:
+            self.value[key] = max(ring)
 
 
 class RollingQuantile:

@@ -27,11 +27,15 @@ from operator import attrgetter
 import msgspec
 
 from cw.serve.protocol import ModelInfo, RequestStatus, Status
-from cw.serve.scheduler.base import (ActionResult, Decision, Estimator, Finish, Gpu, Request,
-                                     RollingQuantile, Scheduler, SchedulerConfig, SendInfer, SendLoad,
-                                     SendUnload, WorkerInfo)
+from cw.serve.scheduler.base import (ActionResult, Decision, Estimator, Finish, Gpu, RecentMax,
+                                     Request, RollingQuantile, Scheduler, SchedulerConfig,
+                                     SendInfer, SendLoad, SendUnload, WorkerInfo)
 
 COLD_DEMAND_TTL_NS = 1_000_000_000  # a turned-away request asks for a LOAD this long
+# SchedulerConfig.adapt_slack: a worker's INFER slack is this many times the latest start of
+# its last LATE_START_WINDOW INFERs (twice: room for a worker somewhat later than lately)
+LATE_START_WINDOW = 100
+SLACK_PER_LATENESS = 2
 
 
 def _holds_any(gpu: Gpu, models) -> bool:
@@ -53,6 +57,7 @@ class _InFlight(msgspec.Struct, gc=False):
     batch_size: int = 0
     requests: list[Request] | None = None
     pages: int = 0
+    earliest_ns: int = 0  # (INFER) the start it was planned for
 
 
 class ClockworkScheduler(Scheduler):
@@ -83,6 +88,10 @@ class ClockworkScheduler(Scheduler):
         # machine) turns into rejections, not late answers.
         self.answer_delays = RollingQuantile(1000, 0.99, 100)
         self.margin_ns: dict[int, int] = {}  # worker -> completion margin in use
+        # How late each worker's INFERs lately started (or were refused) after earliest_ns,
+        # and the INFER slack in use for it (SchedulerConfig.adapt_slack)
+        self.late_starts = RecentMax(LATE_START_WINDOW)
+        self.slack_ns: dict[int, int] = {}
         self._answer_seen_ns: dict[int, int] = {}  # worker -> when its last result came
         # (earliest deadline among its unanswered requests, INFER id) for every INFER sent:
         # the answer guard (SchedulerConfig.answer_guard_ns). Entries of INFERs that returned
@@ -127,6 +136,8 @@ class ClockworkScheduler(Scheduler):
         self.margin_ns.pop(worker_id, None)
         self._answer_seen_ns.pop(worker_id, None)
         self.answer_delays.forget(worker_id)
+        self.late_starts.forget(worker_id)
+        self.slack_ns.pop(worker_id, None)
         for holders in self.holders.values():
             holders.discard(worker_id)
         for action_id, f in list(self.inflight.items()):
@@ -180,6 +191,8 @@ class ClockworkScheduler(Scheduler):
     def _infer_returned(self, now_ns: int, result: ActionResult, f: _InFlight,
                         gpu: Gpu | None):
         decisions: list[Decision] = []
+        if self.config.adapt_slack and result.status in (Status.OK, Status.TOO_LATE):
+            self._saw_start(f.gpu[0], (result.start_ns or now_ns) - f.earliest_ns)
         if result.status == Status.OK:
             worker = f.gpu[0]
             self.answer_delays.observe(worker, max(0, now_ns - result.end_ns))
@@ -208,6 +221,12 @@ class ClockworkScheduler(Scheduler):
             decisions.append(Finish(r.request_id, status, f"worker: {result.status.name}"))
             self.cold.discard(r.request_id)
         return decisions
+
+    def _saw_start(self, worker: int, late_ns: int) -> None:
+        """An INFER of `worker` started (or was refused) `late_ns` after its earliest_ns."""
+        self.late_starts.observe(worker, max(0, late_ns))
+        self.slack_ns[worker] = max(self.config.infer_slack_ns,
+                                    SLACK_PER_LATENESS * self.late_starts.value[worker])
 
     # --- planning ------------------------------------------------------------------------
     def tick(self, now_ns: int) -> list[Decision]:
@@ -419,10 +438,12 @@ class ClockworkScheduler(Scheduler):
                     del queues[model]  # only models with waiting requests stay
                 touched.add(model)
                 action_id = next(self._ids)
-                latest = min(start + self.config.infer_slack_ns, deadline - est)
+                latest = min(start + self.slack_ns.get(gpu.worker_id, self.config.infer_slack_ns),
+                             deadline - est)
                 decisions.append(SendInfer(action_id, gpu.worker_id, gpu.index, model, b,
                                            [r.request_id for r in requests], start, latest, est))
-                self.inflight[action_id] = _InFlight("infer", gpu.key, model, b, requests)
+                self.inflight[action_id] = _InFlight("infer", gpu.key, model, b, requests,
+                                                     earliest_ns=start)
                 # EDF: the first request popped has the earliest deadline
                 heapq.heappush(self._guards, (requests[0].deadline_ns, action_id))
                 self.last_exec[gpu.key] = action_id

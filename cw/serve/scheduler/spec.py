@@ -52,6 +52,9 @@ SETTINGS: dict[str, dict[str, Setting]] = {
                             "1: plan each answer to reach its client by the deadline (the "
                             "way back the client reports comes off it, at most half the SLO)",
                             high=1),
+        "adapt-slack": Setting("adapt_slack", "count", True, "1",
+                               "1: widen a worker's INFER windows to twice the latest start it "
+                               "lately needed (never below slack); 0: always slack", high=1),
     },
     "batch-timeout": {
         "max-batch": Setting("max_batch", "count", False, "16",
