@@ -657,8 +657,10 @@ class Controller:
         for (wid, idx), g in getattr(self.scheduler, "gpus", {}).items():
             busy[f"{wid}/{idx}"] = min(1.0, g.busy_ns / elapsed)
             models[f"{wid}/{idx}"] = len(g.loaded)
+        windows = {w.name: found for wid, w in self.workers.items()
+                   if (found := self.scheduler.worker_windows(wid)) is not None}
         self.metrics.gauges(self.scheduler.queue_length(), busy, models, now_ns / 1e9,
-                            len(self.workers))
+                            len(self.workers), windows)
         telemetry = self.telemetry
         self.metrics.telemetry(telemetry.held_bytes(), telemetry.lost_rows,
                                telemetry.write_error is not None)

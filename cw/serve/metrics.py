@@ -75,6 +75,7 @@ class Metrics:
         self.gpu_busy = {}              # "worker/gpu" -> busy fraction
         self.gpu_models = {}            # "worker/gpu" -> loaded models
         self.clocks = {}                # worker name -> (offset, estimate, rtt) in ns
+        self.windows = {}               # worker name -> (INFER slack, completion margin) in ns
         self.started_s = None
         self.now_s = None
         self.telemetry_held_bytes = 0   # formatted for --log-dir, not written yet
@@ -115,12 +116,16 @@ class Metrics:
         weeks)."""
         with self._lock:
             self.clocks.pop(worker, None)
+            self.windows.pop(worker, None)
 
     def gauges(self, queue_length: int, busy: dict, models: dict, now_s: float,
-               workers: int = 0) -> None:
+               workers: int = 0, windows: dict | None = None) -> None:
+        """`windows`: worker name -> (INFER slack, completion margin) in ns, as the scheduler
+        plans that worker's INFERs now (Scheduler.worker_windows)."""
         with self._lock:
             self.queue_length = queue_length
             self.workers = workers
+            self.windows = dict(windows or {})
             self.gpu_busy, self.gpu_models = dict(busy), dict(models)
             self.now_s = now_s
             if self.started_s is None:
@@ -167,6 +172,14 @@ class Metrics:
                       f"cw_telemetry_held_bytes {self.telemetry_held_bytes}",
                       "# TYPE cw_telemetry_lost_rows_total counter",
                       f"cw_telemetry_lost_rows_total {self.telemetry_lost_rows}"]
+            # how the scheduler plans each worker's INFERs: both widen for a worker that is
+            # late to start them or slow to answer (SchedulerConfig.adapt_slack, the learned
+            # completion margin)
+            for i, name in enumerate(("infer_slack", "completion_margin")):
+                lines.append(f"# TYPE cw_worker_{name}_seconds gauge")
+                for worker, values in sorted(self.windows.items()):
+                    lines.append(f'cw_worker_{name}_seconds{{worker="{worker}"}} '
+                                 f"{values[i] / 1e9:.6f}")
             # the offset a worker translates windows with; on one host it is pinned to 0 and
             # the round-trip estimate beside it shows the error that pinning avoids
             for i, name in enumerate(("offset", "estimate", "rtt")):

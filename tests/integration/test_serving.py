@@ -798,6 +798,9 @@ def test_metrics_endpoint_serves_prometheus_text(models_dir, tmp_path):
         assert w.worker.clock.pinned and w.worker.clock.offset_ns == 0
         assert lines['cw_worker_clock_offset_seconds{worker="sim0"}'] == "0.000000000"
         assert 'cw_worker_clock_rtt_seconds{worker="sim0"}' in lines
+        # its INFERs' windows as planned now: at least the configured slack and margin
+        assert float(lines['cw_worker_infer_slack_seconds{worker="sim0"}']) >= 0.003
+        assert float(lines['cw_worker_completion_margin_seconds{worker="sim0"}']) >= 0.002
         assert lines["cw_workers"] == "1"
         # on the clients' interface: a controller on 127.0.0.1 keeps its metrics there too
         assert ctl.metrics_server.server_address[0] == "127.0.0.1"

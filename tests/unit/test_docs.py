@@ -80,11 +80,12 @@ def test_every_metric_is_in_the_telemetry_doc():
     m.request("OK", 1_000_000, True)
     m.action("infer", "OK")
     m.worker_clock("w", 1, 2, 3)
-    m.gauges(0, {"1/0": 0.5}, {"1/0": 1}, 1.0)
+    m.gauges(0, {"1/0": 0.5}, {"1/0": 1}, 1.0, 1, {"w": (3_000_000, 2_000_000)})
     names = {re.match(r"[a-z_]+", line).group(0) for line in m.render().splitlines()
              if line and not line.startswith("#")}
     names = {re.sub(r"_(bucket|sum|count)$", "", n) for n in names}
-    assert len(names) > 15 and "cw_worker_clock_rtt_seconds" in names
+    assert len(names) > 15 and "cw_worker_clock_rtt_seconds" in names and \
+        "cw_worker_infer_slack_seconds" in names
     text = (DOCS / "telemetry.md").read_text()
     documented = set(re.findall(r"`(cw_[a-z_]+)", text))
     documented |= {f"cw_worker_clock_{k}_seconds" for k in ("estimate", "rtt")

@@ -330,6 +330,11 @@ class Scheduler(ABC):
     def queue_length(self) -> int:
         return 0
 
+    def worker_windows(self, worker_id: int) -> tuple[int, int] | None:
+        """The INFER slack and the completion margin the policy now plans a worker's INFERs
+        with (both adapt to the worker), or None where it plans no such windows."""
+        return None
+
     def next_wakeup_ns(self, now_ns: int) -> int | None:
         """The next time `tick` should run without an event (virtual-time callers)."""
         return now_ns + 1_000_000 if self.queue_length() else None

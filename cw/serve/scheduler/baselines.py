@@ -33,6 +33,9 @@ class _Baseline(ClockworkScheduler):
         self.arrivals: dict[int, int] = {}
         self.busy: dict[tuple[int, int], int] = {}  # gpu -> INFERs in flight
 
+    def worker_windows(self, worker_id: int) -> None:
+        return None  # a batch's window is left open, and no margin is planned
+
     def _servable(self, model: str) -> bool:
         """Some GPU of a worker that has the model could hold it. These policies never reject
         for lack of time, but a request no GPU can ever run would wait forever."""

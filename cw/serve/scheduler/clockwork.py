@@ -559,6 +559,11 @@ class ClockworkScheduler(Scheduler):
     def queue_length(self) -> int:
         return sum(len(q) for q in self.queues.values())
 
+    def worker_windows(self, worker_id: int) -> tuple[int, int] | None:
+        c = self.config
+        return (self.slack_ns.get(worker_id, c.infer_slack_ns),
+                self.margin_ns.get(worker_id, c.completion_margin_ns))
+
     def _wake_lead_ns(self, gpu: Gpu) -> int | None:
         """How long the inputs of the largest batch queued for `gpu` take to reach it (each
         request counted as one sample), or None if it holds no model with waiting requests."""
