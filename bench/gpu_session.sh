@@ -38,6 +38,10 @@
 #      requests and the answers (protocol.pack) and widens a late worker's INFER windows
 #      (`clockwork:adapt-slack`, on): neither is measured on a GPU yet. Compare the TOO_LATE
 #      counts in the summaries with stop 47's; `VARIANT=clockwork:adapt-slack=0` is the A/B.
+#      Add `RUNS="senders4=CW_SENDERS=4" RUN_SLOS="10ms 25ms"` for the closed loop driven by four
+#      processes (`cw replay --senders 4`, stop 48; only checked on 2 cores, where it cannot
+#      help): do the answers late by the client's count, all of which left the controller in
+#      time, go away once one Python process no longer takes 13,000 answers a second?
 # With 30 minutes, `stage` instead, then three device calls, back to back, each with carry
 # [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and

@@ -81,6 +81,11 @@ def replay_cmd(
     exec_graphs: bool = typer.Option(False, "--exec-graphs",
                                      help="Live, --runtime cuda: run each EXEC as one CUDA "
                                           "graph (experimental)."),
+    senders: int = typer.Option(None, "--senders", envvar="CW_SENDERS",
+                                help="Live, closed loop: processes that drive the clients, "
+                                     "each with a client of its own and whole models (1: this "
+                                     "process). More keep one Python process from delaying "
+                                     "answers at thousands a second."),
     seed: int = typer.Option(0, "--seed", help="Seeds arrivals, mapping and noise: the same "
                                                 "seed, the same requests."),
     out: Path = typer.Option(Path("replay-out"), "--out", help="Output directory."),
@@ -120,7 +125,7 @@ def replay_cmd(
                   runtime=runtime, out=out,
                   force=force, shared_memory=shared_memory,
                   log_stalls_ns=parse_duration_ns(log_stalls, "--log-stalls") if log_stalls
-                  else None, exec_graphs=exec_graphs or None)
+                  else None, exec_graphs=exec_graphs or None, senders=senders)
     if preset is not None:
         config = with_preset(preset, **chosen)
     else:

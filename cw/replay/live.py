@@ -1,4 +1,5 @@
-"""Live replay: arrivals sent in real time over ZeroMQ to a controller by one open-loop sender.
+"""Live replay: arrivals sent in real time over ZeroMQ to a controller by one open-loop sender,
+or closed-loop clients in this process or in several (`--senders`, cw/replay/senders.py).
 
 Against a local controller (the default: one started in a process of its own, with simulated
 or CPU worker processes) the telemetry is the controller's own, read back from its CSV files.
@@ -17,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -241,36 +243,66 @@ def wait_for(futures, timeout_s: float, stop=None) -> None:
                 pass
 
 
-def client_rows(futures, sent_ns, names, slo_ns: int) -> list[RequestRow]:
-    """Request rows as the client saw them (a remote controller's own telemetry is out of
-    reach): futures of raw responses, which say the batch size and whether a simulated worker
-    answered."""
-    rows = []
-    for i, (f, t0, model) in enumerate(zip(futures, sent_ns, names)):
-        t0 = int(t0)
-        batch, simulated = 0, False
-        # (the client cancels what is pending at its close, and fails with NoAnswer what waited
-        # its timeout past the deadline)
+@dataclass
+class Answers:
+    """What a sender saw of its requests, in the order it sent them: what a replay's request
+    rows and its client view are made of, also when the senders ran in other processes
+    (cw/replay/senders.py)."""
+    sent_ns: np.ndarray        # int64, the client's call
+    done_ns: np.ndarray        # int64, its receipt of the answer (0: none came)
+    status: list[str]          # RequestStatus name, NO_ANSWER, or ERROR (the client failed)
+    batch_size: np.ndarray     # int32, the compiled batch size it ran in (0: unknown)
+    simulated: np.ndarray      # bool, answered by a simulated worker
+    left_after_ns: np.ndarray  # int64, InferResponse.latency_ns: its send to the answer
+    models: list[str]          # leaving the controller (0: not said)
+
+    def __len__(self) -> int:
+        return len(self.status)
+
+
+def answers_of(futures, sent_ns, names) -> Answers:
+    """The sender's futures of raw responses as Answers. (The client cancels what is pending
+    at its close, and fails with NoAnswer what waited its timeout past the deadline.)"""
+    n = len(futures)
+    done, batch = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int32)
+    simulated, left = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
+    status = []
+    for i, (f, t0) in enumerate(zip(futures, sent_ns)):
         if not f.done() or f.cancelled() or isinstance(f.exception(), NoAnswer):
-            status, done = NO_ANSWER, t0 + slo_ns
-        elif f.exception() is not None:  # the client failed, not the controller
-            status, done = "ERROR", getattr(f, "done_ns", t0)
-        else:
-            response = f.result()
-            status, done = response.status.name, getattr(f, "done_ns", t0)
-            if isinstance(response, InferResponse):
-                batch, simulated = response.batch_size, response.simulated
+            status.append(NO_ANSWER)
+            continue
+        done[i] = getattr(f, "done_ns", int(t0))
+        if f.exception() is not None:
+            status.append("ERROR")
+            continue
+        response = f.result()
+        status.append(response.status.name)
+        if isinstance(response, InferResponse):
+            batch[i], simulated[i] = response.batch_size, response.simulated
+            left[i] = max(0, response.latency_ns)
+    return Answers(np.asarray(sent_ns, dtype=np.int64), done, status, batch, simulated, left,
+                   list(names))
+
+
+def client_rows(answers: Answers, slo_ns: int) -> list[RequestRow]:
+    """Request rows as the client saw them (a remote controller's own telemetry is out of
+    reach): a request unanswered counts as answered at its deadline, NO_ANSWER."""
+    rows = []
+    for i in range(len(answers)):
+        t0, status = int(answers.sent_ns[i]), answers.status[i]
+        done = t0 + slo_ns if status == NO_ANSWER else int(answers.done_ns[i])
         latency = done - t0
-        rows.append(RequestRow(i + 1, model, 1, t0, t0 + slo_ns, slo_ns, done, latency, status,
-                               status == "OK" and latency <= slo_ns, batch, -1, -1, -1, False,
-                               simulated))
+        rows.append(RequestRow(i + 1, answers.models[i], 1, t0, t0 + slo_ns, slo_ns, done,
+                               latency, status, status == "OK" and latency <= slo_ns,
+                               int(answers.batch_size[i]), -1, -1, -1, False,
+                               bool(answers.simulated[i])))
     return rows
 
 
-def client_view(rows: list[RequestRow], futures=None) -> dict:
+def client_view(rows: list[RequestRow], answers: Answers | None = None) -> dict:
     """Lateness and latency as the client measured them, from its send to its receipt. With
-    the requests' `futures` (a controller on this host, whose answers say how long the request
-    took until the answer left: InferResponse.latency_ns), also what the way back took."""
+    the `answers` (a controller on this host, whose answers say how long the request took
+    until the answer left: InferResponse.latency_ns), also what the way back took."""
     from cw.replay.summary import percentiles_ms
 
     late = collections.Counter(r.status for r in rows if r.completion_ns > r.deadline_ns)
@@ -278,11 +310,10 @@ def client_view(rows: list[RequestRow], futures=None) -> dict:
             "completed_in_slo": sum(1 for r in rows if r.deadline_met),
             "latency_ms": percentiles_ms([r.latency_ns for r in rows if r.status == "OK"]),
             "answer_ms": percentiles_ms([r.latency_ns for r in rows if r.status != NO_ANSWER])}
-    if futures is not None:
+    if answers is not None:
         way_back, left_in_time = [], 0
-        for r, f in zip(rows, futures):
-            left_after_ns = _answer_left_after_ns(r, f)
-            if left_after_ns is None:
+        for r, left_after_ns in zip(rows, answers.left_after_ns.tolist()):
+            if r.status in (NO_ANSWER, "ERROR") or left_after_ns <= 0:
                 continue
             way_back.append(r.latency_ns - left_after_ns)
             left_in_time += r.completion_ns > r.deadline_ns and left_after_ns <= r.slo_ns
@@ -292,17 +323,6 @@ def client_view(rows: list[RequestRow], futures=None) -> dict:
         view["way_back_ms"] = percentiles_ms(way_back)
         view["late_that_left_in_time"] = left_in_time
     return view
-
-
-def _answer_left_after_ns(row: RequestRow, future) -> int | None:
-    """The controller's latency_ns of a request's answer (the send to the answer leaving), or
-    None where there is none (unanswered, failed in the client, an ErrorResponse)."""
-    if row.status in (NO_ANSWER, "ERROR") or not future.done() or future.cancelled() \
-            or future.exception() is not None:
-        return None
-    response = future.result()
-    return response.latency_ns if isinstance(response, InferResponse) and \
-        response.latency_ns > 0 else None
 
 
 def no_answer(requests: list[RequestRow]) -> dict:
@@ -398,21 +418,30 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             gone = None if ctl is None else (lambda: not ctl.process.is_alive())
             # whether this machine's processes had cores to run on (stalls answer late)
             cpu_before, cpu_since_ns = host_cpu_counters(), time.perf_counter_ns()
-            if isinstance(arr, ClosedLoop):
-                futures, sent, chosen, start = send_closed_loop(
-                    client, arr, inputs, config.slo_ns / 1e6, advance, gone)
+            if isinstance(arr, ClosedLoop) and config.senders > 1:
+                from cw.replay.senders import send_closed_loop_in_processes
+
+                answers, start = send_closed_loop_in_processes(
+                    address, config.key_file, config.shared_memory, arr, inputs,
+                    config.slo_ns / 1e6, config.senders, advance, gone)
+                extra["senders"] = config.senders
             else:
-                chosen = [arr.models[i] for i in arr.model_index]
-                futures, sent, lateness, start = send_open_loop(
-                    client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6, advance, gone)
-                extra["send_lateness_ms"] = lateness_ms(lateness)
-            wait_for(futures, (config.slo_ns + ANSWER_WAIT_NS) / 1e9, gone)
+                if isinstance(arr, ClosedLoop):
+                    futures, sent, chosen, start = send_closed_loop(
+                        client, arr, inputs, config.slo_ns / 1e6, advance, gone)
+                else:
+                    chosen = [arr.models[i] for i in arr.model_index]
+                    futures, sent, lateness, start = send_open_loop(
+                        client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6, advance,
+                        gone)
+                    extra["send_lateness_ms"] = lateness_ms(lateness)
+                wait_for(futures, (config.slo_ns + ANSWER_WAIT_NS) / 1e9, gone)
+                answers = answers_of(futures, sent, chosen)
             if ctl is not None:
                 # the controller's rows end when it sends an answer (and start at the client's
                 # send only where they share a clock): the way back, and any wait before the
                 # controller took a request in, show from the client's side alone
-                extra["client_view"] = client_view(
-                    client_rows(futures, sent, chosen, config.slo_ns), futures)
+                extra["client_view"] = client_view(client_rows(answers, config.slo_ns), answers)
             extra["host_cpu"] = host_cpu_delta(cpu_before, host_cpu_counters(),
                                                time.perf_counter_ns() - cpu_since_ns)
         if ctl is not None:
@@ -427,9 +456,9 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             procs = None
             ctl.close()  # writes the last telemetry rows
             if ctl.failure is not None:  # its telemetry ends where it did: no report from it
-                missed = no_answer(shift(client_rows(futures, sent, chosen, config.slo_ns),
+                missed = no_answer(shift(client_rows(answers, config.slo_ns),
                                          TIME_FIELDS_REQUEST, start))
-                lost = (f"{missed['no_answer']:,} of the {len(futures):,} requests sent got no "
+                lost = (f"{missed['no_answer']:,} of the {len(answers):,} requests sent got no "
                         f"answer (the first sent {missed['no_answer_sent_s'][0]:g} s in)"
                         if missed["no_answer"] else "its telemetry is incomplete")
                 raise CwError(f"the replay's controller process {ctl.failure}; {lost}",
@@ -453,8 +482,7 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             simulated = bool(requests) and all(r.simulated for r in requests if r.status == "OK")
             runtime_name = {"simulated": "simulated", "cpu": "cpu", "cuda": "gpu"}[config.runtime]
         else:
-            requests = shift(client_rows(futures, sent, chosen, config.slo_ns),
-                             TIME_FIELDS_REQUEST, start)
+            requests = shift(client_rows(answers, config.slo_ns), TIME_FIELDS_REQUEST, start)
             actions = []
             # what answered is unknown from here, but for simulated workers: their answers say so
             simulated = any(r.status == "OK" for r in requests) and all(

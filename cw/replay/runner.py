@@ -76,6 +76,7 @@ class ReplayConfig:
     shared_memory: bool = True                 # live: inputs via /dev/shm where the host allows
     log_stalls_ns: int | None = None           # live, own controller: stalls.log in out
     exec_graphs: bool = False                  # live, cuda workers: EXEC as one CUDA graph
+    senders: int = 1                           # live, closed loop: sender processes
     out: Path = Path("replay-out")
     force: bool = False
 
@@ -123,6 +124,12 @@ class ReplayConfig:
             raise UsageError("--exec-graphs is for the CUDA workers a live replay starts",
                              "give --runtime cuda (without --simulate or --controller), or "
                              "drop --exec-graphs")
+        if self.senders < 1:
+            raise UsageError(f"--senders {self.senders} must be ≥ 1")
+        if self.senders > 1 and (self.simulate or self.workload != "closed"):
+            raise UsageError("--senders is for a live replay's closed-loop clients",
+                             "drop --simulate, and use --workload closed (or --preset fig5), "
+                             "or drop --senders")
         if self.zoo_timings not in ZOO_TIMINGS:
             raise UsageError(f"unknown --zoo-timings '{self.zoo_timings}'",
                              f"use one of {', '.join(ZOO_TIMINGS)}")

@@ -270,6 +270,8 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--slo", "25ms,0ms"), "each --slo must be positive"),
     (("--slo", "25ms,soon"), "invalid --slo 'soon'"),
     (("--slo", ","), "--slo is empty"),
+    (("--senders", "2"), "--senders is for a live replay's closed-loop clients"),
+    (("--senders", "0"), "--senders 0 must be ≥ 1"),
     (("--scheduler", "clockwork,fifo", "--models", "mlp"), "no published or measured timings"),
 ])
 def test_bad_input_one_line_nothing_written(cli, tmp_path, args, text):
@@ -352,6 +354,36 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     host = summary["host_cpu"]
     assert host["cpus"] >= 1 and (host["no_core_fraction"] is None
                                   or 0 <= host["no_core_fraction"] <= 1.05), host
+
+
+def test_a_closed_loop_driven_from_several_sender_processes(cli, cpu_bundle, tmp_path):
+    """`--senders 2`: two processes, each with a client of its own and two of the four models;
+    every request they sent is in the controller's telemetry and in the client's view, and
+    none is left unanswered."""
+    models = mlp_models(cpu_bundle, tmp_path, (1, 2, 4, 8, 16))
+    out = tmp_path / "live"
+    r = cli("replay", "--models", models, "--copies", "4", "--workload", "closed",
+            "--concurrency", "3", "--duration", "3s", "--senders", "2", "--out", out, "--json")
+    assert r.code == 0, r.err
+    summary = json.loads(r.out)
+    assert summary["senders"] == 2 and summary["live"] is True
+    with open(out / "requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == summary["requests"] > 200
+    # each sender drove whole models, all four of them driven
+    assert len({r["model"] for r in rows}) == 4
+    client = summary["client_view"]
+    assert client["late"] == sum(client["late_by_status"].values())
+    assert "NO_ANSWER" not in client["late_by_status"]
+    good = sum(r["deadline_met"] == "True" for r in rows)
+    assert 0.9 * good <= client["completed_in_slo"] <= good, client
+    assert 0 < client["way_back_ms"]["p50"] < client["latency_ms"]["p50"], client
+    # at most the clients' number in flight, and all sent within the run
+    assert all(0 <= int(r["arrival_ns"]) < 5 * 10**9 for r in rows)
+    r = cli("replay", "--models", models, "--copies", "4", "--workload", "closed",
+            "--duration", "1s", "--senders", "5", "--out", tmp_path / "five")
+    assert r.code != 0 and "--senders 5 is more than the 4 models driven" in r.err, r.err
+    assert not (tmp_path / "five").exists()
 
 
 def test_a_live_replay_whose_controller_dies_says_so_and_writes_nothing(cpu_bundle, tmp_path):
