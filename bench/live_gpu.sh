@@ -75,11 +75,14 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     if s.get("exec_start_delay_ms"):
         p = s["exec_start_delay_ms"]
         print(f"{'':>14}EXEC start after earliest: p50 {p['p50']} p99 {p['p99']} max {p['max']} "
-              f"ms; {s['started_after_latest']} INFERs started after latest_ns")
+              f"ms; {s['started_after_latest']} INFERs started after latest_ns; "
+              f"{s.get('actions_too_late')} actions refused TOO_LATE")
     if s.get("host_cpu"):
         print(f"{'':>14}host CPU: {s['host_cpu']}")
     c = s.get("client_view")  # the same requests as the client counted them (since 2026-11-28)
     if c:
         print(f"{'':>14}client's count: in SLO {c['completed_in_slo']}, late {c['late']} "
-              f"{c['late_by_status']}, OK latency ms {c['latency_ms']}")
+              f"{c['late_by_status']}, OK latency ms {c['latency_ms']}; of the late, left the "
+              f"controller in time {c.get('late_that_left_in_time')}; way back ms "
+              f"{c.get('way_back_ms')}; senders {s.get('senders', 1)}")
 PY
