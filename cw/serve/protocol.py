@@ -336,7 +336,7 @@ class Codec:
     def decode(self, data: bytes):
         """A message, or the `Packed` messages of a packed frame. Raises msgspec.DecodeError /
         ValidationError on malformed or unknown messages (one bad message in a packed frame
-        makes the frame malformed)."""
+        fails the frame here; the transport then decodes its messages one by one)."""
         decoder = self.packed_decoder if data and data[0] in PACKED_LEADS else self.decoder
         if len(data) < collector.LARGE_MESSAGE_BYTES:
             decoded = decoder.decode(data)

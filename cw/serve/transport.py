@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import msgspec
 
 from cw.serve.keys import CurveKey, curve_client, curve_server, handshake_words
-from cw.serve.protocol import (PACK_MAX_BYTES, PACK_MAX_MESSAGE_BYTES, PACK_MAX_MESSAGES, Codec,
-                               Packed, pack)
+from cw.serve.protocol import (PACK_MAX_BYTES, PACK_MAX_MESSAGE_BYTES, PACK_MAX_MESSAGES,
+                               PACKED_LEADS, Codec, Packed, pack)
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,25 @@ def _decode(codec: Codec, data):
     try:
         return codec.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        if data and data[0] in PACKED_LEADS:
+            return _decode_each(codec, data, e)
         return Malformed(bytes(data), str(e))
+
+
+def _decode_each(codec: Codec, data, error: Exception):
+    """A packed frame with a bad message in it: the others are what they are, and each bad one
+    is Malformed alone (its sender hears of that request, and of no other)."""
+    try:
+        raws = msgspec.msgpack.decode(data, type=list[msgspec.Raw])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return Malformed(bytes(data), str(error))
+    messages = Packed()
+    for raw in raws:
+        try:
+            messages.append(codec.decoder.decode(raw))
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            messages.append(Malformed(bytes(raw), str(e)))
+    return messages
 
 
 class _Outbox:

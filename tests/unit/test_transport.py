@@ -346,3 +346,32 @@ def test_packing_while_other_threads_send():
         sys.setswitchinterval(before)
         dealer.close()
         router.close()
+
+
+def test_a_bad_message_in_a_packed_frame_is_malformed_alone():
+    """The good messages around it are taken in, in order; the bad one keeps its bytes, from
+    which the controller reads the request id to answer MALFORMED under."""
+    import msgspec
+    import zmq
+
+    from cw.serve import protocol as p
+    from cw.serve.transport import ZmqRouter
+
+    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromClient), p.Codec(p.ToClient))
+    raw = zmq.Context.instance().socket(zmq.DEALER)
+    raw.connect(router.address)
+    codec = p.Codec(p.FromClient)
+    bad = msgspec.msgpack.encode({"type": "infer", "request_id": 7, "model": 5, "inputs": [],
+                                  "n": 1})
+    try:
+        raw.send(p.pack([codec.encode(p.ListModels(6)), bad, codec.encode(p.ListModels(8))]))
+        got = [m for _, m in _collect(lambda: router.poll(50), 3)]
+        assert [type(m).__name__ for m in got] == ["ListModels", "Malformed", "ListModels"]
+        assert got[0].request_id == 6 and got[2].request_id == 8
+        assert msgspec.msgpack.decode(got[1].raw)["request_id"] == 7
+        raw.send(b"\x93\xc1")  # a packed frame's header over bytes that are not msgpack
+        (only,) = [m for _, m in _collect(lambda: router.poll(50), 1)]
+        assert type(only).__name__ == "Malformed"
+    finally:
+        raw.close(linger=0)
+        router.close()
