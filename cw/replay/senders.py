@@ -120,10 +120,10 @@ def _gather(results, procs, kind: str, timeout_s: float, progress=None, counts=N
         try:
             what, index, payload = results.get(timeout=PROGRESS_EVERY_NS / 1e9)
         except queue.Empty:
-            dead = [p.name for i, p in enumerate(procs) if i not in got and not p.is_alive()]
+            dead = [p for i, p in enumerate(procs) if i not in got and not p.is_alive()]
             if dead:
-                raise CwError(f"replay sender {dead[0]} ended without a word "
-                              f"(exit code {procs[int(dead[0].rsplit('-', 1)[1])].exitcode})",
+                raise CwError(f"replay sender {dead[0].name} ended without a word (exit code "
+                              f"{dead[0].exitcode})",
                               "run the replay again with --senders 1 to see its error")
             if time.monotonic() > deadline:
                 raise CwError(f"the replay's senders did not report '{kind}' in time "
