@@ -75,7 +75,7 @@ class StallWatch:
             others = "" if others_ran_ns is None else \
                 f"; the process's other threads ran {others_ran_ns / 1e6:.2f} ms meanwhile"
             self._stall(f"Python could not run for {stalled / 1e6:.2f} ms after the loop's poll "
-                        f"({_cause(stalled, core_wait_ns)}{others})")
+                        f"({_cause(stalled, core_wait_ns, others_ran_ns)}{others})")
 
     def iteration(self, busy_ns: int, detail: str, spent: tuple | None = None) -> None:
         """The owning loop's report of one iteration (a cheap comparison when below);
@@ -128,15 +128,15 @@ class StallWatch:
                 late = now - expected
                 if late > self.threshold_ns:
                     began = expected - tick_ns  # when the last tick ended
-                    who, after = threads.since(ran if ran[1] <= began else older)
+                    who, after, others_ns = threads.since(ran if ran[1] <= began else older)
                     older, ran = ran, after
                     # held up in those reads too: all of it is this stall
                     now = clock()
                     late = now - expected
                     before, waited = waited, core_wait.total_ns()
-                    self._stall(f"Python could not run for {late / 1e6:.2f} ms "
-                                f"({_cause(late, None if waited is None else waited - before)}"
-                                f"{who})")
+                    cause = _cause(late, None if waited is None else waited - before,
+                                   others_ns)
+                    self._stall(f"Python could not run for {late / 1e6:.2f} ms ({cause}{who})")
                     expected = now + tick_ns
                     continue
                 waited = core_wait.total_ns()
@@ -157,11 +157,32 @@ class StallWatch:
             threads.close()
 
 
-def _cause(late_ns: int, core_wait_ns: int | None) -> str:
+# Below this much, time neither without a core nor another thread's goes unsaid (the counters'
+# own granularity and the span a thread snapshot covers blur it)
+_UNACCOUNTED_MIN_NS = 500_000
+
+
+def _cause(late_ns: int, core_wait_ns: int | None, others_ran_ns: int | None = None) -> str:
+    """Why Python could not run for `late_ns`: `core_wait_ns` of it runnable without a core;
+    of the rest, the GIL's share is at most what the process's other threads ran meanwhile
+    (`others_ran_ns`): a thread holds the GIL while it runs (or, rarely, while a call into C
+    blocks without letting go of it). What is left is neither: the thread was not runnable (a
+    timer that woke it late) or ran where Linux does not see (a hypervisor that took the
+    core). A GPU run's stall lines said "waiting for the GIL" with every other thread idle."""
     if core_wait_ns is None:
+        if others_ran_ns is not None and others_ran_ns < late_ns / 10:
+            return ("the process's other threads hardly ran: no core, a late wake-up or the "
+                    "hypervisor, not the GIL")
         return "another thread held the GIL, or the process had no core"
     core_wait_ns = min(core_wait_ns, late_ns)
-    return f"{core_wait_ns / 1e6:.2f} ms of it without a core, the rest waiting for the GIL"
+    rest_ns = late_ns - core_wait_ns
+    unaccounted_ns = 0 if others_ran_ns is None else max(0, rest_ns - others_ran_ns)
+    if unaccounted_ns < _UNACCOUNTED_MIN_NS:
+        return f"{core_wait_ns / 1e6:.2f} ms of it without a core, the rest waiting for the GIL"
+    return (f"{core_wait_ns / 1e6:.2f} ms of it without a core, at most "
+            f"{(rest_ns - unaccounted_ns) / 1e6:.2f} ms waiting for the GIL, "
+            f"{unaccounted_ns / 1e6:.2f} ms neither: not runnable (a late wake-up) or held "
+            f"where Linux does not count (the hypervisor)")
 
 
 class LoopMeter:
@@ -254,18 +275,18 @@ class ThreadTimes:
         return start, time.perf_counter_ns(), values
 
     def since(self, base: tuple[int, int, dict[int, bytes]],
-              most: int = 3) -> tuple[str, tuple[int, int, dict[int, bytes]]]:
+              most: int = 3) -> tuple[str, tuple[int, int, dict[int, bytes]], int | None]:
         """("; in the last S ms other threads ran: NAME X ms (now at FILE:LINE in FUNCTION),
-        ...", a new timed snapshot): the threads that ran over 0.1 ms since the timed snapshot
-        `base`, busiest first. A thread started since ran at most that long. ("", base) where
-        the OS keeps no per-thread counters."""
+        ...", a new timed snapshot, ns all of them ran): the threads that ran over 0.1 ms since
+        the timed snapshot `base`, busiest first. A thread started since ran at most that long.
+        ("", base, None) where the OS keeps no per-thread counters."""
         if not self.available:
-            return "", base
+            return "", base, None
         self.refresh()
         after = self.timed_snapshot()
         before = base[2]
         span_ns = after[1] - base[0]
-        ran = []
+        ran, total_ns = [], 0
         for tid, raw in after[2].items():
             try:
                 ran_ns = int(raw.split()[0])
@@ -273,10 +294,11 @@ class ThreadTimes:
                     else min(ran_ns, span_ns)
             except (ValueError, IndexError):
                 continue
+            total_ns += ran_ns
             if ran_ns > 100_000:
                 ran.append((ran_ns, tid))
         if not ran:
-            return f"; in the last {span_ns / 1e6:.0f} ms no other thread ran", after
+            return f"; in the last {span_ns / 1e6:.0f} ms no other thread ran", after, total_ns
         ran.sort(reverse=True)
         by_tid = {t.native_id: t for t in threading.enumerate()}
         parts = []
@@ -287,7 +309,7 @@ class ThreadTimes:
                 part += _where(thread)
             parts.append(part)
         return (f"; in the last {span_ns / 1e6:.0f} ms other threads ran: " + ", ".join(parts),
-                after)
+                after, total_ns)
 
     def close(self) -> None:
         for fd in self._fds.values():

@@ -191,6 +191,9 @@ def test_a_loop_that_reports_its_polls_needs_no_watch_thread():
         watch.woke(int(0.5 * MS), MS, int(2.5 * MS))  # woken early, but kept from a core
         watch.woke(4 * MS, MS)  # where the OS does not say
         watch.woke(4 * MS, MS, 0, int(2.9 * MS))  # another thread of the process ran
+        # no other thread ran enough to have held the GIL that long: not the GIL
+        watch.woke(4 * MS, MS, int(0.5 * MS), int(0.3 * MS))
+        watch.woke(4 * MS, MS, None, int(0.1 * MS))
     finally:
         watch.stop()
     assert lines == [
@@ -202,5 +205,12 @@ def test_a_loop_that_reports_its_polls_needs_no_watch_thread():
         "thread held the GIL, or the process had no core)",
         "controller stall: Python could not run for 3.00 ms after the loop's poll (0.00 ms of "
         "it without a core, the rest waiting for the GIL; the process's other threads ran "
-        "2.90 ms meanwhile)"]
-    assert watch.stalls == 4 and watch._on_gc not in gc.callbacks
+        "2.90 ms meanwhile)",
+        "controller stall: Python could not run for 3.00 ms after the loop's poll (0.50 ms of "
+        "it without a core, at most 0.30 ms waiting for the GIL, 2.20 ms neither: not runnable "
+        "(a late wake-up) or held where Linux does not count (the hypervisor); the process's "
+        "other threads ran 0.30 ms meanwhile)",
+        "controller stall: Python could not run for 3.00 ms after the loop's poll (the "
+        "process's other threads hardly ran: no core, a late wake-up or the hypervisor, not "
+        "the GIL; the process's other threads ran 0.10 ms meanwhile)"]
+    assert watch.stalls == 6 and watch._on_gc not in gc.callbacks
