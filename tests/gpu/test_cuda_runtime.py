@@ -11,6 +11,7 @@ from cw.bundle import open_bundle
 from cw.serve.runtime.host import HostModel, HostWeights
 from cw.verify import max_relative_error, onnx_reference
 from tests.conftest import random_input
+from tests.gpu import infer_once
 
 pytestmark = pytest.mark.gpu
 
@@ -68,13 +69,7 @@ def test_pages_anywhere_padding_and_no_allocation_after_warm_up(cuda_bundle, zoo
     ref = onnx_reference(zoo_onnx("small_cnn"), [x])[0]
 
     def infer(model):
-        slot = rt.acquire_slot(model, 4)  # 3 samples padded to the compiled 4
-        rt.copy_input(model, slot, [x])
-        rt.execute(model, slot)
-        (y,), timing = rt.copy_output(model, slot)
-        rt.release_slot(slot)
-        assert timing.device_ns > 0
-        return y
+        return infer_once(rt, model, 4, x)  # 3 samples padded to the compiled 4
 
     rt.load(a, rt.cache.allocate(pages))
     rt.load(b, rt.cache.allocate(pages))

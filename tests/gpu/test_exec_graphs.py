@@ -12,6 +12,7 @@ from cw.bundle import open_bundle
 from cw.serve.runtime.host import HostModel, HostWeights
 from cw.verify import max_relative_error, onnx_reference
 from tests.conftest import random_input
+from tests.gpu import infer_once
 
 pytestmark = pytest.mark.gpu
 
@@ -29,16 +30,6 @@ def _models(cuda_bundle, name, sizes, precision):
 def _input(model, batch, seed):
     spec = model.manifest.inputs[0]
     return random_input((batch, *spec.sample_shape), seed=seed)
-
-
-def _infer(rt, model, size, x):
-    slot = rt.acquire_slot(model, size)
-    rt.copy_input(model, slot, [x])
-    rt.execute(model, slot)
-    (y,), timing = rt.copy_output(model, slot)
-    rt.release_slot(slot)
-    assert timing.device_ns > 0
-    return y
 
 
 @pytest.mark.parametrize("name,sizes,precision", CASES)
@@ -62,10 +53,10 @@ def test_graphs_compute_what_the_vm_does_at_every_placement(cuda_bundle, zoo_onn
         # one graph per batch size and placement (copies of a bundle share theirs)
         assert rt.describe()["exec_graphs"] == {"made": 2 * len(sizes), "failed": 0, "execs": 0}
         xs = {size: _input(a, size, seed=size) for size in sizes}
-        want = {size: _infer(plain, a, size, x) for size, x in xs.items()}
+        want = {size: infer_once(plain, a, size, x) for size, x in xs.items()}
         for size, x in xs.items():
             for model in (a, b):
-                assert np.array_equal(_infer(rt, model, size, x), want[size]), (model, size)
+                assert np.array_equal(infer_once(rt, model, size, x), want[size]), (model, size)
         assert rt.graph_execs == 2 * len(sizes)  # every one of them ran as its graph
         x = xs[sizes[0]]
         assert max_relative_error(want[sizes[0]], onnx_reference(zoo_onnx(name), [x])[0]) < 1e-4
@@ -79,14 +70,14 @@ def test_graphs_compute_what_the_vm_does_at_every_placement(cuda_bundle, zoo_onn
         rt.settle()
         assert rt.describe()["exec_graphs"]["made"] == 3 * len(sizes)
         for size, x in xs.items():
-            assert np.array_equal(_infer(rt, a, size, x), want[size])
+            assert np.array_equal(infer_once(rt, a, size, x), want[size])
 
         cuda_api.use_device(0)
         free = cuda_api.free_bytes()
         for _ in range(20):
             for size, x in xs.items():
-                _infer(rt, a, size, x)
-                _infer(rt, b, size, x)
+                infer_once(rt, a, size, x)
+                infer_once(rt, b, size, x)
         assert cuda_api.free_bytes() == free  # nothing allocated on the inference path
     finally:
         rt.close()
@@ -115,7 +106,7 @@ def test_graph_and_vm_execs_in_flight_together_each_answer_their_own(cuda_bundle
         want = []
         for i, x in enumerate(xs):
             model = (a, b)[i % 2]
-            want.append(_infer(rt, model, 1, x))
+            want.append(infer_once(rt, model, 1, x))
         execs_before = rt.graph_execs
         slots, handles = [], []
         first = now_ns() + 20_000_000
