@@ -16,13 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
-
 from cw.serve import collector
 from cw.serve import protocol as p
 from cw.serve.clock import clock_domain
+from cw.serve.intake import request_id_of, request_problem
 from cw.serve.metrics import Metrics
-from cw.serve.protocol import RequestStatus, describe_models
+from cw.serve.protocol import RequestStatus
 from cw.serve.shm import ShmError, ShmReader, ShmRef, remove_stale, shm_domain
 from cw.serve.scheduler.base import (ACTION_KIND, ActionResult, Finish, GpuInfo, Request, Scheduler,
                                      SendInfer, SendLoad, WorkerInfo)
@@ -470,7 +469,7 @@ class Controller:
 
     # --- clients -------------------------------------------------------------------------
     def _on_infer(self, now_ns: int, peer: bytes, msg: p.InferRequest) -> None:
-        problem = self._validate(msg)
+        problem = request_problem(msg, self.scheduler, self.config.max_slo_ns, self.shm)
         if problem:
             status, message = problem
             self.clients_ep.send(peer, p.InferResponse(msg.request_id, status, message))
@@ -505,39 +504,6 @@ class Controller:
                                      arrival_ns + slo_ns, slo_ns)
         self._finish(now_ns, Finish(rid, status, message))
 
-    def _validate(self, msg: p.InferRequest):
-        info = self.scheduler.model_info(msg.model)
-        if info is None:
-            # thousands of copies: a summary, not a message of a million characters
-            served = self.scheduler.models()
-            if not served:  # (a controller just started or restarted: its workers join soon)
-                return RequestStatus.UNKNOWN_MODEL, (f"no model '{msg.model}': no worker serves "
-                                                     "this controller yet")
-            return (RequestStatus.UNKNOWN_MODEL,
-                    f"no model '{msg.model}' (servable: {describe_models(served)})")
-        if msg.slo_ns < 0 or msg.slo_ns > self.config.max_slo_ns:
-            return RequestStatus.BAD_SLO, (f"SLO {format_duration_ns(msg.slo_ns)} is not "
-                                           "within (0, "
-                                           f"{format_duration_ns(self.config.max_slo_ns)}]")
-        if not 1 <= msg.n <= info.batch_sizes[-1]:
-            return RequestStatus.BAD_INPUT, (f"{msg.n} samples; '{msg.model}' takes 1.."
-                                             f"{info.batch_sizes[-1]} per request")
-        if len(msg.inputs) != len(info.inputs):
-            return RequestStatus.BAD_INPUT, (f"{len(msg.inputs)} inputs given, '{msg.model}' "
-                                             f"takes {len(info.inputs)}")
-        for data, spec in zip(msg.inputs, info.inputs):
-            if type(data) is ShmRef:
-                try:
-                    data = self.shm.view(data)  # checked here, so that a bad one fails alone
-                except ShmError as e:
-                    return RequestStatus.BAD_INPUT, (f"input '{spec.name}': {e} (send the bytes "
-                                                     "instead: Client(shared_memory=False))")
-            if len(data) != msg.n * spec.sample_bytes:
-                return RequestStatus.BAD_INPUT, (
-                    f"input '{spec.name}' has {len(data)} bytes; {msg.n} sample(s) of "
-                    f"{spec.dtype}{spec.sample_shape} are {msg.n * spec.sample_bytes}")
-        return None
-
     def _on_models(self, now_ns: int, peer: bytes, msg: p.ListModels) -> None:
         if msg.only is None:
             infos = list(self.scheduler.models().values())
@@ -553,7 +519,7 @@ class Controller:
     def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
         # under the request's own id where one can be read: a client waiting on that request
         # then hears why at once, instead of waiting out its timeout
-        self._respond_error(peer, _request_id_of(msg.raw), RequestStatus.MALFORMED,
+        self._respond_error(peer, request_id_of(msg.raw), RequestStatus.MALFORMED,
                             f"malformed request: {msg.error}")
 
     def _respond_error(self, peer, request_id, status, message) -> None:
@@ -665,13 +631,3 @@ class Controller:
         self.metrics.telemetry(telemetry.held_bytes(), telemetry.lost_rows,
                                telemetry.write_error is not None)
 
-
-def _request_id_of(raw: bytes) -> int:
-    """The `request_id` of a client message that failed to decode as one (a wrong type in
-    another field, say), or -1 where it has none."""
-    try:
-        fields = msgspec.msgpack.decode(raw)
-    except msgspec.DecodeError:
-        return -1
-    rid = fields.get("request_id") if isinstance(fields, dict) else None
-    return rid if type(rid) is int and -2**63 <= rid < 2**63 else -1
