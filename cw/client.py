@@ -141,7 +141,8 @@ class Client:
             busy = bool(self._futures)
             received = self._dealer.poll(SEND_BATCH_MS if busy else 20, woken_by_puts=not busy)
             if received:
-                self._last_heard_s = received_s = time.monotonic()
+                received_ns = time.monotonic_ns()
+                self._last_heard_s = received_s = received_ns / 1e9
             for msg in received:
                 if isinstance(msg, Malformed):
                     self._read_foreign(msg)
@@ -156,6 +157,9 @@ class Client:
                     self._saw_unseen(received_s - future.sent_s - msg.latency_ns / 1e9)
                 if future.done():  # cancelled by close()
                     continue
+                # when this thread took it in, before the answers ahead of it in the same poll
+                # were settled: a late answer's way back splits there (cw replay's client_view)
+                future.received_ns = received_ns
                 if decode is None:
                     future.set_result(msg)
                     continue

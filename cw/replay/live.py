@@ -255,6 +255,9 @@ class Answers:
     simulated: np.ndarray      # bool, answered by a simulated worker
     left_after_ns: np.ndarray  # int64, InferResponse.latency_ns: its send to the answer
     models: list[str]          # leaving the controller (0: not said)
+    # int64, when the client's I/O thread took the answer in (0: not known), before it settled
+    # the answers ahead of it in that poll and ran the callbacks: `done_ns` is after those
+    received_ns: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.status)
@@ -266,12 +269,14 @@ def answers_of(futures, sent_ns, names) -> Answers:
     n = len(futures)
     done, batch = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int32)
     simulated, left = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
+    received = np.zeros(n, dtype=np.int64)
     status = []
     for i, (f, t0) in enumerate(zip(futures, sent_ns)):
         if not f.done() or f.cancelled() or isinstance(f.exception(), NoAnswer):
             status.append(NO_ANSWER)
             continue
         done[i] = getattr(f, "done_ns", int(t0))
+        received[i] = getattr(f, "received_ns", 0)
         if f.exception() is not None:
             status.append("ERROR")
             continue
@@ -281,7 +286,7 @@ def answers_of(futures, sent_ns, names) -> Answers:
             batch[i], simulated[i] = response.batch_size, response.simulated
             left[i] = max(0, response.latency_ns)
     return Answers(np.asarray(sent_ns, dtype=np.int64), done, status, batch, simulated, left,
-                   list(names))
+                   list(names), received)
 
 
 def client_rows(answers: Answers, slo_ns: int) -> list[RequestRow]:
@@ -311,17 +316,32 @@ def client_view(rows: list[RequestRow], answers: Answers | None = None) -> dict:
             "latency_ms": percentiles_ms([r.latency_ns for r in rows if r.status == "OK"]),
             "answer_ms": percentiles_ms([r.latency_ns for r in rows if r.status != NO_ANSWER])}
     if answers is not None:
-        way_back, left_in_time = [], 0
-        for r, left_after_ns in zip(rows, answers.left_after_ns.tolist()):
+        received = answers.received_ns if answers.received_ns is not None \
+            else np.zeros(len(rows), dtype=np.int64)
+        way_back, to_thread, in_client = [], [], []
+        left_in_time = late_when_taken_in = 0
+        for r, left_after_ns, received_ns in zip(rows, answers.left_after_ns.tolist(),
+                                                 received.tolist()):
             if r.status in (NO_ANSWER, "ERROR") or left_after_ns <= 0:
                 continue
             way_back.append(r.latency_ns - left_after_ns)
-            left_in_time += r.completion_ns > r.deadline_ns and left_after_ns <= r.slo_ns
+            late_on_the_way = r.completion_ns > r.deadline_ns and left_after_ns <= r.slo_ns
+            left_in_time += late_on_the_way
+            if received_ns > 0:
+                to_thread.append(received_ns - r.arrival_ns - left_after_ns)
+                in_client.append(r.completion_ns - received_ns)
+                late_when_taken_in += late_on_the_way and received_ns > r.deadline_ns
         # the answer's way from the controller to the client's receipt (and the client's own
         # call before the send's stamp: microseconds); late answers that left in time were
-        # late on this way alone
+        # late on this way alone: already when the client's I/O thread took them in (ZeroMQ,
+        # or that thread waiting for the GIL or a core), or only after (the answers ahead of
+        # them in its poll, and the callbacks)
         view["way_back_ms"] = percentiles_ms(way_back)
         view["late_that_left_in_time"] = left_in_time
+        if to_thread:
+            view["way_to_client_thread_ms"] = percentiles_ms(to_thread)
+            view["in_client_ms"] = percentiles_ms(in_client)
+            view["late_when_taken_in"] = late_when_taken_in
     return view
 
 

@@ -45,8 +45,9 @@ def merge(parts: list[Answers]) -> Answers:
         values = [v for a in parts for v in getattr(a, field)]
         return [values[i] for i in order.tolist()]
 
+    received = None if any(a.received_ns is None for a in parts) else joined("received_ns")
     return Answers(sent[order], joined("done_ns"), listed("status"), joined("batch_size"),
-                   joined("simulated"), joined("left_after_ns"), listed("models"))
+                   joined("simulated"), joined("left_after_ns"), listed("models"), received)
 
 
 def _sender(index: int, results, counts, go, halt, address: str, key_file: Path | None,

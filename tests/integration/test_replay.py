@@ -345,6 +345,10 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     # the way back: the client's latency less the controller's, from the same send
     assert 0 < client["way_back_ms"]["p50"] < client["latency_ms"]["p50"], client
     assert 0 <= client["late_that_left_in_time"] <= client["late"]
+    # split where the client's I/O thread took each answer in
+    assert 0 <= client["late_when_taken_in"] <= client["late_that_left_in_time"]
+    assert 0 < client["way_to_client_thread_ms"]["p50"] <= client["way_back_ms"]["p50"], client
+    assert client["in_client_ms"]["p50"] >= 0
     # --log-stalls: the controller's and both workers' stall lines, gathered and counted
     assert set(summary["stalls"]) == {"controller", "worker-0", "worker-1"}
     stall_lines = (out / "stalls.log").read_text().splitlines()
@@ -378,6 +382,8 @@ def test_a_closed_loop_driven_from_several_sender_processes(cli, cpu_bundle, tmp
     good = sum(r["deadline_met"] == "True" for r in rows)
     assert 0.9 * good <= client["completed_in_slo"] <= good, client
     assert 0 < client["way_back_ms"]["p50"] < client["latency_ms"]["p50"], client
+    # each sender's receipts came back with its answers
+    assert 0 < client["way_to_client_thread_ms"]["p50"] <= client["way_back_ms"]["p50"], client
     # at most the clients' number in flight, and all sent within the run
     assert all(0 <= int(r["arrival_ns"]) < 5 * 10**9 for r in rows)
     r = cli("replay", "--models", models, "--copies", "4", "--workload", "closed",

@@ -74,3 +74,31 @@ def test_each_client_keeps_one_request_in_flight_until_the_end():
     assert counts["rejected"] > counts["a"]
     assert int(np.max(sent)) < start + loop.duration_ns + MS
     assert reports and reports[-1][0] == len(futures)
+
+
+def test_the_way_back_of_a_late_answer_splits_where_the_clients_thread_took_it_in():
+    """client_view: of the answers that left the controller in time but reached the caller late,
+    those already late when the client's I/O thread took them in (the way there, or that thread
+    kept from running) are told from those made late after (answers ahead of them in its poll,
+    callbacks)."""
+    from cw.replay.live import Answers, client_rows, client_view
+
+    slo = 10 * MS
+    sent = np.array([0, 0, 0, 0], dtype=np.int64)
+    left = np.array([4, 9, 9, 12], dtype=np.int64) * MS  # the answers left the controller
+    received = np.array([5, 11, 9.5, 13], dtype=float) * MS  # the I/O thread took them in
+    done = np.array([5.1, 11.2, 10.5, 13.1], dtype=float) * MS  # the caller had them
+    answers = Answers(sent, done.astype(np.int64), ["OK"] * 4, np.ones(4, dtype=np.int32),
+                      np.zeros(4, dtype=bool), left, ["m"] * 4, received.astype(np.int64))
+    view = client_view(client_rows(answers, slo), answers)
+    assert view["late"] == 3  # the last left late, by the controller's fault
+    assert view["late_that_left_in_time"] == 2
+    assert view["late_when_taken_in"] == 1  # the second; the third was in time at intake
+    assert view["way_to_client_thread_ms"]["max"] == 2.0
+    assert view["in_client_ms"]["max"] == 1.0
+    # a sender from before the stamp (or a merge with one): no split, the rest as before
+    older = Answers(*[getattr(answers, f) for f in ("sent_ns", "done_ns", "status",
+                                                   "batch_size", "simulated", "left_after_ns",
+                                                   "models")])
+    view = client_view(client_rows(older, slo), older)
+    assert view["late_that_left_in_time"] == 2 and "late_when_taken_in" not in view
