@@ -17,7 +17,7 @@
 # ~8 s of device time, `short` 381 s; `p9999` (below) 239 s. Without the stash calls `short`
 # runs on pattern weights (no accuracy). `recheck` (~4 min) reruns tests, worker bench, Fig. 5
 # and the kernel table after a fix.
-# What is left to measure (as of 2026-11-28, stop 48), in 15 minutes; `next` ran on
+# What is left to measure (as of 2026-11-28, stop 49), in 15 minutes; `next` ran on
 # 2026-11-28 (its CUTLASS plans are committed, its Fig. 5 is in docs/benchmarks.md). `stage-short`
 # here if .gpucheck is missing. Then, in order of what the open issues need:
 #   1. `CALL_BUDGET=300 bash bench/gpu_session.sh graphs` (carry [".device", ".gpucheck"],
@@ -42,6 +42,10 @@
 #      processes (`cw replay --senders 4`, stop 48; only checked on 2 cores, where it cannot
 #      help): do the answers late by the client's count, all of which left the controller in
 #      time, go away once one Python process no longer takes 13,000 answers a second?
+#      Since stop 49 each live run's client line also says where those answers were late: how
+#      many were late already when the client's I/O thread took them in (the way there:
+#      `--senders` is the remedy) and the time spent after (the closed loop's sender is now
+#      woken once per poll; `RUNS="wake1=CW_SENDER_WAKE=answer"` is the old way, for an A/B).
 # With 30 minutes, `stage` instead, then three device calls, back to back, each with carry
 # [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and

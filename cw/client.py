@@ -128,6 +128,7 @@ class Client:
         self.unseen_ns = 0
         self._last_heard_s = 0.0  # when anything last came from the controller
         self._wrong_address: str | None = None  # what a controller's workers' address said
+        self._after_polls: list = []  # on_polled's callables
         self._thread = threading.Thread(target=self._loop, name="cw-client", daemon=True)
         self._thread.start()
 
@@ -171,6 +172,11 @@ class Client:
                     future.set_exception(e)
                 else:
                     future.set_result(result)
+            for after_poll in self._after_polls:
+                try:
+                    after_poll()
+                except Exception:  # (this thread must go on answering)
+                    log.exception("a client's on_polled callable failed")
             now = time.monotonic()
             if now - self._swept_s >= SWEEP_S:
                 self._swept_s = now
@@ -257,6 +263,20 @@ class Client:
         to serve)."""
         slo_s = 0.0 if slo_ns is None else (slo_ns or self._default_slo_ns or 60 * 10**9) / 1e9
         return slo_s + self.timeout_s
+
+    def on_polled(self, after_poll):
+        """Call `after_poll()` on the I/O thread after each of its polls, once the answers that
+        poll took in are settled (at least every millisecond while requests are in flight);
+        returns a callable that stops it. A load generator's futures' callbacks can then note
+        answers, and `after_poll` wake its sender once per poll: woken by the first answer's
+        callback, the sender took the GIL from this thread while it still settled the
+        others."""
+        # a new list each time: the I/O thread goes on through the one it holds
+        self._after_polls = [*self._after_polls, after_poll]
+
+        def stop() -> None:
+            self._after_polls = [f for f in self._after_polls if f is not after_poll]
+        return stop
 
     def close(self) -> None:
         self._stop.set()

@@ -13,10 +13,12 @@ import collections
 import contextlib
 import fnmatch
 import gc
+import os
 import queue
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,10 +187,25 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
     in_flight = 0
     start = time.monotonic_ns()
     end = start + loop.duration_ns
+    # The answers a poll of the client's I/O thread settled are handed over once, after that
+    # poll: woken by the first answer's callback, this thread took the GIL from the I/O thread
+    # while it still settled the others (their callers' time: late by the client's count).
+    per_poll = os.environ.get("CW_SENDER_WAKE", "poll") == "poll" and \
+        hasattr(client, "on_polled")
+    noted: collections.deque = collections.deque()
+    this_thread = threading.get_ident()
 
     def answer(future) -> None:
         future.done_ns = time.monotonic_ns()
-        answered.put(future.model)
+        if per_poll and threading.get_ident() != this_thread:
+            noted.append(future.model)
+        else:  # (answered before it left, in this thread: no poll would hand it over)
+            answered.put((future.model,))
+
+    def hand_over() -> None:  # on the client's I/O thread, once its poll's answers are settled
+        n = len(noted)
+        if n:
+            answered.put([noted.popleft() for _ in range(n)])
 
     def issue(model: str) -> None:
         nonlocal in_flight
@@ -202,30 +219,35 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
         names.append(model)
         future.add_done_callback(answer)  # (at once, in this thread, if already answered)
 
-    for model in loop.models:
-        for _ in range(loop.concurrency):
-            issue(model)
-    reported = start
-    while in_flight:
-        try:
-            done = [answered.get(timeout=1.0)]
-        except queue.Empty:
-            done = []
-        while True:  # every answer there is, in one go
-            try:
-                done.append(answered.get_nowait())
-            except queue.Empty:
-                break
-        in_flight -= len(done)
-        for model in done:
-            if time.monotonic_ns() + loop.think_ns < end:
+    stop_handing_over = client.on_polled(hand_over) if per_poll else None
+    try:
+        for model in loop.models:
+            for _ in range(loop.concurrency):
                 issue(model)
-        now = time.monotonic_ns()
-        if progress is not None and (now - reported > PROGRESS_EVERY_NS or not in_flight):
-            reported = now
-            progress(len(futures), min(now - start, loop.duration_ns))
-        if now > end + ANSWER_WAIT_NS + int(slo_ms * 1e6) or (stop is not None and stop()):
-            break  # what is still unanswered then counts as NO_ANSWER
+        reported = start
+        while in_flight:
+            try:
+                done = list(answered.get(timeout=1.0))
+            except queue.Empty:
+                done = []
+            while True:  # every answer there is, in one go
+                try:
+                    done.extend(answered.get_nowait())
+                except queue.Empty:
+                    break
+            in_flight -= len(done)
+            for model in done:
+                if time.monotonic_ns() + loop.think_ns < end:
+                    issue(model)
+            now = time.monotonic_ns()
+            if progress is not None and (now - reported > PROGRESS_EVERY_NS or not in_flight):
+                reported = now
+                progress(len(futures), min(now - start, loop.duration_ns))
+            if now > end + ANSWER_WAIT_NS + int(slo_ms * 1e6) or (stop is not None and stop()):
+                break  # what is still unanswered then counts as NO_ANSWER
+    finally:
+        if stop_handing_over is not None:
+            stop_handing_over()
     return futures, np.asarray(sent, dtype=np.int64), names, start
 
 
