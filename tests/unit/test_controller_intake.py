@@ -204,3 +204,58 @@ def test_requests_leave_within_milliseconds_while_others_are_in_flight():
                 assert got[-1][1] - called < 15 * MS, (got[-1][1] - called) / MS
     finally:
         close()
+
+
+def test_on_polled_runs_on_the_io_thread_after_that_polls_answers_are_settled():
+    """Client.on_polled: called on the I/O thread after its answers' callbacks (each future
+    says when that thread took it in: `received_ns`), never again once stopped; one that
+    raises is logged and the client goes on answering."""
+    import numpy as np
+
+    from cw.client import Client
+
+    address, got, close = _fake_controller(clock_domain())
+    events: list = []
+    try:
+        with Client(address, timeout_s=5, shared_memory=False) as client:
+            client.models()
+
+            def polled():
+                events.append(("polled", threading.get_ident()))
+
+            def broken():
+                raise RuntimeError("a hook that fails")
+
+            stop_polled = client.on_polled(polled)
+            stop_broken = client.on_polled(broken)
+            x = np.zeros((1, 2), np.float32)
+            futures = []
+            for _ in range(10):
+                f = client.infer_response_async("m", x, slo_ms=60_000)
+                f.add_done_callback(lambda f: events.append(
+                    ("answered", threading.get_ident(), time.monotonic_ns(), f)))
+                futures.append(f)
+            for f in futures:
+                assert f.result(timeout=5).status == RequestStatus.REJECTED
+            deadline = time.monotonic() + 5
+            while events[-1][0] != "polled" and time.monotonic() < deadline:
+                time.sleep(0.001)
+            stop_polled()
+            stop_broken()
+            time.sleep(0.05)  # (an idle client polls every 20 ms)
+            calls = sum(e[0] == "polled" for e in events)
+            time.sleep(0.05)
+            assert sum(e[0] == "polled" for e in events) == calls
+            # still answering after the failing hook
+            assert client.infer_response("m", x, slo_ms=60_000).status == RequestStatus.REJECTED
+    finally:
+        close()
+    answered = [i for i, e in enumerate(events) if e[0] == "answered"]
+    assert len(answered) == 10
+    io_threads = {e[1] for e in events}
+    assert len(io_threads) == 1 and threading.get_ident() not in io_threads
+    last_polled = max(i for i, e in enumerate(events) if e[0] == "polled")
+    assert last_polled > answered[-1]  # every answer settled before a call
+    for i in answered:
+        _, _, done_ns, f = events[i]
+        assert 0 < f.received_ns <= done_ns
