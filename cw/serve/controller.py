@@ -176,8 +176,18 @@ class Controller:
         """One iteration at one instant: handle what arrived (`wait`'s result, else whatever is
         there now), check worker liveness, run one scheduler tick, write a few telemetry rows."""
         self.handle(now_ns, received if received is not None else self._poller.poll(0))
+        self.send_now()
         self.tick(now_ns)
+        self.send_now()
         self.write_telemetry()
+
+    def send_now(self) -> None:
+        """What this loop has queued for clients and workers leaves now. Sends wait in the
+        endpoints' outboxes for the loop's next poll otherwise: an answer made early in an
+        iteration waited for the rest of it (more requests, the tick, telemetry rows) while
+        its latency said it had left."""
+        self.clients_ep.flush()
+        self.workers_ep.flush()
 
     def write_telemetry(self) -> None:
         """A few of the rows waiting for --log-dir: the configured number per iteration, and
@@ -217,6 +227,7 @@ class Controller:
         now = clock()  # after the wait: arrivals are stamped when handled
         if from_workers:
             self.handle(now, (from_workers, []))
+            self.send_now()  # the answers, before the clients' requests
         workers = len(from_workers)
         chunk = self.config.client_messages_per_chunk
         for start in range(0, len(from_clients), chunk):
@@ -228,7 +239,10 @@ class Controller:
                     workers += len(results)
                     self.handle(now, (results, []))
                 self._apply(now, self.scheduler.urgent(now))
+                self.send_now()
             self.handle(now, ([], from_clients[start:start + chunk]))
+        if from_clients:
+            self.send_now()  # (the tick that follows may take a while planning)
         return workers, len(from_clients)
 
     def serve_forever(self, stop: threading.Event, clock=time.monotonic_ns) -> None:
@@ -261,6 +275,7 @@ class Controller:
                 # planned from a stale clock would reach the workers already late
                 now = clock()
                 self.tick(now)
+                self.send_now()  # before the telemetry rows
                 self.write_telemetry()
             except Exception as e:  # log the unexpected and keep serving
                 now = began = clock()

@@ -63,6 +63,9 @@ class InprocRouter:
             return
         dealer.inbox.put(self._out.encode(msg))
 
+    def flush(self) -> None:
+        """(Sends are delivered at once here.)"""
+
     def poll(self, timeout_ms: int) -> list[tuple[bytes, object]]:
         return [(peer, _decode(self._in, data)) for peer, data in self.inbox.take(timeout_ms)]
 

@@ -404,6 +404,11 @@ class ZmqRouter(_ZmqEndpoint):
     def send(self, peer: bytes, msg) -> None:
         self._outbox.put((peer, self._out.encode(msg)))
 
+    def flush(self) -> None:
+        """Send what the owner thread has queued, now rather than at its next poll (owner
+        only)."""
+        self._flush()
+
     def _flush(self) -> None:
         queue = self._outbox.queue
         if self._packing_peers:

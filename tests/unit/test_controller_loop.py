@@ -97,6 +97,37 @@ def test_worker_messages_that_arrive_during_a_burst_are_handled_between_chunks(m
             endpoint.close()
 
 
+def test_answers_leave_while_the_loop_goes_on_not_at_its_next_poll():
+    """Over ZeroMQ, what handling a burst queued for clients and workers has left by the time
+    `handle_received` returns: before, sends waited in the outboxes for the loop's next poll,
+    after the tick and the telemetry rows, while the answers' latency said they had left."""
+    workers, clients, worker, client = _zmq()
+    ctl = Controller(ControllerConfig(client_messages_per_chunk=4), workers, clients,
+                     make_scheduler("clockwork"))
+    try:
+        worker.send(p.Ping(1))  # no registration: told to register
+        worker.poll(0)
+        for i in range(10):
+            client.send(p.ListModels(i))
+        client.poll(0)
+        got: tuple[list, list] = ([], [])
+        deadline = time.monotonic() + 5
+        while (len(got[0]) < 1 or len(got[1]) < 10) and time.monotonic() < deadline:
+            more = ctl._poller.poll(50)
+            got = (got[0] + more[0], got[1] + more[1])
+        ctl.wait = ctl._poller.poll = None  # no poll of the controller's from here on
+        assert ctl.handle_received(got, iter(range(1_000, 100_000, 1_000)).__next__) == (1, 10)
+        answers, told = [], []
+        while (len(answers) < 10 or not told) and time.monotonic() < deadline:
+            answers += client.poll(20)
+            told += worker.poll(20)
+        assert [a.request_id for a in answers] == list(range(10))
+        assert isinstance(told[0], p.Goodbye)
+    finally:
+        for endpoint in (worker, client, workers, clients):
+            endpoint.close()
+
+
 def test_a_burst_without_worker_messages_is_handled_in_chunks_all_the_same():
     workers, clients, worker, client = _inproc()
     ctl = Controller(ControllerConfig(client_messages_per_chunk=16), workers, clients,
