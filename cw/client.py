@@ -264,6 +264,12 @@ class Client:
         slo_s = 0.0 if slo_ns is None else (slo_ns or self._default_slo_ns or 60 * 10**9) / 1e9
         return slo_s + self.timeout_s
 
+    def send_now(self) -> None:
+        """Have the I/O thread send the requests queued so far now. With requests in flight it
+        sends only every SEND_BATCH_MS otherwise (waking it for each request costs CPU): a
+        caller that has just sent a burst saves them that wait with one wake-up."""
+        self._dealer.wake()
+
     def on_polled(self, after_poll):
         """Call `after_poll()` on the I/O thread after each of its polls, once the answers that
         poll took in are settled (at least every millisecond while requests are in flight);

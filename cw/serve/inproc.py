@@ -89,6 +89,9 @@ class InprocDealer:
     def send(self, msg) -> None:
         self.send_raw(self._out.encode(msg))
 
+    def wake(self) -> None:
+        """(Sends are delivered at once here.)"""
+
     def send_raw(self, data: bytes) -> None:
         router = self._router()
         if router is not None:  # like ZeroMQ, messages to a missing peer are dropped

@@ -98,6 +98,15 @@ class _Outbox:
             # after the flush), or a wake-up is already on its way (the flag is cleared only
             # after the pipe is read, and before a flush): no syscall.
             return
+        self._signal()
+
+    def wake(self) -> None:
+        """End the owner's poll now, also a short one that puts do not end (a caller done
+        queueing a burst); nothing if a wake-up is on its way or nothing is queued."""
+        if self.queue and not self.signalled and threading.get_ident() != self.owner:
+            self._signal()
+
+    def _signal(self) -> None:
         self.signalled = True
         try:
             os.write(self.write_fd, b"\0")
@@ -521,6 +530,10 @@ class ZmqDealer(_ZmqEndpoint):
         """Bytes as they are, in a frame of their own (tests send malformed messages with
         this)."""
         self._outbox.put(_Alone(data))
+
+    def wake(self) -> None:
+        """Have the owner send what is queued now, also during a poll that puts do not end."""
+        self._outbox.wake()
 
     def _flush(self) -> None:
         queue, send, flags = self._outbox.queue, self._send_frame, self._last

@@ -236,6 +236,56 @@ def test_a_dealer_holds_what_it_cannot_send_and_a_workers_keeps_only_the_newest(
             router.close()
 
 
+def test_wake_ends_a_poll_that_puts_do_not_end():
+    """`wake` (Client.send_now): the owner, in a poll that puts do not end, is woken once for
+    what is queued, and not at all when nothing is or a wake-up is already on its way."""
+    box = _Outbox()
+    box.owner = threading.get_ident()
+    box.waiting = False  # a short poll: puts do not wake it
+    try:
+        t = threading.Thread(target=box.wake)  # nothing queued: no system call
+        t.start()
+        t.join()
+        put_from_another_thread(box, "x")
+        assert pending_wakeups(box) == 0
+        for _ in range(2):
+            t = threading.Thread(target=box.wake)
+            t.start()
+            t.join()
+        assert pending_wakeups(box) == 1 and box.signalled
+        box.drain_wakeups()
+        box.wake()  # the owner itself: it sends before it next waits
+        assert pending_wakeups(box) == 0
+    finally:
+        box.close()
+
+
+def test_a_dealer_woken_sends_before_its_poll_would_end():
+    import time
+
+    from cw.serve import protocol as p
+    from cw.serve.transport import ZmqDealer, ZmqRouter
+
+    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromClient), p.Codec(p.ToClient))
+    dealer = ZmqDealer(router.address, p.Codec(p.ToClient), p.Codec(p.FromClient))
+    try:
+        dealer.poll(0)
+        polling = threading.Thread(target=dealer.poll, args=(3000,),
+                                   kwargs={"woken_by_puts": False})
+        polling.start()
+        time.sleep(0.1)  # in its poll
+        sent = time.monotonic()
+        dealer.send(p.ListModels(1))
+        dealer.wake()
+        got = _collect(lambda: router.poll(20), 1, timeout_s=2.5)
+        assert [m.request_id for _, m in got] == [1]
+        assert time.monotonic() - sent < 2.0  # not the poll's 3 s
+        polling.join()
+    finally:
+        dealer.close()
+        router.close()
+
+
 def _collect(poll, n: int, timeout_s: float = 5.0) -> list:
     import time
 
