@@ -45,12 +45,12 @@
 #      Since stop 49 each live run's client line also says where those answers were late: how
 #      many were late already when the client's I/O thread took them in (the way there:
 #      `--senders` is the remedy) and the time spent after (the closed loop's sender is now
-#      woken once per poll; `RUNS="wake1=CW_SENDER_WAKE=answer"` is the old way, for an A/B).
-#      The controller's answers now leave as they are made, not at its loop's next poll (on 2
-#      cores the way back's median halved). `RUNS="flush=CW_SENDER_FLUSH=1"`: the closed loop
-#      sends each burst at once (Client.send_now), not within the client's next millisecond
-#      (1/3 of the requests waited over 1 ms to be taken in on the H200); off by default (on
-#      2 cores its wake-ups made more answers late).
+#      woken once per poll). The controller's answers now leave as they are made, not at its
+#      loop's next poll (on 2 cores the way back's median halved). `RUNS="atonce=
+#      CW_SEND_AT_ONCE=1"` (`cw replay --send-at-once`): the closed loop sends each burst at
+#      once (Client.send_now), not within the client's next millisecond (1/3 of the requests
+#      waited over 1 ms to be taken in on the H200); off by default (on 2 cores its wake-ups
+#      made more answers late).
 # With 30 minutes, `stage` instead, then three device calls, back to back, each with carry
 # [".device", ".gpucheck"], timeout 600:
 #   1. bash bench/gpu_session.sh checks  # pytest -m gpu; cw profile + bench/worker_gpu.py and

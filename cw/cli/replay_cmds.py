@@ -86,6 +86,10 @@ def replay_cmd(
                                      "each with a client of its own and whole models (1: this "
                                      "process). More keep one Python process from delaying "
                                      "answers at thousands a second."),
+    send_at_once: bool = typer.Option(False, "--send-at-once", envvar="CW_SEND_AT_ONCE",
+                                      help="Live, closed loop: each burst of requests leaves "
+                                           "at once, not within the client's next millisecond "
+                                           "(costs a wake-up per burst)."),
     seed: int = typer.Option(0, "--seed", help="Seeds arrivals, mapping and noise: the same "
                                                 "seed, the same requests."),
     out: Path = typer.Option(Path("replay-out"), "--out", help="Output directory."),
@@ -125,7 +129,8 @@ def replay_cmd(
                   runtime=runtime, out=out,
                   force=force, shared_memory=shared_memory,
                   log_stalls_ns=parse_duration_ns(log_stalls, "--log-stalls") if log_stalls
-                  else None, exec_graphs=exec_graphs or None, senders=senders)
+                  else None, exec_graphs=exec_graphs or None, senders=senders,
+                  send_at_once=send_at_once or None)
     if preset is not None:
         config = with_preset(preset, **chosen)
     else:

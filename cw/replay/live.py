@@ -13,7 +13,6 @@ import collections
 import contextlib
 import fnmatch
 import gc
-import os
 import queue
 import shutil
 import sys
@@ -173,10 +172,11 @@ def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo
 
 @sender_switch_interval()
 def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress=None,
-                     stop=None):
+                     stop=None, send_at_once: bool = False):
     """`loop.concurrency` clients per model, each sending its next request when the previous
     one is answered, until `loop.duration_ns` has passed. Returns (futures, send times, model
-    of each request, start)."""
+    of each request, start). `send_at_once`: each burst of requests leaves at once
+    (`Client.send_now`), not within the client's I/O thread's next millisecond."""
     futures, sent, names = [], [], []
     # Answers reach this thread through a queue their futures' callbacks fill. Waiting on the
     # futures themselves (concurrent.futures.wait over the ~240 in flight) cost ~145 µs of
@@ -189,9 +189,9 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
     end = start + loop.duration_ns
     # The answers a poll of the client's I/O thread settled are handed over once, after that
     # poll: woken by the first answer's callback, this thread took the GIL from the I/O thread
-    # while it still settled the others (their callers' time: late by the client's count).
-    per_poll = os.environ.get("CW_SENDER_WAKE", "poll") == "poll" and \
-        hasattr(client, "on_polled")
+    # while it still settled the others (their callers' time: late by the client's count;
+    # docs/benchmarks.md, stop 49)
+    per_poll = hasattr(client, "on_polled")
     noted: collections.deque = collections.deque()
     this_thread = threading.get_ident()
 
@@ -220,12 +220,7 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
         future.add_done_callback(answer)  # (at once, in this thread, if already answered)
 
     stop_handing_over = client.on_polled(hand_over) if per_poll else None
-    # CW_SENDER_FLUSH=1: each burst leaves at once (Client.send_now) instead of within the
-    # I/O thread's next millisecond. On 2 cores (48 closed-loop clients, 10 ms) it cut the
-    # requests that waited over 1 ms to be taken in from ~57 % to ~16 % and raised goodput
-    # 2-6 %, but the wake-ups' CPU made more answers late: off until measured on the GPU.
-    send_now = getattr(client, "send_now", None) \
-        if os.environ.get("CW_SENDER_FLUSH", "0") == "1" else None
+    send_now = getattr(client, "send_now", None) if send_at_once else None
     try:
         for model in loop.models:
             for _ in range(loop.concurrency):
@@ -475,12 +470,14 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
 
                 answers, start = send_closed_loop_in_processes(
                     address, config.key_file, config.shared_memory, arr, inputs,
-                    config.slo_ns / 1e6, config.senders, advance, gone)
+                    config.slo_ns / 1e6, config.senders, advance, gone,
+                    config.send_at_once)
                 extra["senders"] = config.senders
             else:
                 if isinstance(arr, ClosedLoop):
                     futures, sent, chosen, start = send_closed_loop(
-                        client, arr, inputs, config.slo_ns / 1e6, advance, gone)
+                        client, arr, inputs, config.slo_ns / 1e6, advance, gone,
+                        config.send_at_once)
                 else:
                     chosen = [arr.models[i] for i in arr.model_index]
                     futures, sent, lateness, start = send_open_loop(
@@ -489,6 +486,8 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                     extra["send_lateness_ms"] = lateness_ms(lateness)
                 wait_for(futures, (config.slo_ns + ANSWER_WAIT_NS) / 1e9, gone)
                 answers = answers_of(futures, sent, chosen)
+            if config.send_at_once:
+                extra["send_at_once"] = True
             if ctl is not None:
                 # the controller's rows end when it sends an answer (and start at the client's
                 # send only where they share a clock): the way back, and any wait before the

@@ -77,6 +77,10 @@ class ReplayConfig:
     log_stalls_ns: int | None = None           # live, own controller: stalls.log in out
     exec_graphs: bool = False                  # live, cuda workers: EXEC as one CUDA graph
     senders: int = 1                           # live, closed loop: sender processes
+    # live, closed loop: each burst of requests leaves at once (Client.send_now), not within
+    # the client's next millisecond. Off: on 2 cores its wake-ups' CPU made more answers late
+    # (docs/benchmarks.md, stop 49); for an A/B where cores are plenty
+    send_at_once: bool = False
     out: Path = Path("replay-out")
     force: bool = False
 
@@ -126,6 +130,10 @@ class ReplayConfig:
                              "drop --exec-graphs")
         if self.senders < 1:
             raise UsageError(f"--senders {self.senders} must be ≥ 1")
+        if self.send_at_once and (self.simulate or self.workload != "closed"):
+            raise UsageError("--send-at-once is for a live replay's closed-loop clients",
+                             "drop --simulate, and use --workload closed (or --preset fig5), "
+                             "or drop --send-at-once")
         if self.senders > 1 and (self.simulate or self.workload != "closed"):
             raise UsageError("--senders is for a live replay's closed-loop clients",
                              "drop --simulate, and use --workload closed (or --preset fig5), "

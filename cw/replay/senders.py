@@ -51,7 +51,8 @@ def merge(parts: list[Answers]) -> Answers:
 
 
 def _sender(index: int, results, counts, go, halt, address: str, key_file: Path | None,
-            shared_memory: bool, loop: ClosedLoop, inputs: dict, slo_ms: float) -> None:
+            shared_memory: bool, loop: ClosedLoop, inputs: dict, slo_ms: float,
+            send_at_once: bool) -> None:
     """One sender process: connect, say so, wait for the go, drive its models' clients, wait
     for their answers, send back what it saw."""
     from cw.client import Client
@@ -68,7 +69,7 @@ def _sender(index: int, results, counts, go, halt, address: str, key_file: Path 
                 counts[index] = sent
 
             futures, sent, names, start = send_closed_loop(client, loop, inputs, slo_ms,
-                                                           progress, halt.is_set)
+                                                           progress, halt.is_set, send_at_once)
             counts[index] = len(futures)
             wait_for(futures, (slo_ms * 1e6 + ANSWER_WAIT_NS) / 1e9, halt.is_set)
             results.put(("done", index, (answers_of(futures, sent, names), start)))
@@ -78,7 +79,8 @@ def _sender(index: int, results, counts, go, halt, address: str, key_file: Path 
 
 def send_closed_loop_in_processes(address: str, key_file: Path | None, shared_memory: bool,
                                   loop: ClosedLoop, inputs: dict, slo_ms: float, senders: int,
-                                  progress=None, stop=None) -> tuple[Answers, int]:
+                                  progress=None, stop=None,
+                                  send_at_once: bool = False) -> tuple[Answers, int]:
     """`loop` driven by `senders` processes; returns what they saw, merged, and the earliest
     start (CLOCK_MONOTONIC: the same in every process of this host)."""
     shares = split_models(list(loop.models), senders)
@@ -89,7 +91,8 @@ def send_closed_loop_in_processes(address: str, key_file: Path | None, shared_me
     procs = [ctx.Process(target=_sender, name=f"cw-sender-{i}", daemon=True, args=(
         i, results, counts, go, halt, address, key_file, shared_memory,
         ClosedLoop(share, loop.concurrency, loop.duration_ns, loop.think_ns),
-        {m: inputs[m] for m in share}, slo_ms)) for i, share in enumerate(shares)]
+        {m: inputs[m] for m in share}, slo_ms, send_at_once))
+        for i, share in enumerate(shares)]
     for p in procs:
         p.start()
     try:

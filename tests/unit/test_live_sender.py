@@ -76,6 +76,50 @@ def test_each_client_keeps_one_request_in_flight_until_the_end():
     assert reports and reports[-1][0] == len(futures)
 
 
+class PollingClient(AnsweringClient):
+    """As cw's client: its answering thread calls `on_polled`'s callables after each round of
+    answers; `send_now` is counted."""
+
+    def __init__(self, service_s: float, at_once=()):
+        self.after_polls, self.sends_now = [], 0
+        super().__init__(service_s, at_once)
+
+    def on_polled(self, after_poll):
+        self.after_polls.append(after_poll)
+        return lambda: self.after_polls.remove(after_poll)
+
+    def send_now(self):
+        self.sends_now += 1
+
+    def _answer(self):
+        while True:
+            due, model, future = self.todo.get()
+            time.sleep(max(0.0, due - time.monotonic()))
+            self._finish(model, future)
+            if self.todo.empty():  # (a poll's answers settled)
+                for after_poll in list(self.after_polls):
+                    after_poll()
+
+
+def test_answers_handed_over_once_per_poll_keep_every_client_going():
+    """The per-poll hand-over (Client.on_polled): answers noted by the callbacks reach the
+    sender after the poll, those answered at once in the sender's own thread at once; with
+    `send_at_once` each burst is followed by one send_now."""
+    for send_at_once in (False, True):
+        client = PollingClient(service_s=0.001, at_once={"rejected"})
+        models = ["a", "b", "rejected"]
+        loop = workloads.ClosedLoop(models, concurrency=3, duration_ns=300 * MS)
+        futures, sent, names, start = send_closed_loop(
+            client, loop, {m: None for m in models}, slo_ms=10, send_at_once=send_at_once)
+        assert all(f.done() and f.result() == m for f, m in zip(futures, names))
+        counts = {m: names.count(m) for m in models}
+        assert 3 * 20 < counts["a"] <= 3 * 300 + 3 and 3 * 20 < counts["b"] <= 3 * 300 + 3
+        assert counts["rejected"] > counts["a"]
+        assert all(client.most_in_flight[m] <= 3 for m in models)
+        assert client.after_polls == []  # stopped at the end
+        assert (client.sends_now > 0) == send_at_once
+
+
 def test_the_way_back_of_a_late_answer_splits_where_the_clients_thread_took_it_in():
     """client_view: of the answers that left the controller in time but reached the caller late,
     those already late when the client's I/O thread took them in (the way there, or that thread

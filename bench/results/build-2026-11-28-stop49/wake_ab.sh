@@ -1,4 +1,5 @@
 #!/bin/bash
+# (ran at stop 49 with environment switches since replaced: CW_SENDER_WAKE is gone, the closed loop wakes per poll; CW_SENDER_FLUSH=1 is now cw replay --send-at-once / CW_SEND_AT_ONCE=1)
 # alternating rounds: CW_SENDER_WAKE=poll vs answer, fig5 simulated live at SLO $1
 slo=$1; rounds=${2:-4}
 for r in $(seq 1 $rounds); do
