@@ -268,18 +268,25 @@ def test_a_dealer_woken_sends_before_its_poll_would_end():
 
     router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromClient), p.Codec(p.ToClient))
     dealer = ZmqDealer(router.address, p.Codec(p.ToClient), p.Codec(p.FromClient))
+    done = threading.Event()
+
+    def io_thread():  # as a client's with requests in flight, its polls 3 s long here
+        while not done.is_set():
+            dealer.poll(3000, woken_by_puts=False)
+
+    polling = threading.Thread(target=io_thread)
     try:
-        dealer.poll(0)
-        polling = threading.Thread(target=dealer.poll, args=(3000,),
-                                   kwargs={"woken_by_puts": False})
         polling.start()
-        time.sleep(0.1)  # in its poll
+        time.sleep(0.1)  # in its poll (one may end early, at the connection's handshake)
         sent = time.monotonic()
         dealer.send(p.ListModels(1))
         dealer.wake()
         got = _collect(lambda: router.poll(20), 1, timeout_s=2.5)
         assert [m.request_id for _, m in got] == [1]
-        assert time.monotonic() - sent < 2.0  # not the poll's 3 s
+        assert time.monotonic() - sent < 2.0  # not a poll's 3 s
+        done.set()
+        dealer.send(p.ListModels(2))
+        dealer.wake()  # (ends the thread's last poll)
         polling.join()
     finally:
         dealer.close()
