@@ -8,7 +8,7 @@ import collections
 import threading
 
 from cw.serve.protocol import Codec
-from cw.serve.transport import _decode
+from cw.serve.framing import decode_frame
 
 
 class InprocHub:
@@ -67,7 +67,7 @@ class InprocRouter:
         """(Sends are delivered at once here.)"""
 
     def poll(self, timeout_ms: int) -> list[tuple[bytes, object]]:
-        return [(peer, _decode(self._in, data)) for peer, data in self.inbox.take(timeout_ms)]
+        return [(peer, decode_frame(self._in, data)) for peer, data in self.inbox.take(timeout_ms)]
 
     def close(self) -> None:
         with self.hub.lock:
@@ -99,7 +99,7 @@ class InprocDealer:
             router.inbox.put((self.identity, data))
 
     def poll(self, timeout_ms: int) -> list[object]:
-        return [_decode(self._in, data) for data in self.inbox.take(timeout_ms)]
+        return [decode_frame(self._in, data) for data in self.inbox.take(timeout_ms)]
 
     @property
     def routing_id(self) -> bytes:

@@ -6,20 +6,18 @@ sockets.
   tagged with the peer's identity.
 - `Dealer` (a worker or client connecting to the controller).
 
-`send` may be called from any thread: messages go to an outbox and the owner thread's next `poll`
-writes them (ZeroMQ sockets must only be used by one thread; a pipe wakes a waiting poll).
+`send` may be called from any thread: messages go to an outbox (cw/serve/outbox.py) and the owner
+thread's next `poll` writes them (ZeroMQ sockets must only be used by one thread; a pipe wakes a
+waiting poll).
 A thread on a latency-critical path (a worker's EXEC completions) takes a `sender()` of its own
 instead: a second connection to the same address that it sends on directly, with no hand-over
 to the poll loop. The receiving router sees it as another peer; its `routing_id` is announced
 so the receiver can tell whose it is.
 
-On one host a router may also open a *lane* (`ZmqRouter(..., lane=True)`): a Unix datagram
-socket in the abstract namespace that senders told its `lane_address` send to directly. ZeroMQ
-carries each message through an I/O thread on either side; on the 2-core build machine that
-costs ~90 µs of a ~125 µs one-way trip that a Unix socket makes in ~35 µs. A message the lane
-cannot take (too large, its buffer full, the router gone) goes the ZeroMQ way instead.
-`poll` decodes with the endpoint's one decoder; what does not decode comes back as `Malformed`, so
-the component can answer with an error and keep serving.
+On one host a router may also open a *lane* (`ZmqRouter(..., lane=True)`, cw/serve/lane.py): a
+Unix datagram socket that senders told its `lane_address` send to directly, past ZeroMQ's I/O
+threads. `poll` decodes with the endpoint's one decoder (cw/serve/framing.py); what does not
+decode comes back as `Malformed`, so the component can answer with an error and keep serving.
 
 With a key (`CurveKey`, cw/serve/keys.py), every connection is encrypted and authenticated
 (ZeroMQ's CURVE): a router takes only peers that hold the same key, and a dealer only talks to a
@@ -29,122 +27,20 @@ router that does. A dealer watches its handshakes, so that a missing or wrong ke
 
 from __future__ import annotations
 
-import collections
 import os
 import socket
 import threading
-from dataclasses import dataclass
 
-import msgspec
-
+from cw.serve.framing import Alone, Malformed, decode_frame, packed, take_pack
 from cw.serve.keys import CurveKey, curve_client, curve_server, handshake_words
-from cw.serve.protocol import (PACK_MAX_BYTES, PACK_MAX_MESSAGE_BYTES, PACK_MAX_MESSAGES,
-                               PACKED_LEADS, Codec, Packed, pack)
+from cw.serve.lane import LANE_MAX_BYTES, ROUTING_ID_BYTES, Lane, LaneSender
+from cw.serve.outbox import Outbox
+from cw.serve.protocol import (PACK_MAX_BYTES, PACK_MAX_MESSAGE_BYTES, PACK_MAX_MESSAGES, Codec,
+                               Packed)
 
-
-@dataclass(frozen=True)
-class Malformed:
-    raw: bytes
-    error: str
-
-
-def _decode(codec: Codec, data):
-    """`data`: bytes, or the buffer of a frame received without a copy. Tensor payloads
-    (`memoryview` fields) then stay views into the frame: a 600 KB input is not copied twice
-    on its way in (at thousands of requests a second those copies were half a controller)."""
-    try:
-        return codec.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        if data and data[0] in PACKED_LEADS:
-            return _decode_each(codec, data, e)
-        return Malformed(bytes(data), str(e))
-
-
-def _decode_each(codec: Codec, data, error: Exception):
-    """A packed frame with a bad message in it: the others are what they are, and each bad one
-    is Malformed alone (its sender hears of that request, and of no other)."""
-    try:
-        raws = msgspec.msgpack.decode(data, type=list[msgspec.Raw])
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return Malformed(bytes(data), str(error))
-    messages = Packed()
-    for raw in raws:
-        try:
-            messages.append(codec.decoder.decode(raw))
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            messages.append(Malformed(bytes(raw), str(e)))
-    return messages
-
-
-class _Outbox:
-    """Thread-safe queue of frames to send, with a pipe that wakes the owner's poll."""
-
-    def __init__(self):
-        self.queue: collections.deque = collections.deque()
-        self.owner: int | None = None  # the thread that polls; set on its first poll
-        self.signalled = False  # a wake-up was written and the owner has not drained it yet
-        # The owner waits in its poll (or is about to): only then does a put need to wake it.
-        # An owner that is awake flushes before it waits again. (A client's I/O thread, woken
-        # for every request, took ~20 µs of CPU a request more at 10,000 r/s: cw/client.py.)
-        self.waiting = True
-        self.read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.read_fd, False)
-        os.set_blocking(self.write_fd, False)
-
-    def put(self, item) -> None:
-        self.queue.append(item)
-        if self.signalled or not self.waiting or threading.get_ident() == self.owner:
-            # The owner flushes before it next waits (`wait_begins` sees this item if it came
-            # after the flush), or a wake-up is already on its way (the flag is cleared only
-            # after the pipe is read, and before a flush): no syscall.
-            return
-        self._signal()
-
-    def wake(self) -> None:
-        """End the owner's poll now, also a short one that puts do not end (a caller done
-        queueing a burst); nothing if a wake-up is on its way or nothing is queued."""
-        if self.queue and not self.signalled and threading.get_ident() != self.owner:
-            self._signal()
-
-    def _signal(self) -> None:
-        self.signalled = True
-        try:
-            os.write(self.write_fd, b"\0")
-        except BlockingIOError:
-            pass  # the pipe is full of wake-ups already
-        except OSError:
-            pass  # closed (-1): nobody polls any more
-
-    def drain_wakeups(self) -> None:
-        """Called by the owner before it flushes: a put after this point signals again. The
-        pipe is emptied *before* the flag is cleared: cleared first, a put in between wrote a
-        wake-up that the read then swallowed, leaving the flag set over an empty pipe, and from
-        then on no put woke the owner, whose sends waited for its poll's timeout (a client's
-        requests, up to 20 ms, in a 10 ms closed-loop replay)."""
-        try:
-            while os.read(self.read_fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        self.signalled = False
-
-    def wait_begins(self) -> bool:
-        """Called by the owner after its flush and before it polls: from here a put wakes it.
-        True if something was put in between (the owner flushes again instead of waiting)."""
-        self.waiting = True
-        return bool(self.queue)
-
-    def close(self) -> None:
-        # once only: a second os.close of these numbers would close whatever file, socket or
-        # ZeroMQ signaler has been given them since, and libzmq aborts the process when its own
-        # descriptor is closed under it
-        fds, self.read_fd, self.write_fd = (self.read_fd, self.write_fd), -1, -1
-        for fd in fds:
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+# re-exported: what poll returns, and the lane's bound, belong to this module's interface
+__all__ = ["LANE_MAX_BYTES", "Malformed", "MultiPoller", "ZmqDealer", "ZmqRouter", "ZmqSender",
+           "tcp_unreachable"]
 
 
 def tcp_unreachable(address: str) -> str | None:
@@ -176,35 +72,7 @@ def _port_problem(address: str) -> str | None:
     return None
 
 
-# --- packed frames (protocol.pack) ------------------------------------------------------------
-
 MAX_PACKING_PEERS = 1 << 16  # a router remembers this many peers that take packed frames
-
-
-class _Alone(bytes):
-    """A frame never packed with others."""
-
-
-def _packed(frames: list) -> bytes:
-    return frames[0] if len(frames) == 1 else pack(frames)
-
-
-def _take_pack(queue: collections.deque) -> tuple[bytes, int]:
-    """The frame to send for the head of `queue` (encoded messages, oldest first): as many
-    small ones as fit in a packed frame, else the head alone; and how many it takes."""
-    frames, size = [], 0
-    # by index: other threads append to the queue meanwhile (iterating it would raise); only
-    # its owner takes from the left
-    for i in range(min(len(queue), PACK_MAX_MESSAGES)):
-        data = queue[i]
-        if type(data) is not bytes or len(data) > PACK_MAX_MESSAGE_BYTES or \
-                size + len(data) > PACK_MAX_BYTES:
-            break
-        frames.append(data)
-        size += len(data)
-    if len(frames) < 2:
-        return queue[0], 1
-    return pack(frames), len(frames)
 
 
 # --- ZeroMQ -----------------------------------------------------------------------------------
@@ -247,7 +115,7 @@ class _ZmqEndpoint:
         self._rcvmore = int(zmq.RCVMORE)
         self._more = int(zmq.SNDMORE | zmq.NOBLOCK)
         self._last = int(zmq.NOBLOCK)  # also the flags of a non-blocking receive
-        self._outbox = _Outbox()
+        self._outbox = Outbox()
         self._poller = zmq.Poller()
         self._poller.register(self.socket, zmq.POLLIN)
         self._poller.register(self._outbox.read_fd, zmq.POLLIN)
@@ -328,48 +196,6 @@ class _ZmqEndpoint:
         self._outbox.close()
 
 
-ROUTING_ID_BYTES = 8        # a sender's routing id: the first bytes of each lane datagram
-LANE_MAX_BYTES = 200_000    # larger messages take ZeroMQ (Unix datagrams are bounded by buffers)
-_LANE_RCVBUF = 8 << 20
-
-
-class _Lane:
-    """The router's end of the lane: one non-blocking datagram socket, read until empty."""
-
-    def __init__(self):
-        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.address = f"\0cw-lane-{os.getpid()}-{os.urandom(6).hex()}"
-        try:
-            self.socket.bind(self.address)
-        except OSError:
-            self.socket.close()
-            raise
-        self.socket.setblocking(False)
-        try:  # room for bursts of results; the kernel caps it at net.core.rmem_max
-            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _LANE_RCVBUF)
-        except OSError:
-            pass
-        self._buffer = bytearray(LANE_MAX_BYTES + ROUTING_ID_BYTES)
-        self.received = 0  # messages that came this way
-
-    def receive_all(self, decode, limit: int | None) -> list:
-        out, view, n = [], memoryview(self._buffer), 0
-        while limit is None or n < limit:
-            try:
-                size = self.socket.recv_into(self._buffer)
-            except (BlockingIOError, InterruptedError):
-                break
-            # a copy: decoded messages keep views into their bytes (tensor fields)
-            data = bytes(view[ROUTING_ID_BYTES:size])
-            out.append((bytes(view[:ROUTING_ID_BYTES]), _decode(decode, data)))
-            n += 1
-        self.received += n
-        return out
-
-    def close(self) -> None:
-        self.socket.close()
-
-
 class ZmqRouter(_ZmqEndpoint):
     _verb, _hint = "listen on", "choose another address or port"
 
@@ -388,7 +214,7 @@ class ZmqRouter(_ZmqEndpoint):
         self.lane = None
         if lane:
             try:
-                self.lane = _Lane()
+                self.lane = Lane()
             except (OSError, AttributeError):  # no abstract Unix sockets here (not Linux)
                 self.lane = None
         if self.lane is not None:
@@ -450,13 +276,13 @@ class ZmqRouter(_ZmqEndpoint):
                     continue
             if held is not None:  # what was held for the peer goes first
                 del packs[peer]
-                send_to(peer, _packed(held[0]))
+                send_to(peer, packed(held[0]))
             if peer in packing and len(data) <= PACK_MAX_MESSAGE_BYTES:
                 packs[peer] = [[data], len(data)]
             else:
                 send_to(peer, data)
         for peer, (frames, _) in packs.items():
-            send_to(peer, _packed(frames))
+            send_to(peer, packed(frames))
 
     def _receive(self):
         recv, last = self._recv_frame, self._last
@@ -466,7 +292,7 @@ class ZmqRouter(_ZmqEndpoint):
             frames.append(recv(last, False).buffer)
         if len(frames) != 1:
             return peer, Malformed(b"".join(frames), "bad framing")
-        msg = _decode(self._in, frames[0])
+        msg = decode_frame(self._in, frames[0])
         if type(msg) is not Packed:
             return peer, msg
         packing = self._packing_peers
@@ -529,7 +355,7 @@ class ZmqDealer(_ZmqEndpoint):
     def send_raw(self, data: bytes) -> None:
         """Bytes as they are, in a frame of their own (tests send malformed messages with
         this)."""
-        self._outbox.put(_Alone(data))
+        self._outbox.put(Alone(data))
 
     def wake(self) -> None:
         """Have the owner send what is queued now, also during a poll that puts do not end."""
@@ -540,7 +366,7 @@ class ZmqDealer(_ZmqEndpoint):
         while queue:
             frame, taken = queue[0], 1
             if self.pack and len(queue) > 1:
-                frame, taken = _take_pack(queue)
+                frame, taken = take_pack(queue)
             try:
                 # never blocking: with no connection to send on a blocking send waits for one,
                 # and the owner thread with it (forever, when a handshake keeps failing)
@@ -563,7 +389,7 @@ class ZmqDealer(_ZmqEndpoint):
             self._poller.modify(self.socket, zmq.POLLIN | (zmq.POLLOUT if blocked else 0))
 
     def _receive_one(self):
-        return _decode(self._in, self._recv_frame(self._last, False).buffer)
+        return decode_frame(self._in, self._recv_frame(self._last, False).buffer)
 
     def poll(self, timeout_ms: int, woken_by_puts: bool = True) -> list[object]:
         return self._poll_socket(timeout_ms, self._receive_one, woken_by_puts)
@@ -588,45 +414,24 @@ class ZmqSender:
         self.socket.connect(dealer.address)
         self._out = dealer._out
         self._send_frame = super(zmq.Socket, self.socket).send  # as in _ZmqEndpoint
-        self._lane: socket.socket | None = None
-        self._retired: list[socket.socket] = []
-        self.sent_on_lane = 0
+        self._lane = LaneSender()
+
+    @property
+    def sent_on_lane(self) -> int:
+        return self._lane.sent
 
     def use_lane(self, address: str) -> bool:
         """Send to the router's lane at `address` from now on ("": stop); False if it cannot be
         reached from here (another host or network namespace), and ZeroMQ carries on alone."""
-        lane = None
-        if address:
-            lane = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            try:
-                lane.connect(address)
-            except OSError:
-                lane.close()
-                lane = None
-            else:
-                lane.setblocking(False)
-        old, self._lane = self._lane, lane
-        if old is not None:  # closed with the sender: the sending thread may be using it now
-            self._retired.append(old)
-        return lane is not None
+        return self._lane.connect(address)
 
     def send(self, msg) -> None:
         frame = self._out.encode(msg)
-        lane = self._lane
-        if lane is not None and len(frame) <= LANE_MAX_BYTES:
-            try:
-                lane.send(self.routing_id + frame)
-                self.sent_on_lane += 1
-                return
-            except OSError:  # full, refused (the router went away), closed: the ZeroMQ way
-                pass
-        self._send_frame(frame, 0)  # queued at once: no high-water mark
+        if not self._lane.send(self.routing_id, frame):
+            self._send_frame(frame, 0)  # queued at once: no high-water mark
 
     def close(self) -> None:
-        self.use_lane("")
-        for lane in self._retired:
-            lane.close()
-        self._retired.clear()
+        self._lane.close()
         self.socket.close(linger=500)  # the last results may still be on their way out
 
 

@@ -3,24 +3,24 @@
 import os
 import threading
 
-from cw.serve.transport import _Outbox
+from cw.serve.outbox import Outbox
 
 
-def pending_wakeups(box: _Outbox) -> int:
+def pending_wakeups(box: Outbox) -> int:
     try:
         return len(os.read(box.read_fd, 4096))
     except BlockingIOError:
         return 0
 
 
-def put_from_another_thread(box: _Outbox, item) -> None:
+def put_from_another_thread(box: Outbox, item) -> None:
     t = threading.Thread(target=box.put, args=(item,))
     t.start()
     t.join()
 
 
 def test_one_wakeup_until_the_owner_drains():
-    box = _Outbox()
+    box = Outbox()
     box.owner = threading.get_ident()
     try:
         for i in range(3):
@@ -39,7 +39,7 @@ def test_a_put_during_the_owners_drain_leaves_the_next_put_able_to_wake_it(monke
     still in the pipe or the flag is clear, so that a later put signals. (Clearing the flag
     before reading let the read swallow that put's wake-up with the flag left set: no put
     woke the owner again, and a client's requests waited for its poll's timeout.)"""
-    box = _Outbox()
+    box = Outbox()
     box.owner = threading.get_ident()
     read = os.read
     raced = []
@@ -64,7 +64,7 @@ def test_a_put_during_the_owners_drain_leaves_the_next_put_able_to_wake_it(monke
 
 
 def test_the_owner_never_signals_itself():
-    box = _Outbox()
+    box = Outbox()
     box.owner = threading.get_ident()
     try:
         box.put("x")
@@ -170,7 +170,7 @@ def test_closing_twice_leaves_descriptors_opened_since_alone():
     from cw.serve import protocol as p
     from cw.serve.transport import ZmqDealer
 
-    box = _Outbox()
+    box = Outbox()
     box.close()
     reused = os.pipe()  # the lowest free numbers: most likely the box's own
     try:
@@ -239,7 +239,7 @@ def test_a_dealer_holds_what_it_cannot_send_and_a_workers_keeps_only_the_newest(
 def test_wake_ends_a_poll_that_puts_do_not_end():
     """`wake` (Client.send_now): the owner, in a poll that puts do not end, is woken once for
     what is queued, and not at all when nothing is or a wake-up is already on its way."""
-    box = _Outbox()
+    box = Outbox()
     box.owner = threading.get_ident()
     box.waiting = False  # a short poll: puts do not wake it
     try:
