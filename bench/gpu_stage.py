@@ -40,7 +40,10 @@ def refill(path: Path) -> None:
 
     bundle = open_bundle(path, verify=False)
     total = max(page.file_offset + page.used_bytes for page in bundle.manifest.weights.pages)
-    data = (np.random.default_rng(0).standard_normal(-(-total // 4)) * 0.02).astype(np.float32)
+    # an fp16 bundle's pattern in fp16: float32 bytes read as fp16 hold infinities and NaNs
+    dtype = np.float16 if bundle.manifest.target.precision == "fp16" else np.float32
+    size = np.dtype(dtype).itemsize
+    data = (np.random.default_rng(0).standard_normal(-(-total // size)) * 0.02).astype(dtype)
     replace_file_in_bundle(bundle, bundle.manifest.weights.file, data.tobytes()[:total])
     (path / HOLLOW).unlink(missing_ok=True)
     (path / PATTERN).write_text("pattern weights from bench/gpu_stage.py --refill: for timing "
