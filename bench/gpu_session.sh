@@ -18,12 +18,12 @@
 # runs on pattern weights (no accuracy). `recheck` (~4 min) reruns tests, worker bench, Fig. 5
 # and the kernel table after a fix.
 # What is left to measure (as of 2026-11-28, stop 50), in 15 minutes of device time:
-#   0. `close` first: carry [".device", ".gpuclose"], timeout 560 (`bash bench/gpu_session.sh
+#   0. `close` first: carry [".device", ".gpuclose"], timeout 590 (`bash bench/gpu_session.sh
 #      stage-close` here, 2-12 min, if .gpuclose is missing): in one call, most needed first,
 #      Fig. 5 at 10, 25 and 50 ms with this code (issue 5), EXEC tails of the tf32 and fp16
 #      ResNets and fp16 accuracy on resnet18's real weights (issue 7's "every precision
-#      offered"), then the fp32 ResNets' batch-1 tails through CUDA graphs and the VM (issue 7's
-#      p99.99/p50 <= 1.01). Its numbers: docs/benchmarks.md; then, with what device time is
+#      offered"), then the fp32 ResNets' batch-1 tails through CUDA graphs, PyTorch's and the VM
+#      (issue 7's p99.99/p50 <= 1.01). Its numbers: docs/benchmarks.md; then, with what device time is
 #      left, step 2 below (kernels-measured), then step 3's A/B runs, which after `close` need
 #      no new Fig. 5 at every SLO: carry [".device", ".gpuclose"], `SLOS=10ms VARIANTS=1
 #      VARIANT=clockwork:way-back=1 VARIANT_SLOS=10ms RUNS="senders4=CW_SENDERS=4;atonce=
@@ -479,7 +479,7 @@ stage-close)  # build machine, 2-12 min: .gpuclose, what `close` needs (~20 MiB)
   if [ "$total" -gt $(( 62 << 20 )) ]; then echo "too much to carry" >&2; exit 1; fi
   rm -rf .gpuclose && mv .gpuclose.tmp .gpuclose
   ;;
-close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 560, ~8 min: what issues
+close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.5 min: what issues
   # 5 and 7 still owe, most needed first, in one call (everything in $OUT/results.tgz):
   #  - issue 5: Fig. 5 at 10, 25 and 50 ms with this code (stop 47: 132 / 41 / 5 late by the
   #    client's count; 100 and 500 ms had none). Each run's client line says where the late
@@ -488,8 +488,9 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 560, ~8 
   #    resnet50 (predictability of every precision offered, on real networks; pattern weights
   #    time as real ones do), fp16 accuracy on resnet18's real weights, then the fp32 ResNets'
   #    batch-1 tails (≤ 1.01 missed by 11-13 µs on 2026-11-27) through CUDA graphs and the VM
-  #    side by side. GPU tests of the graphs passed on 2026-11-28 (24).
-  CALL_BUDGET=${CALL_BUDGET:-540}
+  #    side by side, with PyTorch's own CUDA graph between them (the GPU's tail). GPU tests of
+  #    the graphs passed on 2026-11-28 (24).
+  CALL_BUDGET=${CALL_BUDGET:-570}
   PACK_TO=$OUT OUT=$W/close-out
   close_setup
   host_facts
@@ -502,6 +503,10 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 560, ~8 
   exec_tails resnet18-tf32:1:25 resnet50-tf32:1:35 resnet18-fp16:1:25 resnet50-fp16:1:35
   real_accuracy 45 resnet18-fp16
   PROFILE_FLAGS=--exec-graphs exec_tails resnet18:1:25 resnet50:1:30
+  # the GPU's own tail: PyTorch's CUDA graph of the same networks (is 1.01 reachable at batch 1?)
+  step 50 "PyTorch tails" python3 bench/torch_tails.py --bundles "$KERNELS" \
+    --models resnet18,resnet50 --batch 1 --runs 10000 --max-time 15 2>&1 \
+    | tee "$OUT/torch-tails.txt"
   exec_tails resnet18:1:25 resnet50:1:35
   host_facts
   pack_results
