@@ -220,12 +220,17 @@ def run(stage_dir: Path, runs: int, plans_out: Path | None = None,
                 return {f"{t}/{s}": (ms if np.isfinite(ms) else None)
                         for (t, s), (ms, _) in found.items()}
 
+            def errors(found):  # ingest leaves out a tile whose output was off
+                return {f"{t}/{s}": err for (t, s), (_, err) in found.items()
+                        if isinstance(err, float)}
+
             measured["convs"].append({
                 "model": c["model"], "batch": c["batch"], "x": c["x"], "w": c["w"],
                 "y": c["y"], "pad": [top, left], "stride": [sh, sw], "dilation": [dh, dw],
                 "plan": [plan_tile, plan_split], "cudnn_ms": t_cudnn,
                 "cudnn_tf32_ms": cudnn_tf32_ms,
-                "times": {"3xtf32": times(results), "tf32": times(results_tf32)}})
+                "times": {"3xtf32": times(results), "tf32": times(results_tf32)},
+                "errors": {"3xtf32": errors(results), "tf32": errors(results_tf32)}})
             # after every convolution: a call cut short by its time limit keeps what it measured
             cutlass_plans.write(plans_out, measured)
     print(f"sum over distinct convolutions: cuDNN {totals['cudnn']:.2f} ms, plan "

@@ -75,3 +75,17 @@ def test_a_bad_plan_file_is_one_clear_error(tmp_path, text, match):
     with pytest.raises(UsageError, match=match) as e:
         cutlass_plans.load("cuda-sm_90", [tmp_path])
     assert str(path) in str(e.value) and e.value.hint
+
+
+def test_a_fast_tile_whose_output_was_off_is_never_taken():
+    # 1/1 is fastest in both maths, but off by 3e-3 (past 3xTF32's 1e-4, within TF32's 1e-2);
+    # 0/2 is the next fastest and accurate. A measurement without errors is taken as it was.
+    measured = _measured({"2/4": 0.050, "1/1": 0.020, "0/2": 0.030},
+                         {"2/4": 0.050, "1/1": 0.020, "0/2": 0.030})
+    measured["convs"][0]["errors"] = {"3xtf32": {"2/4": 1e-6, "1/1": 3e-3, "0/2": 2e-6},
+                                      "tf32": {"2/4": 4e-4, "1/1": 3e-3, "0/2": 4e-4}}
+    by_key = {e["key"]: (e["tile"], e["split"]) for e in cutlass_plans.ingest(measured)["plans"]}
+    assert by_key == {KEY: (0, 2), KEY_TF32: (1, 1)}
+    del measured["convs"][0]["errors"]
+    by_key = {e["key"]: (e["tile"], e["split"]) for e in cutlass_plans.ingest(measured)["plans"]}
+    assert by_key[KEY] == (1, 1)
