@@ -26,9 +26,11 @@
 #      (issue 7's p99.99/p50 <= 1.01). Its numbers: docs/benchmarks.md; then, with what device time is
 #      left, step 2 below (kernels-measured), then step 3's A/B runs, which after `close` need
 #      no new Fig. 5 at every SLO: carry [".device", ".gpuclose"], `SLOS=10ms VARIANTS=1
-#      VARIANT=clockwork:way-back=1 VARIANT_SLOS=10ms RUNS="senders4=CW_SENDERS=4;atonce=
-#      CW_SEND_AT_ONCE=1" RUN_SLOS=10ms bash bench/gpu_session.sh fig5` (~3.5 min: 10 ms as it
-#      is, then planning for the client's way back, four sender processes, bursts sent at once).
+#      VARIANT=clockwork:way-back=1 VARIANT_SLOS=10ms RUNS="lane=CW_ANSWER_LANE=1;senders4=
+#      CW_SENDERS=4;atonce=CW_SEND_AT_ONCE=1" RUN_SLOS=10ms bash bench/gpu_session.sh fig5`
+#      (~4.5 min: 10 ms as it is, then planning for the client's way back, answers through the
+#      client's lane (stop 50: the way back's median -15..26 % on 2 cores, but more INFERs late
+#      there), four sender processes, bursts sent at once).
 # The steps before `close` (each still works, with .gpucheck from `stage-short`); `next` ran on
 # 2026-11-28 (its CUTLASS plans are committed, its Fig. 5 is in docs/benchmarks.md):
 #   1. `CALL_BUDGET=300 bash bench/gpu_session.sh graphs` (carry [".device", ".gpucheck"],

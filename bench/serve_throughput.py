@@ -41,14 +41,14 @@ from cw.units import parse_duration_ns
 
 def client_process(address: str, rate: float, seconds: float, slo_ms: float, results,
                    shared_memory: bool | None, profile: str | None = None,
-                   unpacked: bool = False) -> None:
+                   unpacked: bool = False, answer_lane: bool = False) -> None:
     if profile:  # the sending thread only (the I/O thread's share shows as the process's CPU)
         import cProfile
         prof = cProfile.Profile()
         prof.enable()
         try:
             client_process(address, rate, seconds, slo_ms, results, shared_memory,
-                           unpacked=unpacked)
+                           unpacked=unpacked, answer_lane=answer_lane)
         finally:
             prof.disable()
             prof.dump_stats(profile)
@@ -62,6 +62,8 @@ def client_process(address: str, rate: float, seconds: float, slo_ms: float, res
     # (older clients, which the bench also drives side by side, had no such choice)
     choice = {"shared_memory": shared_memory} \
         if "shared_memory" in inspect.signature(Client).parameters else {}
+    if answer_lane:  # (older clients have no lane)
+        choice["answer_lane"] = True
     with Client(address, timeout_s=30, **choice) as client:
         models = client.models()
         if unpacked:
@@ -73,6 +75,8 @@ def client_process(address: str, rate: float, seconds: float, slo_ms: float, res
         else:  # a client before 2026-11-28 (the bench drives older code side by side)
             via = "shared memory (unless older than 2026-11-23)" if shared_memory is not False \
                 else "socket"
+        via += "; answers through " + ("the client's lane" if getattr(
+            client, "answers_on_lane", False) else "ZeroMQ")
         names = sorted(inputs)
         n = int(rate * seconds)
         cpu_start = time.process_time()
@@ -179,6 +183,8 @@ def main() -> None:
                     help="one message a frame, as before packed frames (protocol.pack)")
     ap.add_argument("--client-profile", default=None, metavar="FILE",
                     help="the same for the client's sending thread")
+    ap.add_argument("--answer-lane", action="store_true",
+                    help="answers through the client's lane (Client(answer_lane=True))")
     args = ap.parse_args()
     if args.ipc:
         listen = [f"ipc:///tmp/cw-bench-{os.getpid()}-{side}" for side in ("workers", "clients")]
@@ -205,7 +211,8 @@ def main() -> None:
         client = mp.get_context("spawn").Process(
             target=client_process, args=(local_address(ctl.clients_address), args.rate,
                                          args.seconds, parse_duration_ns(args.slo) / 1e6,
-                                         results, shared_memory, args.client_profile, args.unpacked))
+                                         results, shared_memory, args.client_profile, args.unpacked,
+                                         args.answer_lane))
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         workers_cpu0 = sum(process_cpu_s(w.pid) for w in procs.procs)
         client.start()

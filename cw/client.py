@@ -93,11 +93,16 @@ class Client:
     True insists, whatever their size (an error if it cannot); False always uses the socket."""
 
     def __init__(self, address: str = "tcp://127.0.0.1:7001", timeout_s: float = 30.0,
-                 shared_memory: bool | None = None, key_file: str | os.PathLike | None = None):
+                 shared_memory: bool | None = None, key_file: str | os.PathLike | None = None,
+                 answer_lane: bool = False):
         """`timeout_s`: how long to wait for an answer, past a request's SLO (the controller
         answers every request by its deadline); a controller that cannot be reached at all is
         told within about a second. `key_file`: the controller's key (`cw serve keygen`), for
-        one started with `--key`."""
+        one started with `--key`. `answer_lane`: on the controller's host, answers come
+        through a Unix datagram socket of this client's, past ZeroMQ's I/O threads (never with
+        a key: it is not encrypted). Off by default: on a 2-core machine it shortened the way
+        back but made the controller's INFERs reach workers late more often
+        (docs/benchmarks.md, stop 50)."""
         key = read_key(key_file) if key_file is not None else None
         self.address = address
         self.timeout_s = timeout_s
@@ -129,6 +134,9 @@ class Client:
         self._last_heard_s = 0.0  # when anything last came from the controller
         self._wrong_address: str | None = None  # what a controller's workers' address said
         self._after_polls: list = []  # on_polled's callables
+        # (opened before the I/O thread polls: its poller takes the lane's descriptor)
+        self._lane_address = self._dealer.open_lane() if answer_lane else ""
+        self.answers_on_lane = False  # the controller said it sends answers to that lane
         self._thread = threading.Thread(target=self._loop, name="cw-client", daemon=True)
         self._thread.start()
 
@@ -317,7 +325,8 @@ class Client:
     def models(self, only: Iterable[str] | None = None) -> list[p.ModelInfo]:
         """The servable models: all of them, or those of the ids in `only` that are."""
         only = None if only is None else list(only)
-        response = self._wait(self._send(lambda rid: p.ListModels(rid, only)))
+        response = self._wait(self._send(lambda rid: p.ListModels(rid, only,
+                                                                  self._lane_address)))
         found = {m.model_id: m for m in response.models}
         if only is None:
             self._models = found
@@ -328,6 +337,7 @@ class Client:
         self.gpus = response.gpus or None
         self._default_slo_ns = response.default_slo_ns
         self._max_request_bytes = response.max_request_bytes
+        self.answers_on_lane = response.answer_lane
         if not self._hello_done:
             self._hello_done = True
             self._same_clock = bool(response.clock_domain) and \

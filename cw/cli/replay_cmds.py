@@ -69,6 +69,12 @@ def replay_cmd(
     shared_memory: bool = typer.Option(True, "--shared-memory/--no-shared-memory",
                                        help="Live: pass inputs through /dev/shm when the "
                                             "controller is on this host."),
+    answer_lane: bool = typer.Option(False, "--answer-lane", envvar="CW_ANSWER_LANE",
+                                     help="Live: answers come through a Unix datagram socket "
+                                          "of the client's when the controller is on this "
+                                          "host, past ZeroMQ's I/O threads (never with --key; "
+                                          "off by default: on 2 cores more INFERs came late "
+                                          "to the workers)."),
     noise: float = typer.Option(0.0, "--noise",
                                 help="--simulate: relative std of simulated durations."),
     sim_engine: str = typer.Option(_D.sim_engine, "--sim-engine",
@@ -128,6 +134,7 @@ def replay_cmd(
                   key_file=key if controller else None,
                   runtime=runtime, out=out,
                   force=force, shared_memory=shared_memory,
+                  answer_lane=answer_lane or None,
                   log_stalls_ns=parse_duration_ns(log_stalls, "--log-stalls") if log_stalls
                   else None, exec_graphs=exec_graphs or None, senders=senders,
                   send_at_once=send_at_once or None)

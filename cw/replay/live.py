@@ -446,7 +446,8 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                                          "its whole output") from None
             address = local_address(ctl.clients_address)
         with Client(address, timeout_s=10, key_file=config.key_file,
-                    shared_memory=None if config.shared_memory else False) as client:
+                    shared_memory=None if config.shared_memory else False,
+                    answer_lane=config.answer_lane) as client:
             names, inputs = model_inputs(client, config.models if config.controller else None)
             policy = _policy_of(client, config)
             arr = generate_arrivals(names, client.gpus if config.controller else None)
@@ -471,7 +472,7 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                 answers, start = send_closed_loop_in_processes(
                     address, config.key_file, config.shared_memory, arr, inputs,
                     config.slo_ns / 1e6, config.senders, advance, gone,
-                    config.send_at_once)
+                    config.send_at_once, config.answer_lane)
                 extra["senders"] = config.senders
             else:
                 if isinstance(arr, ClosedLoop):
@@ -488,6 +489,8 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                 answers = answers_of(futures, sent, chosen)
             if config.send_at_once:
                 extra["send_at_once"] = True
+            if config.answer_lane:  # how answers reached this client: its lane, or ZeroMQ
+                extra["answers_via"] = "lane" if client.answers_on_lane else "socket"
             if ctl is not None:
                 # the controller's rows end when it sends an answer (and start at the client's
                 # send only where they share a clock): the way back, and any wait before the

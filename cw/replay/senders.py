@@ -52,14 +52,15 @@ def merge(parts: list[Answers]) -> Answers:
 
 def _sender(index: int, results, counts, go, halt, address: str, key_file: Path | None,
             shared_memory: bool, loop: ClosedLoop, inputs: dict, slo_ms: float,
-            send_at_once: bool) -> None:
+            send_at_once: bool, answer_lane: bool) -> None:
     """One sender process: connect, say so, wait for the go, drive its models' clients, wait
     for their answers, send back what it saw."""
     from cw.client import Client
 
     try:
         with Client(address, timeout_s=10, key_file=key_file,
-                    shared_memory=None if shared_memory else False) as client:
+                    shared_memory=None if shared_memory else False,
+                    answer_lane=answer_lane) as client:
             client.models(loop.models)  # the hello, and these models' outputs
             results.put(("ready", index, None))
             if not go.wait(READY_TIMEOUT_S):
@@ -79,8 +80,8 @@ def _sender(index: int, results, counts, go, halt, address: str, key_file: Path 
 
 def send_closed_loop_in_processes(address: str, key_file: Path | None, shared_memory: bool,
                                   loop: ClosedLoop, inputs: dict, slo_ms: float, senders: int,
-                                  progress=None, stop=None,
-                                  send_at_once: bool = False) -> tuple[Answers, int]:
+                                  progress=None, stop=None, send_at_once: bool = False,
+                                  answer_lane: bool = False) -> tuple[Answers, int]:
     """`loop` driven by `senders` processes; returns what they saw, merged, and the earliest
     start (CLOCK_MONOTONIC: the same in every process of this host)."""
     shares = split_models(list(loop.models), senders)
@@ -91,7 +92,7 @@ def send_closed_loop_in_processes(address: str, key_file: Path | None, shared_me
     procs = [ctx.Process(target=_sender, name=f"cw-sender-{i}", daemon=True, args=(
         i, results, counts, go, halt, address, key_file, shared_memory,
         ClosedLoop(share, loop.concurrency, loop.duration_ns, loop.think_ns),
-        {m: inputs[m] for m in share}, slo_ms, send_at_once))
+        {m: inputs[m] for m in share}, slo_ms, send_at_once, answer_lane))
         for i, share in enumerate(shares)]
     for p in procs:
         p.start()

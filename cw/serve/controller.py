@@ -520,6 +520,8 @@ class Controller:
         self._finish(now_ns, Finish(rid, status, message))
 
     def _on_models(self, now_ns: int, peer: bytes, msg: p.ListModels) -> None:
+        # a client on this host that opened a lane gets its answers there from now on
+        lane = bool(msg.lane_address) and self.clients_ep.use_peer_lane(peer, msg.lane_address)
         if msg.only is None:
             infos = list(self.scheduler.models().values())
         else:
@@ -529,7 +531,7 @@ class Controller:
             msg.request_id, infos, self.shm_domain, self.config.scheduler, len(self.workers),
             sum(w.gpus for w in self.workers.values()), self.config.default_slo_ns,
             self.config.max_request_bytes, self.clock_domain,
-            getattr(self.clients_ep, "takes_packed_frames", False)))
+            getattr(self.clients_ep, "takes_packed_frames", False), lane))
 
     def _on_client_malformed(self, now_ns: int, peer: bytes, msg: Malformed) -> None:
         # under the request's own id where one can be read: a client waiting on that request

@@ -66,6 +66,9 @@ class InprocRouter:
     def flush(self) -> None:
         """(Sends are delivered at once here.)"""
 
+    def use_peer_lane(self, peer: bytes, address: str) -> bool:
+        return False  # in-process: nothing to bypass
+
     def poll(self, timeout_ms: int) -> list[tuple[bytes, object]]:
         return [(peer, decode_frame(self._in, data)) for peer, data in self.inbox.take(timeout_ms)]
 
@@ -111,6 +114,9 @@ class InprocDealer:
 
     def use_lane(self, address: str) -> bool:
         return False
+
+    def open_lane(self) -> str:
+        return ""
 
     def close(self) -> None:
         self.closed = True

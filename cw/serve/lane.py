@@ -1,8 +1,13 @@
-"""The lane: on one host, a Unix datagram socket in the abstract namespace beside a router's
-ZeroMQ socket, that senders told its address send to directly. ZeroMQ carries each message
+"""Lanes: on one host, a Unix datagram socket in the abstract namespace beside an endpoint's
+ZeroMQ socket, that peers told its address send to directly. ZeroMQ carries each message
 through an I/O thread on either side; on the 2-core build machine that costs ~90 µs of a
-~125 µs one-way trip that a Unix socket makes in ~35 µs. A message the lane cannot take (too
-large, its buffer full, the router gone) goes the ZeroMQ way instead (cw/serve/transport.py)."""
+~125 µs one-way trip that a Unix socket makes in ~35 µs. A message a lane cannot take (too
+large, its buffer full, the receiver gone) goes the ZeroMQ way instead (cw/serve/transport.py).
+
+Two directions use them: a worker's results to the controller's router (`Lane`, routed: each
+datagram starts with the sender's routing id; `LaneSender` on the worker's side), and the
+controller's answers to a client's dealer (`Lane(routed=False)` in the client; `PeerLanes` in the
+controller's router, one connected socket per client that offered one)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import os
 import socket
 
 from cw.serve.framing import decode_frame
+from cw.serve.protocol import Packed
 
 ROUTING_ID_BYTES = 8        # a sender's routing id: the first bytes of each lane datagram
 LANE_MAX_BYTES = 200_000    # larger messages take ZeroMQ (Unix datagrams are bounded by buffers)
@@ -17,9 +23,12 @@ _LANE_RCVBUF = 8 << 20
 
 
 class Lane:
-    """The router's end of the lane: one non-blocking datagram socket, read until empty."""
+    """The receiving end of a lane: one non-blocking datagram socket, read until empty.
+    `routed`: each datagram starts with its sender's routing id (a router's lane), and
+    `receive_all` gives (routing id, message) pairs; else it gives messages."""
 
-    def __init__(self):
+    def __init__(self, routed: bool = True):
+        self.routed = routed
         self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.address = f"\0cw-lane-{os.getpid()}-{os.urandom(6).hex()}"
         try:
@@ -43,8 +52,19 @@ class Lane:
             except (BlockingIOError, InterruptedError):
                 break
             # a copy: decoded messages keep views into their bytes (tensor fields)
-            data = bytes(view[ROUTING_ID_BYTES:size])
-            out.append((bytes(view[:ROUTING_ID_BYTES]), decode_frame(decode, data)))
+            if self.routed:
+                sender = bytes(view[:ROUTING_ID_BYTES])
+                msg = decode_frame(decode, bytes(view[ROUTING_ID_BYTES:size]))
+                if type(msg) is Packed:
+                    out.extend((sender, m) for m in msg)
+                else:
+                    out.append((sender, msg))
+            else:
+                msg = decode_frame(decode, bytes(view[:size]))
+                if type(msg) is Packed:
+                    out.extend(msg)
+                else:
+                    out.append(msg)
             n += 1
         self.received += n
         return out
@@ -99,3 +119,62 @@ class LaneSender:
         for lane in self._retired:
             lane.close()
         self._retired.clear()
+
+
+MAX_PEER_LANES = 4096  # a router keeps this many peers' lanes at most (a file descriptor each)
+
+
+class PeerLanes:
+    """A router's lanes to its peers (the clients that offered one): a connected, non-blocking
+    datagram socket per peer. Owner thread only."""
+
+    def __init__(self):
+        self._lanes: dict[bytes, tuple[str, socket.socket]] = {}
+        self.sent = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._lanes)
+
+    def connect(self, peer: bytes, address: str) -> bool:
+        """Send to `peer` through its lane at `address` from now on; False if that cannot be
+        reached from here (another host or network namespace) or too many peers have one."""
+        held = self._lanes.get(peer)
+        if held is not None and held[0] == address:
+            return True
+        self.drop(peer)
+        if len(self._lanes) >= MAX_PEER_LANES or not address.startswith("\0cw-lane-"):
+            return False
+        lane = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            lane.connect(address)
+        except OSError:
+            lane.close()
+            return False
+        lane.setblocking(False)
+        self._lanes[peer] = (address, lane)
+        return True
+
+    def send(self, peer: bytes, frame) -> bool:
+        """False if `peer` has no lane or it did not take `frame` (too large, its buffer full):
+        the caller sends it the ZeroMQ way. A lane whose receiver is gone is dropped."""
+        held = self._lanes.get(peer)
+        if held is None or len(frame) > LANE_MAX_BYTES:
+            return False
+        try:
+            held[1].send(frame)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:  # refused: the client went away (or its lane was closed)
+            self.drop(peer)
+            return False
+        self.sent += 1
+        return True
+
+    def drop(self, peer: bytes) -> None:
+        held = self._lanes.pop(peer, None)
+        if held is not None:
+            held[1].close()
+
+    def close(self) -> None:
+        for peer in list(self._lanes):
+            self.drop(peer)

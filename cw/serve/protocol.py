@@ -260,6 +260,10 @@ class ListModels(msgspec.Struct, frozen=True, tag="models"):
     # one model need not fetch thousands: 40,000 copies make a 12 MB answer). Older
     # controllers ignore the field and answer with all.
     only: list[str] | None = None
+    # a lane this client opened on its host (ZmqDealer.open_lane): the controller sends its
+    # answers there, past ZeroMQ's I/O threads, where it can reach it ("": none; older
+    # controllers ignore it)
+    lane_address: str = ""
 
 
 FromClient = InferRequest | ListModels
@@ -286,6 +290,7 @@ class ModelsResponse(msgspec.Struct, frozen=True, tag="models_response"):
     max_request_bytes: int = 0  # the largest request it takes (0: older, unsaid)
     clock_domain: str = ""  # the CLOCK_MONOTONIC it reads (clock.clock_domain()); "" unsaid
     packed_frames: bool = False  # it takes several requests in one frame (`pack`; False: older)
+    answer_lane: bool = False  # it sends answers to this client's lane (ListModels.lane_address)
 
 
 class ErrorResponse(msgspec.Struct, frozen=True, tag="error"):

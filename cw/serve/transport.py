@@ -33,7 +33,7 @@ import threading
 
 from cw.serve.framing import Alone, Malformed, decode_frame, packed, take_pack
 from cw.serve.keys import CurveKey, curve_client, curve_server, handshake_words
-from cw.serve.lane import LANE_MAX_BYTES, ROUTING_ID_BYTES, Lane, LaneSender
+from cw.serve.lane import LANE_MAX_BYTES, ROUTING_ID_BYTES, Lane, LaneSender, PeerLanes
 from cw.serve.outbox import Outbox
 from cw.serve.protocol import (PACK_MAX_BYTES, PACK_MAX_MESSAGE_BYTES, PACK_MAX_MESSAGES, Codec,
                                Packed)
@@ -210,6 +210,7 @@ class ZmqRouter(_ZmqEndpoint):
         # packed (insertion-ordered: past MAX_PACKING_PEERS the oldest is forgotten, and only
         # costs it its answers' packing)
         self._packing_peers: dict[bytes, None] = {}
+        self._peer_lanes = PeerLanes()  # answers to peers on this host, past ZeroMQ
         super().__init__("ROUTER", address, decode, encode, context, key)
         self.lane = None
         if lane:
@@ -224,6 +225,18 @@ class ZmqRouter(_ZmqEndpoint):
     def lane_address(self) -> str:
         """Where senders on this host may send directly ("" for no lane)."""
         return self.lane.address if self.lane is not None else ""
+
+    def use_peer_lane(self, peer: bytes, address: str) -> bool:
+        """Send to `peer` through the lane it opened at `address` (its dealer's `open_lane`)
+        from now on, what fits in one; False if that cannot be reached from here. Never with a
+        key: a lane is not encrypted. Owner thread only."""
+        if self.key is not None or not address or address == self.lane_address:
+            return False
+        return self._peer_lanes.connect(peer, address)
+
+    @property
+    def sent_on_peer_lanes(self) -> int:
+        return self._peer_lanes.sent
 
     def _configure(self, zmq) -> None:
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # report sends to vanished peers
@@ -252,12 +265,15 @@ class ZmqRouter(_ZmqEndpoint):
             self._send_to(*queue.popleft())
 
     def _send_to(self, peer: bytes, data) -> None:
+        if self._peer_lanes and self._peer_lanes.send(peer, data):
+            return
         try:
             self._send_frame(peer, self._more)  # a vanished peer fails here (ROUTER_MANDATORY)
             self._send_frame(data, self._last)
         except self._zmq.ZMQError:
             self.unreachable.append(peer)
             self._packing_peers.pop(peer, None)
+            self._peer_lanes.drop(peer)
 
     def _flush_packing(self) -> None:
         """Send what is queued, each packing peer's small messages packed (in their order)."""
@@ -313,6 +329,7 @@ class ZmqRouter(_ZmqEndpoint):
 
     def close(self) -> None:
         super().close()
+        self._peer_lanes.close()
         if self.lane is not None:
             self.lane.close()
 
@@ -333,6 +350,7 @@ class ZmqDealer(_ZmqEndpoint):
         # send what is queued at once as packed frames (protocol.pack): set once the peer has
         # said it takes them
         self.pack = False
+        self._lane: Lane | None = None  # (open_lane) answers from the router past ZeroMQ
         super().__init__("DEALER", address, decode, encode, context, key)
 
     def _configure(self, zmq) -> None:
@@ -392,7 +410,32 @@ class ZmqDealer(_ZmqEndpoint):
         return decode_frame(self._in, self._recv_frame(self._last, False).buffer)
 
     def poll(self, timeout_ms: int, woken_by_puts: bool = True) -> list[object]:
-        return self._poll_socket(timeout_ms, self._receive_one, woken_by_puts)
+        received = self._poll_socket(timeout_ms, self._receive_one, woken_by_puts)
+        return received + self._lane.receive_all(self._in, None) if self._lane is not None \
+            else received
+
+    def open_lane(self) -> str:
+        """A lane for the router to send to this dealer past ZeroMQ, on this host (the router
+        is told its address in a message: ZmqRouter.use_peer_lane); "" where there can be none
+        (a key: a lane is not encrypted; not Linux). Call before the owner's first poll."""
+        if self.key is not None:
+            return ""
+        if self._lane is None:
+            try:
+                self._lane = Lane(routed=False)
+            except (OSError, AttributeError):
+                return ""
+            self._poller.register(self._lane.socket.fileno(), self._zmq.POLLIN)
+        return self._lane.address
+
+    @property
+    def received_on_lane(self) -> int:
+        return self._lane.received if self._lane is not None else 0
+
+    def close(self) -> None:
+        super().close()
+        if self._lane is not None:
+            self._lane.close()
 
     def sender(self) -> "ZmqSender":
         return ZmqSender(self)

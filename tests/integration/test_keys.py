@@ -59,9 +59,11 @@ def test_only_holders_of_the_key_get_in(cli, models_dir, tmp_path, caplog,  # no
                             key_file=key)]
     try:
         ctl.wait_for_workers(1, timeout_s=20)
-        with Client(ctl.clients_address, key_file=key) as client:
+        with Client(ctl.clients_address, key_file=key, answer_lane=True) as client:
             y = client.infer("mlp", random_input((2, 64)), slo_ms=100)
             assert y.shape == (2, 10)
+            # answers stay encrypted: no lane past ZeroMQ (it would not be)
+            assert not client.answers_on_lane and ctl.clients_ep.sent_on_peer_lanes == 0
         # no key, or another: refused at the handshake, and said so within seconds
         for key_file, words in ((None, "requires a key"), (other, "does not hold this key")):
             began = time.monotonic()

@@ -273,6 +273,7 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--senders", "2"), "--senders is for a live replay's closed-loop clients"),
     (("--senders", "0"), "--senders 0 must be ≥ 1"),
     (("--send-at-once",), "--send-at-once is for a live replay's closed-loop clients"),
+    (("--answer-lane",), "--answer-lane is for a live replay's client"),
     (("--scheduler", "clockwork,fifo", "--models", "mlp"), "no published or measured timings"),
 ])
 def test_bad_input_one_line_nothing_written(cli, tmp_path, args, text):
@@ -363,16 +364,18 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
 
 def test_a_closed_loop_driven_from_several_sender_processes(cli, cpu_bundle, tmp_path):
     """`--senders 2`: two processes, each with a client of its own and two of the four models
-    (and each burst sent at once: `--send-at-once`); every request they sent is in the
-    controller's telemetry and in the client's view, and none is left unanswered."""
+    (and each burst sent at once: `--send-at-once`, their answers through lanes of theirs:
+    `--answer-lane`); every request they sent is in the controller's telemetry and in the
+    client's view, and none is left unanswered."""
     models = mlp_models(cpu_bundle, tmp_path, (1, 2, 4, 8, 16))
     out = tmp_path / "live"
     r = cli("replay", "--models", models, "--copies", "4", "--workload", "closed",
             "--concurrency", "3", "--duration", "3s", "--senders", "2", "--send-at-once",
-            "--out", out, "--json")
+            "--answer-lane", "--out", out, "--json")
     assert r.code == 0, r.err
     summary = json.loads(r.out)
     assert summary["senders"] == 2 and summary["live"] is True and summary["send_at_once"]
+    assert summary["answers_via"] == "lane"
     with open(out / "requests.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == summary["requests"] > 200

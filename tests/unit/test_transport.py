@@ -164,6 +164,71 @@ def test_the_lane_carries_a_senders_messages_past_zeromq_and_falls_back_when_it_
         other.close()
 
 
+def test_a_router_answers_a_dealer_on_its_lane_and_falls_back_when_it_cannot():
+    """The controller's answers to a client on its host (ZmqDealer.open_lane, told to the
+    router in a message): past ZeroMQ, packed frames too; too large, or the dealer gone,
+    the ZeroMQ way; never with a key (a lane is not encrypted)."""
+    import time
+
+    from cw.serve import protocol as p
+    from cw.serve.keys import CurveKey
+    from cw.serve.transport import LANE_MAX_BYTES, ZmqDealer, ZmqRouter
+
+    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromClient), p.Codec(p.ToClient))
+    dealer = ZmqDealer(router.address, p.Codec(p.ToClient), p.Codec(p.FromClient))
+
+    def poll_dealer(n):
+        got, deadline = [], time.monotonic() + 5
+        while len(got) < n and time.monotonic() < deadline:
+            got += dealer.poll(50)
+        return got
+
+    try:
+        address = dealer.open_lane()
+        assert address.startswith("\0cw-lane-") and dealer.open_lane() == address
+        dealer.send(p.ListModels(1, None, address))
+        deadline = time.monotonic() + 5
+        got = []
+        while not got and time.monotonic() < deadline:
+            dealer.poll(0)  # (the dealer's outbox leaves at its polls)
+            got = router.poll(50)
+        ((peer, hello),) = got
+        assert hello.lane_address == address
+        assert not router.use_peer_lane(peer, "\0cw-lane-nobody-listens")
+        assert not router.use_peer_lane(peer, "\0elsewhere")  # only cw's lanes
+        assert router.use_peer_lane(peer, address)
+        router.send(peer, p.ErrorResponse(1, p.RequestStatus.MALFORMED, "small"))
+        router.send(peer, p.InferResponse(2, p.RequestStatus.OK,
+                                          outputs=[memoryview(b"y" * LANE_MAX_BYTES)]))
+        router.flush()
+        got = poll_dealer(2)
+        assert sorted(m.request_id for m in got) == [1, 2]
+        assert dealer.received_on_lane == 1 and router.sent_on_peer_lanes == 1
+        router._packing_peers[peer] = None  # a peer that takes packed frames (it sent one)
+        for rid in (3, 4, 5):
+            router.send(peer, p.ErrorResponse(rid, p.RequestStatus.MALFORMED, "packed"))
+        router.flush()
+        assert sorted(m.request_id for m in poll_dealer(3)) == [3, 4, 5]
+        assert dealer.received_on_lane == 2 and router.sent_on_peer_lanes == 2
+        # the client's lane is gone: ZeroMQ again, the lane forgotten
+        dealer._poller.unregister(dealer._lane.socket.fileno())
+        dealer._lane.close()
+        dealer._lane = None
+        router.send(peer, p.ErrorResponse(6, p.RequestStatus.MALFORMED, "after"))
+        router.flush()
+        assert [m.request_id for m in poll_dealer(1)] == [6] and router.sent_on_peer_lanes == 2
+        assert not router._peer_lanes
+    finally:
+        dealer.close()
+        router.close()
+    import zmq
+
+    key = CurveKey(*zmq.curve_keypair())
+    keyed = ZmqDealer("tcp://127.0.0.1:9", p.Codec(p.ToClient), p.Codec(p.FromClient), key=key)
+    assert keyed.open_lane() == ""
+    keyed.close()
+
+
 def test_closing_twice_leaves_descriptors_opened_since_alone():
     """A second close closed the outbox's pipe numbers again, by then another file's (in a
     test, a ZeroMQ socket's of another thread: libzmq aborted the whole process)."""
