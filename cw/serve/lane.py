@@ -11,6 +11,7 @@ controller's router, one connected socket per client that offered one)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 
@@ -121,7 +122,12 @@ class LaneSender:
         self._retired.clear()
 
 
-MAX_PEER_LANES = 4096  # a router keeps this many peers' lanes at most (a file descriptor each)
+# a router keeps this many peers' lanes at most (a file descriptor each: a process's soft limit
+# is often 1,024); more clients than that on one host take ZeroMQ
+MAX_PEER_LANES = 256
+# a send that fails so means the receiver is gone: its lane is forgotten (others, such as a
+# datagram too large for the socket's buffer, only send that one the ZeroMQ way)
+_GONE = {errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN, errno.EPIPE}
 
 
 class PeerLanes:
@@ -144,7 +150,10 @@ class PeerLanes:
         self.drop(peer)
         if len(self._lanes) >= MAX_PEER_LANES or not address.startswith("\0cw-lane-"):
             return False
-        lane = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            lane = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        except OSError:  # out of descriptors
+            return False
         try:
             lane.connect(address)
         except OSError:
@@ -162,11 +171,10 @@ class PeerLanes:
             return False
         try:
             held[1].send(frame)
-        except (BlockingIOError, InterruptedError):
-            return False
-        except OSError:  # refused: the client went away (or its lane was closed)
-            self.drop(peer)
-            return False
+        except OSError as e:
+            if e.errno in _GONE:  # the client went away (or closed its lane)
+                self.drop(peer)
+            return False  # (its queue full, the datagram too large: this one takes ZeroMQ)
         self.sent += 1
         return True
 
