@@ -233,6 +233,9 @@ def main() -> None:
         if delays:
             print(f"EXEC end → result at the controller: p50 {delays[len(delays) // 2] / 1e6:.2f} "
                   f"ms, p99 {delays[int(0.99 * len(delays))] / 1e6:.2f} ms")
+        lane = getattr(ctl.workers_ep, "lane", None)
+        print(f"datagrams past ZeroMQ: results {lane.received if lane is not None else 0}, "
+              f"answers {getattr(ctl.clients_ep, 'sent_on_peer_lanes', 0)}")
         busy = getattr(ctl.metrics, "loop_busy", None)  # (absent before 2026-11-24)
         if busy is not None:
             loops = sum(busy.counts)
