@@ -23,9 +23,10 @@
 #      Fig. 5 at 10, 25 and 50 ms with this code (issue 5), EXEC tails of the tf32 and fp16
 #      ResNets and fp16 accuracy on resnet18's real weights (issue 7's "every precision
 #      offered"), then the fp32 ResNets' batch-1 tails through CUDA graphs, PyTorch's and the VM
-#      (issue 7's p99.99/p50 <= 1.01). Its numbers: docs/benchmarks.md; then, with what device time is
-#      left, step 2 below (kernels-measured), then step 3's A/B runs, which after `close` need
-#      no new Fig. 5 at every SLO: carry [".device", ".gpuclose"], `SLOS=10ms VARIANTS=1
+#      (issue 7's p99.99/p50 <= 1.01). Its numbers: docs/benchmarks.md. Then, with what device
+#      time is left: if `close`'s Fig. 5 still had answers late by the client's count, step 3's
+#      A/B runs first (the remedies side by side), else step 2 below (kernels-measured). Step
+#      3's runs after `close` need no new Fig. 5 at every SLO: carry [".device", ".gpuclose"], `SLOS=10ms VARIANTS=1
 #      VARIANT=clockwork:way-back=1 VARIANT_SLOS=10ms RUNS="lane=CW_ANSWER_LANE=1;senders4=
 #      CW_SENDERS=4;atonce=CW_SEND_AT_ONCE=1" RUN_SLOS=10ms bash bench/gpu_session.sh fig5`
 #      (~4.5 min: 10 ms as it is, then planning for the client's way back, answers through the
