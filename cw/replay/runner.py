@@ -74,8 +74,9 @@ class ReplayConfig:
     key_file: Path | None = None               # its key, if it was started with --key
     runtime: str | None = None                 # live local workers: simulated | cpu | cuda
     shared_memory: bool = True                 # live: inputs via /dev/shm where the host allows
-    # live: answers via the client's lane (Client.answer_lane), on the controller's host. Off:
-    # on 2 cores it shortened the way back but more INFERs reached workers late (stop 50)
+    # live: answers via the client's lane (Client.answer_lane), on the controller's host; a
+    # transport preference, as shared_memory, which a simulation has no use for. Off: on 2
+    # cores it shortened the way back but more INFERs reached workers late (stop 50)
     answer_lane: bool = False
     log_stalls_ns: int | None = None           # live, own controller: stalls.log in out
     exec_graphs: bool = False                  # live, cuda workers: EXEC as one CUDA graph
@@ -131,9 +132,6 @@ class ReplayConfig:
             raise UsageError("--exec-graphs is for the CUDA workers a live replay starts",
                              "give --runtime cuda (without --simulate or --controller), or "
                              "drop --exec-graphs")
-        if self.answer_lane and self.simulate:
-            raise UsageError("--answer-lane is for a live replay's client",
-                             "drop --simulate, or --answer-lane")
         if self.senders < 1:
             raise UsageError(f"--senders {self.senders} must be ≥ 1")
         if self.send_at_once and (self.simulate or self.workload != "closed"):
