@@ -507,8 +507,8 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
   real_accuracy 45 resnet18-fp16
   PROFILE_FLAGS=--exec-graphs exec_tails resnet18:1:25 resnet50:1:30
   # the GPU's own tail: PyTorch's CUDA graph of the same networks (is 1.01 reachable at batch 1?)
-  step 50 "PyTorch tails" python3 bench/torch_tails.py --bundles "$KERNELS" \
-    --models resnet18,resnet50 --batch 1 --runs 10000 --max-time 15 2>&1 \
+  step 60 "PyTorch tails" python3 bench/torch_tails.py --bundles "$KERNELS" \
+    --models resnet18,resnet50 --batch 1 --runs 10000 --max-time 12 2>&1 \
     | tee "$OUT/torch-tails.txt"
   exec_tails resnet18:1:25 resnet50:1:35
   host_facts
