@@ -135,20 +135,19 @@ class PeerLanes:
     datagram socket per peer. Owner thread only."""
 
     def __init__(self):
-        self._lanes: dict[bytes, tuple[str, socket.socket]] = {}
+        # peer -> (address, socket); a router's send path tests the dict itself (no call: it
+        # runs for every message a router sends, lanes or not)
+        self.by_peer: dict[bytes, tuple[str, socket.socket]] = {}
         self.sent = 0
-
-    def __bool__(self) -> bool:
-        return bool(self._lanes)
 
     def connect(self, peer: bytes, address: str) -> bool:
         """Send to `peer` through its lane at `address` from now on; False if that cannot be
         reached from here (another host or network namespace) or too many peers have one."""
-        held = self._lanes.get(peer)
+        held = self.by_peer.get(peer)
         if held is not None and held[0] == address:
             return True
         self.drop(peer)
-        if len(self._lanes) >= MAX_PEER_LANES or not address.startswith("\0cw-lane-"):
+        if len(self.by_peer) >= MAX_PEER_LANES or not address.startswith("\0cw-lane-"):
             return False
         try:
             lane = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -160,13 +159,13 @@ class PeerLanes:
             lane.close()
             return False
         lane.setblocking(False)
-        self._lanes[peer] = (address, lane)
+        self.by_peer[peer] = (address, lane)
         return True
 
     def send(self, peer: bytes, frame) -> bool:
         """False if `peer` has no lane or it did not take `frame` (too large, its buffer full):
         the caller sends it the ZeroMQ way. A lane whose receiver is gone is dropped."""
-        held = self._lanes.get(peer)
+        held = self.by_peer.get(peer)
         if held is None or len(frame) > LANE_MAX_BYTES:
             return False
         try:
@@ -179,10 +178,10 @@ class PeerLanes:
         return True
 
     def drop(self, peer: bytes) -> None:
-        held = self._lanes.pop(peer, None)
+        held = self.by_peer.pop(peer, None)
         if held is not None:
             held[1].close()
 
     def close(self) -> None:
-        for peer in list(self._lanes):
+        for peer in list(self.by_peer):
             self.drop(peer)

@@ -211,6 +211,7 @@ class ZmqRouter(_ZmqEndpoint):
         # costs it its answers' packing)
         self._packing_peers: dict[bytes, None] = {}
         self._peer_lanes = PeerLanes()  # answers to peers on this host, past ZeroMQ
+        self._peers_with_lanes = self._peer_lanes.by_peer
         super().__init__("ROUTER", address, decode, encode, context, key)
         self.lane = None
         if lane:
@@ -265,7 +266,7 @@ class ZmqRouter(_ZmqEndpoint):
             self._send_to(*queue.popleft())
 
     def _send_to(self, peer: bytes, data) -> None:
-        if self._peer_lanes and self._peer_lanes.send(peer, data):
+        if self._peers_with_lanes and self._peer_lanes.send(peer, data):
             return
         try:
             self._send_frame(peer, self._more)  # a vanished peer fails here (ROUTER_MANDATORY)

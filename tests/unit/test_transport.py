@@ -217,7 +217,7 @@ def test_a_router_answers_a_dealer_on_its_lane_and_falls_back_when_it_cannot():
         router.send(peer, p.ErrorResponse(6, p.RequestStatus.MALFORMED, "after"))
         router.flush()
         assert [m.request_id for m in poll_dealer(1)] == [6] and router.sent_on_peer_lanes == 2
-        assert not router._peer_lanes
+        assert not router._peer_lanes.by_peer
     finally:
         dealer.close()
         router.close()
