@@ -123,7 +123,8 @@ class LaneSender:
 
 
 # a router keeps this many peers' lanes at most (a file descriptor each: a process's soft limit
-# is often 1,024); more clients than that on one host take ZeroMQ
+# is often 1,024); past it the lane connected longest ago is let go (its peer's answers then
+# take ZeroMQ: a peer that went away without a send failing is the likeliest to be that one)
 MAX_PEER_LANES = 256
 # a send that fails so means the receiver is gone: its lane is forgotten (others, such as a
 # datagram too large for the socket's buffer, only send that one the ZeroMQ way)
@@ -134,21 +135,28 @@ class PeerLanes:
     """A router's lanes to its peers (the clients that offered one): a connected, non-blocking
     datagram socket per peer. Owner thread only."""
 
-    def __init__(self):
-        # peer -> (address, socket); a router's send path tests the dict itself (no call: it
-        # runs for every message a router sends, lanes or not)
+    def __init__(self, max_lanes: int = MAX_PEER_LANES):
+        self.max_lanes = max_lanes
+        # peer -> (address, socket), oldest connection first; a router's send path tests the
+        # dict itself (no call: it runs for every message a router sends, lanes or not)
         self.by_peer: dict[bytes, tuple[str, socket.socket]] = {}
+        self._peer_of: dict[str, bytes] = {}  # address -> peer
         self.sent = 0
 
     def connect(self, peer: bytes, address: str) -> bool:
         """Send to `peer` through its lane at `address` from now on; False if that cannot be
-        reached from here (another host or network namespace) or too many peers have one."""
+        reached from here (another host or network namespace)."""
         held = self.by_peer.get(peer)
         if held is not None and held[0] == address:
             return True
         self.drop(peer)
-        if len(self.by_peer) >= MAX_PEER_LANES or not address.startswith("\0cw-lane-"):
+        if not address.startswith("\0cw-lane-"):
             return False
+        before = self._peer_of.get(address)
+        if before is not None:  # the same client under a new routing id (it reconnected)
+            self.drop(before)
+        if len(self.by_peer) >= self.max_lanes:
+            self.drop(next(iter(self.by_peer)))
         try:
             lane = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         except OSError:  # out of descriptors
@@ -160,6 +168,7 @@ class PeerLanes:
             return False
         lane.setblocking(False)
         self.by_peer[peer] = (address, lane)
+        self._peer_of[address] = peer
         return True
 
     def send(self, peer: bytes, frame) -> bool:
@@ -180,6 +189,7 @@ class PeerLanes:
     def drop(self, peer: bytes) -> None:
         held = self.by_peer.pop(peer, None)
         if held is not None:
+            del self._peer_of[held[0]]
             held[1].close()
 
     def close(self) -> None:

@@ -229,6 +229,33 @@ def test_a_router_answers_a_dealer_on_its_lane_and_falls_back_when_it_cannot():
     keyed.close()
 
 
+def test_peer_lanes_forget_a_reconnected_clients_old_id_and_the_oldest_when_full():
+    from cw.serve.lane import Lane, PeerLanes
+
+    receivers = [Lane(routed=False) for _ in range(3)]
+    lanes = PeerLanes(max_lanes=2)
+    try:
+        assert lanes.connect(b"a", receivers[0].address)
+        # the same client's lane under a new routing id (it reconnected): one entry, the new id
+        assert lanes.connect(b"a2", receivers[0].address)
+        assert list(lanes.by_peer) == [b"a2"] and not lanes.send(b"a", b"x")
+        assert lanes.connect(b"b", receivers[1].address)
+        # full: the lane connected longest ago goes, so a new client still gets one
+        assert lanes.connect(b"c", receivers[2].address)
+        assert list(lanes.by_peer) == [b"b", b"c"]
+        assert lanes.send(b"b", b"to b") and lanes.send(b"c", b"to c")
+        assert not lanes.send(b"a2", b"to a")  # (its answers take ZeroMQ)
+        got = [r.socket.recv(64) if i else None for i, r in enumerate(receivers)]
+        assert got[1:] == [b"to b", b"to c"]
+        lanes.drop(b"b")  # and its address may be taken again
+        assert lanes.connect(b"b2", receivers[1].address) and list(lanes.by_peer) == [b"c", b"b2"]
+    finally:
+        lanes.close()
+        for r in receivers:
+            r.close()
+    assert not lanes.by_peer and not lanes._peer_of
+
+
 def test_closing_twice_leaves_descriptors_opened_since_alone():
     """A second close closed the outbox's pipe numbers again, by then another file's (in a
     test, a ZeroMQ socket's of another thread: libzmq aborted the whole process)."""
