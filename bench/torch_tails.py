@@ -50,6 +50,7 @@ def main() -> None:
           f"(cuDNN, fp32), batch {args.batch}, one replay at a time between CUDA events")
     print("| model | batch | runs | p50 ms | p99 ms | p99.99 ms | max ms | p99.99 / p50 |")
     print("|---|---|---|---|---|---|---|---|")
+    slowest = []
     for name in args.models.split(","):
         onnx_path = Path(args.bundles) / f"{name}.onnx"
         if not onnx_path.exists():
@@ -60,19 +61,33 @@ def main() -> None:
         replay, _ = capture_cuda_graph(model, x)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         samples: list[float] = []
+        began: list[float] = []
         until = time.monotonic() + args.max_time
         for i in range(args.runs + 50):
+            at = time.monotonic()
             start.record()
             replay()
             end.record()
             end.synchronize()
             if i >= 50:  # warm-up: clocks and caches
                 samples.append(start.elapsed_time(end))
+                began.append(at)
             if time.monotonic() > until:
                 break
         t = tails(samples)
         print(f"| {name} | {args.batch} | {t['runs']} | {t['p50']:.3f} | {t['p99']:.3f} | "
               f"{t['p9999']:.3f} | {t['max']:.3f} | {t['ratio']:.4f} |", flush=True)
+        slowest.append((name, slowest_runs(samples, began)))
+    # when the tail came (as `cw profile` keeps for cw's EXEC: profile.json's exec_slowest)
+    for name, runs in slowest:
+        print(f"{name}, slowest replays in ms: " + ", ".join(
+            f"{ms:.3f} (run {run + 1:,}, at {at:.2f} s)" for run, ms, at in runs))
+
+
+def slowest_runs(samples_ms: list[float], began: list[float], kept: int = 8) -> list:
+    """The `kept` slowest samples as (run, ms, seconds from the first run), in run order."""
+    order = sorted(np.argsort(samples_ms)[-kept:]) if samples_ms else []
+    return [(int(i), samples_ms[i], began[i] - began[0]) for i in order]
 
 
 if __name__ == "__main__":

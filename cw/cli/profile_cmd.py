@@ -116,6 +116,11 @@ def profile_cmd(
             table.add_row(str(b.batch_size), phase, _ms(s.p50_ns), _ms(s.p99_ns),
                           _ms(s.p9999_ns), _ms(s.max_ns), f"{s.tail_ratio:.3f}")
     out.print(table)
+    for b in profile.batches:
+        if b.exec_slowest:  # when the tail came says more of its cause than its size
+            runs = ", ".join(f"{_ms(r.exec_ns)} (run {r.run + 1:,}, at {r.at_ns / 1e9:.2f} s)"
+                             for r in sorted(b.exec_slowest, key=lambda r: -r.exec_ns)[:3])
+            out.print(f"batch {b.batch_size}, slowest EXECs in ms: {runs}")
     for c in concurrent:
         out.print(f"concurrency {c.concurrency}, batch {c.batch_size}: {c.throughput_per_s:.1f} "
                   f"inferences/s, EXEC p50 {_ms(c.latency.p50_ns)} ms, p99.99 "

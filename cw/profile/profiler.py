@@ -19,8 +19,8 @@ from cw.bundle import (PROFILE_FILE, encode_json, open_bundle, profile_intact,
                        replace_file_in_bundle)
 from cw.engine import check_target, parse_device, tvm_device
 from cw.errors import UsageError
-from cw.profile.schema import (PROFILE_SCHEMA_VERSION, BatchProfile, DeviceInfo, LoadProfile,
-                               Profile)
+from cw.profile.schema import (PROFILE_SCHEMA_VERSION, SLOWEST_KEPT, BatchProfile, DeviceInfo,
+                               LoadProfile, Profile, SlowRun)
 from cw.profile.stats import Stats, summarize
 from cw.profile.store import merge_measured, read_profile
 from cw.serve.runtime.base import Runtime, now_ns
@@ -215,7 +215,7 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
         progress("phase", {"text": f"batch {b}: INPUT, EXEC, OUTPUT",
                            "total": config.warmup + config.iterations})
         samples = {"input": [], "exec": [], "exec_host": [], "output": []}
-        total, took_ns = config.warmup + config.iterations, []
+        total, took_ns, began_ns = config.warmup + config.iterations, [], []
         i = 0
         while i < total:
             began = now_ns()
@@ -229,6 +229,7 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
                 samples["exec_host"].append(t_ex.end_ns - issued)
                 samples["output"].append(t_out.device_ns)
                 took_ns.append(now_ns() - began)
+                began_ns.append(began)
                 if len(took_ns) == _PLAN_AFTER:
                     total = config.warmup + _plan(config, b, sorted(took_ns)[_PLAN_AFTER // 2],
                                                   notes, progress)
@@ -236,7 +237,8 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
             i += 1
         runtime.release_slot(slot)
         batches.append(BatchProfile(b, *(summarize(samples[k]) for k in
-                                         ("input", "exec", "exec_host", "output"))))
+                                         ("input", "exec", "exec_host", "output")),
+                                    exec_slowest=slowest_runs(samples["exec"], began_ns)))
         if config.concurrency > 1:
             measured = total - config.warmup
             progress("phase", {"text": f"batch {b}: {config.concurrency} EXECs at once",
@@ -244,6 +246,18 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
             concurrency.append(_concurrent(runtime, model, b, inputs, config.concurrency,
                                            measured, progress))
     return batches, concurrency
+
+
+def slowest_runs(exec_ns: list[int], began_ns: list[int]) -> list[SlowRun]:
+    """The SLOWEST_KEPT slowest of `exec_ns` (run i began at `began_ns[i]`), in run order."""
+    import numpy as np
+
+    a = np.asarray(exec_ns, dtype=np.int64)
+    k = min(SLOWEST_KEPT, a.size)
+    if k == 0:
+        return []
+    picked = np.sort(np.argpartition(a, a.size - k)[a.size - k:])
+    return [SlowRun(int(i), int(a[i]), began_ns[i] - began_ns[0]) for i in picked]
 
 
 def _plan(config: ProfileConfig, batch: int, iteration_ns: int, notes: list[str],

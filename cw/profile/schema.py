@@ -29,12 +29,25 @@ class LoadProfile(msgspec.Struct, frozen=True):
     efficiency: float | None = None
 
 
+class SlowRun(msgspec.Struct, frozen=True):
+    run: int       # its place among the measured runs, from 0
+    exec_ns: int
+    at_ns: int     # when it began, from the first measured run's beginning
+
+
 class BatchProfile(msgspec.Struct, frozen=True):
     batch_size: int
     input: Stats
     exec: Stats        # device time of EXEC (CUDA events on a GPU, host clock on a CPU)
     exec_host: Stats   # host time from issuing EXEC to seeing it complete
     output: Stats
+    # the slowest EXECs (at most SLOWEST_KEPT), in the order they ran: p99.99 over 10,000 runs
+    # is one of them, and when they came (at the start, evenly spread, in one burst) says more
+    # of a tail's cause than its size does. Absent from profiles measured before 2026-11-28.
+    exec_slowest: list[SlowRun] = msgspec.field(default_factory=list)
+
+
+SLOWEST_KEPT = 8
 
 
 class Profile(msgspec.Struct, frozen=True):

@@ -47,6 +47,16 @@ def test_cpu_profile_written_and_checksummed(cli, bundle):
     for b in profile["batches"]:
         for phase in PHASES:
             _check_stats(b[phase], 50)
+        # the slowest EXECs, in run order: the slowest of all is the stats' max, and the 8
+        # slowest of 50 are all at least the median
+        slowest = b["exec_slowest"]
+        runs = [r["run"] for r in slowest]
+        assert len(slowest) == 8 and runs == sorted(set(runs)) and 0 <= runs[0] and runs[-1] < 50
+        assert max(r["exec_ns"] for r in slowest) == b["exec"]["max_ns"]
+        assert min(r["exec_ns"] for r in slowest) >= b["exec"]["p50_ns"]
+        at = [r["at_ns"] for r in slowest]
+        assert at == sorted(at) and at[0] >= 0 and (runs[0] > 0) == (at[0] > 0)
+    assert "batch 4, slowest EXECs in ms: " in r.out
     # the manifest now vouches for profile.json, and inspect shows it
     assert "profile.json" in open_bundle(bundle).manifest.files
     info = json.loads(cli("inspect", bundle, "--json").out)
