@@ -84,7 +84,8 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
         print(f"{'':>14}client's count: in SLO {c['completed_in_slo']}, late {c['late']} "
               f"{c['late_by_status']}, OK latency ms {c['latency_ms']}; of the late, left the "
               f"controller in time {c.get('late_that_left_in_time')}; way back ms "
-              f"{c.get('way_back_ms')}; senders {s.get('senders', 1)}")
+              f"{c.get('way_back_ms')}; senders {s.get('senders', 1)}, their cores "
+              f"{s.get('client_cpu')}")
         if "late_when_taken_in" in c:  # (since stop 49)
             print(f"{'':>14}of those, late already when the client's I/O thread took them in "
                   f"{c['late_when_taken_in']}; way to that thread ms "

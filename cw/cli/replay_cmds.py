@@ -197,6 +197,7 @@ def replay_cmd(
 
         render_summaries(summaries)
         _warn_lost_workers(summaries, out)
+        _warn_busy_client(summaries)
         names = ",".join(s["name"] for s in summaries)
         if len(names) <= 40:
             console().print(f"wrote {out}/{{{names}}}/ and {out}/{COMPARE_FILE}")
@@ -210,6 +211,7 @@ def replay_cmd(
         return _check_answered(summaries, out)
     render_summaries([summary])
     _warn_lost_workers(summaries, out)
+    _warn_busy_client(summaries)
     lag = summary.get("send_lateness_ms")
     timing = (f" (arrivals sent late by p99 {lag['p99']} ms)" if lag
               else "" if summary.get("live") else f" (virtual/wall time ×{summary['speedup']})")
@@ -224,6 +226,30 @@ def _warn_lost_workers(summaries: list[dict], out: Path) -> None:
         for how in s.get("workers_lost") or ():
             console().print(f"[yellow]warning:[/] {how} during the replay; the controller "
                             f"served on without it (its log is in {where}/)")
+
+
+# a process whose Python threads took this much of a core over the run was about at the GIL's
+# limit: it then takes answers in (and sends) late
+CLIENT_BUSY_CORES = 0.85
+
+
+def _warn_busy_client(summaries: list[dict]) -> None:
+    for s in summaries:
+        busiest = max((s.get("client_cpu") or {}).get("python") or [0])
+        if busiest < CLIENT_BUSY_CORES:
+            continue
+        name = f" ({s['name']})" if len(summaries) > 1 else ""
+        processes = len(s["client_cpu"]["python"])
+        if s.get("workload", "").startswith("closed"):
+            more = min(processes * 4, s.get("models") or processes * 4)
+            hint = f"--senders {more} spreads the closed loop over that many processes"
+        else:
+            hint = ("an open loop is sent from one process: replay it at a lower rate, or "
+                    "from several hosts")
+        console().print(f"[yellow]warning:[/] the replay's client{name} kept {busiest:.2f} of a "
+                        "core busy in Python, about all one process gets (its threads share one "
+                        "GIL): it may have been the bottleneck, taking answers in late and "
+                        f"counting them late by its own clock; {hint}")
 
 
 def _check_answered(summaries: list[dict], out: Path) -> None:

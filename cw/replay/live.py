@@ -29,7 +29,7 @@ from cw.client import Client, NoAnswer
 from cw.errors import CwError, HostError, UsageError
 from cw.replay.workloads import ClosedLoop
 from cw.serve.protocol import InferResponse, ModelInfo, describe_models
-from cw.serve.stalls import host_cpu_counters, host_cpu_delta
+from cw.serve.stalls import cpu_cores, host_cpu_counters, host_cpu_delta, process_cpu_ns
 from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 
 TIME_FIELDS_REQUEST = ("arrival_ns", "deadline_ns", "completion_ns")
@@ -466,10 +466,11 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             gone = None if ctl is None else (lambda: not ctl.process.is_alive())
             # whether this machine's processes had cores to run on (stalls answer late)
             cpu_before, cpu_since_ns = host_cpu_counters(), time.perf_counter_ns()
+            client_before = process_cpu_ns()
             if isinstance(arr, ClosedLoop) and config.senders > 1:
                 from cw.replay.senders import send_closed_loop_in_processes
 
-                answers, start = send_closed_loop_in_processes(
+                answers, start, client_cpu = send_closed_loop_in_processes(
                     address, config.key_file, config.shared_memory, arr, inputs,
                     config.slo_ns / 1e6, config.senders, advance, gone,
                     config.send_at_once, config.answer_lane)
@@ -486,7 +487,12 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                         gone)
                     extra["send_lateness_ms"] = lateness_ms(lateness)
                 wait_for(futures, (config.slo_ns + ANSWER_WAIT_NS) / 1e9, gone)
+                client_cpu = [cpu_cores(client_before, process_cpu_ns(),
+                                        time.perf_counter_ns() - cpu_since_ns)]
                 answers = answers_of(futures, sent, chosen)
+            # a client process busy ~one core in Python (its GIL's limit) is the bottleneck: its
+            # answers wait to be taken in, and count late by its own clock (cli: a warning)
+            extra["client_cpu"] = {k: [c[k] for c in client_cpu] for k in client_cpu[0]}
             if config.send_at_once:
                 extra["send_at_once"] = True
             if config.answer_lane:  # how answers reached this client: its lane, or ZeroMQ

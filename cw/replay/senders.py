@@ -21,6 +21,7 @@ from cw.errors import CwError, UsageError
 from cw.replay.live import (ANSWER_WAIT_NS, PROGRESS_EVERY_NS, Answers, answers_of,
                             send_closed_loop, wait_for)
 from cw.replay.workloads import ClosedLoop
+from cw.serve.stalls import cpu_cores, process_cpu_ns
 
 READY_TIMEOUT_S = 60  # for every sender to connect and learn its models
 
@@ -69,11 +70,13 @@ def _sender(index: int, results, counts, go, halt, address: str, key_file: Path 
             def progress(sent: int, _elapsed_ns: int) -> None:
                 counts[index] = sent
 
+            cpu_before, began_ns = process_cpu_ns(), time.perf_counter_ns()
             futures, sent, names, start = send_closed_loop(client, loop, inputs, slo_ms,
                                                            progress, halt.is_set, send_at_once)
             counts[index] = len(futures)
             wait_for(futures, (slo_ms * 1e6 + ANSWER_WAIT_NS) / 1e9, halt.is_set)
-            results.put(("done", index, (answers_of(futures, sent, names), start)))
+            cpu = cpu_cores(cpu_before, process_cpu_ns(), time.perf_counter_ns() - began_ns)
+            results.put(("done", index, (answers_of(futures, sent, names), start, cpu)))
     except Exception as e:  # told to the parent, which stops the replay with it
         results.put(("error", index, f"{type(e).__name__}: {e}"))
 
@@ -81,9 +84,11 @@ def _sender(index: int, results, counts, go, halt, address: str, key_file: Path 
 def send_closed_loop_in_processes(address: str, key_file: Path | None, shared_memory: bool,
                                   loop: ClosedLoop, inputs: dict, slo_ms: float, senders: int,
                                   progress=None, stop=None, send_at_once: bool = False,
-                                  answer_lane: bool = False) -> tuple[Answers, int]:
-    """`loop` driven by `senders` processes; returns what they saw, merged, and the earliest
-    start (CLOCK_MONOTONIC: the same in every process of this host)."""
+                                  answer_lane: bool = False
+                                  ) -> tuple[Answers, int, list[dict[str, float]]]:
+    """`loop` driven by `senders` processes; returns what they saw, merged, the earliest
+    start (CLOCK_MONOTONIC: the same in every process of this host), and the cores each
+    process used while it sent and waited (`cpu_cores`)."""
     shares = split_models(list(loop.models), senders)
     ctx = mp.get_context("spawn")  # (fork would copy this process's ZeroMQ threads' state)
     # go: every sender is connected; halt: the controller went away (the replay's own)
@@ -111,7 +116,8 @@ def send_closed_loop_in_processes(address: str, key_file: Path | None, shared_me
                 p.terminate()
                 p.join()
     parts = [done[i][0] for i in range(senders)]
-    return merge(parts), min(done[i][1] for i in range(senders))
+    return (merge(parts), min(done[i][1] for i in range(senders)),
+            [done[i][2] for i in range(senders)])
 
 
 def _gather(results, procs, kind: str, timeout_s: float, progress=None, counts=None,

@@ -333,6 +333,34 @@ def _where(thread: threading.Thread) -> str:
     return f" (now at {os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name})"
 
 
+def process_cpu_ns() -> dict[str, int]:
+    """This process's CPU time so far, split: ZeroMQ's own threads ("zmq": named ZMQbg/...,
+    they run without the GIL) and the rest ("python": the interpreter's threads, which take
+    turns under one GIL, so that together they get at most about one core). The difference of
+    two of these over a run says whether a client process was saturated (`cpu_cores`)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # (threads that ended count too)
+    total_ns = int((usage.ru_utime + usage.ru_stime) * 1e9)
+    zmq_ns = 0
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:  # not Linux: all of it counts as the interpreter's
+        tids = []
+    for tid in tids:
+        if (_read(f"/proc/self/task/{tid}/comm") or "").startswith("ZMQbg"):
+            raw = _read(f"/proc/self/task/{tid}/schedstat")
+            if raw:
+                zmq_ns += int(raw.split()[0])
+    return {"python": max(0, total_ns - zmq_ns), "zmq": zmq_ns}
+
+
+def cpu_cores(before: dict[str, int], after: dict[str, int], span_ns: int) -> dict[str, float]:
+    """`process_cpu_ns` over a span, in cores (1.0: one core all the time)."""
+    return {k: round((after[k] - before[k]) / span_ns, 3) if span_ns > 0 else 0.0
+            for k in after}
+
+
 # --- the machine's side: was there a core to run on? -----------------------------------------
 _CGROUP_CPU = ("/sys/fs/cgroup", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct")
 

@@ -359,6 +359,11 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     host = summary["host_cpu"]
     assert host["cpus"] >= 1 and (host["no_core_fraction"] is None
                                   or 0 <= host["no_core_fraction"] <= 1.05), host
+    # the client process's own CPU over the run: it sent thousands of requests (so above
+    # nothing), and its Python threads, under one GIL, took at most about one core
+    cpu = summary["client_cpu"]
+    assert len(cpu["python"]) == len(cpu["zmq"]) == 1, cpu
+    assert 0.005 < cpu["python"][0] < 1.2 and 0 <= cpu["zmq"][0] < 1.2, cpu
 
 
 def test_a_closed_loop_driven_from_several_sender_processes(cli, cpu_bundle, tmp_path):
@@ -375,6 +380,10 @@ def test_a_closed_loop_driven_from_several_sender_processes(cli, cpu_bundle, tmp
     summary = json.loads(r.out)
     assert summary["senders"] == 2 and summary["live"] is True and summary["send_at_once"]
     assert summary["answers_via"] == "lane"
+    # each sender process's CPU, measured in that process
+    cpu = summary["client_cpu"]
+    assert len(cpu["python"]) == len(cpu["zmq"]) == 2 and all(0.001 < c < 1.2 for c in
+                                                              cpu["python"]), cpu
     with open(out / "requests.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == summary["requests"] > 200
