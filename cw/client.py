@@ -87,6 +87,50 @@ def _buffer(a) -> memoryview:
     """The array's bytes without a copy (the message encoder copies them once, right away)."""
     return memoryview(np.ascontiguousarray(a)).cast("B")
 
+
+class SharedInputs:
+    """Inputs sent in many requests but copied once (`Client.share`): each request refers to
+    the same shared-memory slots instead of a copy of its own. A 600 KB image took ~30-60 µs
+    to copy per request, and a load generator sending 13,000 requests a second spent most of a
+    core on that (docs/benchmarks.md, stop 51). Where the controller does not share this host's
+    memory they go as bytes, copied once too. What was shared is what is sent: changing the
+    arrays afterwards changes nothing. `release()` gives the slots back once the requests sent
+    with them are answered."""
+
+    def __init__(self, client: "Client", arrays: list, payload: list, slots: list | None):
+        self.client = client
+        self.arrays = arrays  # the caller's, for checks against a model's inputs
+        self.n = arrays[0].shape[0] if arrays and hasattr(arrays[0], "shape") else 0
+        self.payload = payload  # what each request carries: ShmRefs, or the bytes
+        self._slots = slots     # the shared-memory slots to give back (None: bytes)
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self.released = False
+
+    def sent(self) -> None:
+        with self._lock:
+            if self.released:
+                raise UsageError("these shared inputs were released",
+                                 "share the inputs again (Client.share)")
+            self._in_flight += 1
+
+    def answered(self) -> None:
+        """One request sent with them is over (the client's I/O thread)."""
+        with self._lock:
+            self._in_flight -= 1
+            self._give_back_if_done()
+
+    def release(self) -> None:
+        """No more requests with these; their slots are free once those in flight are over."""
+        with self._lock:
+            self.released = True
+            self._give_back_if_done()
+
+    def _give_back_if_done(self) -> None:
+        if self.released and self._in_flight == 0 and self._slots is not None:
+            self.client._arena.free(self._slots)
+            self._slots = None
+
 class Client:
     """`shared_memory`: None (default) sends inputs of `SHM_MIN_BYTES` or more through shared
     memory when the controller shares this host's /dev/shm, and through the socket otherwise;
@@ -160,8 +204,8 @@ class Client:
                 if entry is None:  # (or answered after the client gave up on it)
                     continue
                 future, decode, slots, _ = entry
-                if slots:
-                    self._arena.free(slots)  # the request is over: its input slots are free
+                if slots is not None:
+                    self._request_over(slots)  # its input slots are free
                 if type(msg) is p.InferResponse and msg.latency_ns > 0:
                     self._saw_unseen(received_s - future.sent_s - msg.latency_ns / 1e9)
                 if future.done():  # cancelled by close()
@@ -210,12 +254,19 @@ class Client:
         for rid, (future, _, slots, give_up_at) in list(self._futures.items()):
             if give_up_at > now or self._futures.pop(rid, None) is None:
                 continue
-            if slots:
-                self._arena.free(slots)
+            if slots is not None:
+                self._request_over(slots)
             if not future.done():
                 future.set_exception(NoAnswer(
                     f"no answer from the controller at {self.address} within "
                     f"{give_up_at - future.sent_s:g} s", "is `cw serve` running there?"))
+
+    def _request_over(self, slots) -> None:
+        """A request's input slots, its own or shared ones, are no longer its."""
+        if type(slots) is SharedInputs:
+            slots.answered()
+        else:
+            self._arena.free(slots)
 
     def _decode_after_listing(self, model: str, decode, msg, future: Future) -> None:
         """Answered for a model this client knew nothing of when it sent the request (its
@@ -394,11 +445,16 @@ class Client:
         called_ns = time.monotonic_ns()  # the SLO runs from here, where the controller can tell
         slo_ns = _slo_ns(slo_ms)
         info = self._info(model)
-        inputs = _input_list(model, x, info)
+        shared = self._own_shared(x)
+        inputs = shared.arrays if shared is not None else _input_list(model, x, info)
         if info is not None:
             check_model_inputs(f"model '{model}'", info.inputs, info.batch_sizes, inputs)
         n = inputs[0].shape[0]
-        payload, slots = self._payload(inputs)
+        if shared is not None:
+            shared.sent()
+            payload, slots = shared.payload, shared
+        else:
+            payload, slots = self._payload(inputs)
         sent_ns = called_ns if self._same_clock else 0
         return self._send(lambda rid: p.InferRequest(rid, model, payload, n, slo_ns, sent_ns,
                                                      self.unseen_ns),
@@ -421,12 +477,45 @@ class Client:
         called_ns = time.monotonic_ns()
         slo_ns = _slo_ns(slo_ms)
         _check_model_id(model)
-        inputs = _input_list(model, x, self._info(model) if isinstance(x, dict) else None)
-        payload, slots = self._payload(inputs)
+        if type(x) is SharedInputs:  # (the load generators' way: no copy, no checks)
+            self._own_shared(x).sent()
+            payload, slots, n = x.payload, x, x.n
+        else:
+            inputs = _input_list(model, x, self._info(model) if isinstance(x, dict) else None)
+            payload, slots = self._payload(inputs)
+            n = inputs[0].shape[0]
         sent_ns = called_ns if self._same_clock else 0
-        return self._send(lambda rid: p.InferRequest(rid, model, payload, inputs[0].shape[0],
-                                                     slo_ns, sent_ns, self.unseen_ns), None,
-                          slots, slo_ns)
+        return self._send(lambda rid: p.InferRequest(rid, model, payload, n, slo_ns, sent_ns,
+                                                     self.unseen_ns), None, slots, slo_ns)
+
+    def share(self, x, model: str | None = None) -> SharedInputs:
+        """`x` (as `infer` takes it; `model` for inputs given by name) copied once, to send in
+        many requests: `infer*(model, shared)` then sends no copy of its own. For a caller that
+        sends the same inputs again and again, a load generator above all."""
+        info = self._info(model) if model is not None else None
+        if isinstance(x, dict) and info is None:
+            raise UsageError("inputs given by name need their model to share them",
+                             "call share(x, model=...) with the model's id")
+        inputs = [np.ascontiguousarray(a) for a in _input_list(model or "(shared)", x, info)]
+        if not inputs or not all(isinstance(a, np.ndarray) and a.ndim >= 1 for a in inputs):
+            raise UsageError("inputs to share are numpy arrays with a batch axis",
+                             "give an array, or a list or dict of arrays")
+        if info is not None:
+            check_model_inputs(f"model '{model}'", info.inputs, info.batch_sizes, inputs)
+        payload, slots = self._payload(inputs)
+        if slots is None:  # through the socket: bytes of their own, so later changes do not show
+            payload = [bytes(b) for b in payload]
+        return SharedInputs(self, inputs, payload, slots)
+
+    def _own_shared(self, x) -> SharedInputs | None:
+        """`x` if it is shared inputs (this client's: another's slots are not its to count);
+        else None."""
+        if type(x) is not SharedInputs:
+            return None
+        if x.client is not self:
+            raise UsageError("these inputs were shared by another client",
+                             "share them with the client that sends them")
+        return x
 
     # --- helpers -------------------------------------------------------------------------
     def _info(self, model: str) -> p.ModelInfo | None:

@@ -283,6 +283,54 @@ def test_inputs_through_shared_memory_give_the_outputs_of_the_socket(models_dir,
 
 
 @pytest.mark.skipif(not shm_domain(), reason="no /dev/shm here")
+def test_shared_inputs_are_copied_once_and_sent_in_many_requests(models_dir, tmp_path):
+    """Client.share: one copy into shared memory, any number of requests referring to it (a
+    load generator's), the outputs those of the inputs as shared; its slot is given back once
+    released and answered. Through the socket it is bytes copied once: what changes in the
+    array afterwards is not sent."""
+    from cw.client import SharedInputs
+
+    ctl = start(tmp_path)
+    w = WorkerThread(ctl.workers_address, models_dir, "tvm", "cpu0")
+    try:
+        ctl.wait_for_workers(1)
+        local = LocalModel(models_dir / "mlp")
+        x = random_input((4, 64), seed=3)
+        expected = local.run([x])[0]
+        with Client(ctl.clients_address, shared_memory=True) as client, \
+                Client(ctl.clients_address, shared_memory=False) as via_socket:
+            shared = client.share(x, model="mlp")
+            assert type(shared) is SharedInputs and shared.n == 4
+            slots_made = sum(client._arena._slots.values())
+            x[:] = 0  # (what was shared is what is sent)
+            futures = [client.infer_async("mlp", shared, slo_ms=5000) for _ in range(40)]
+            raw = [client.infer_response_async("mlp", shared, slo_ms=5000) for _ in range(40)]
+            assert all(np.array_equal(f.result(timeout=30), expected) for f in futures)
+            assert all(f.result(timeout=30).status == RequestStatus.OK for f in raw)
+            # 80 requests in flight at once, and not one slot more than the shared one
+            assert sum(client._arena._slots.values()) == slots_made
+            free_before = sum(len(v) for v in client._arena._free.values())
+            shared.release()
+            assert sum(len(v) for v in client._arena._free.values()) == free_before + 1
+            with pytest.raises(UsageError, match="released"):
+                client.infer_response_async("mlp", shared, slo_ms=5000)
+            # another client's shared inputs are not this one's to send; wrong inputs are said
+            with pytest.raises(UsageError, match="another client"):
+                via_socket.infer_async("mlp", client.share(expected), slo_ms=5000)
+            with pytest.raises(UsageError, match="model 'mlp'"):
+                client.infer_async("mlp", client.share(random_input((2, 3), seed=1)))
+            y = random_input((2, 64), seed=4)
+            by_bytes = via_socket.share(y)
+            y_expected = local.run([y])[0]
+            y[:] = 1
+            assert np.array_equal(via_socket.infer("mlp", by_bytes, slo_ms=5000), y_expected)
+            assert via_socket._arena is None
+    finally:
+        w.close()
+        ctl.close()
+
+
+@pytest.mark.skipif(not shm_domain(), reason="no /dev/shm here")
 def test_small_inputs_take_the_socket_by_default(models_dir, tmp_path):
     """A shared-memory slot costs more than a few KiB through the socket: by default only
     requests of SHM_MIN_BYTES or more go by reference (mlp: 256 bytes a sample)."""
