@@ -90,9 +90,9 @@ def _buffer(a) -> memoryview:
 
 class SharedInputs:
     """Inputs sent in many requests but copied once (`Client.share`): each request refers to
-    the same shared-memory slots instead of a copy of its own. A 600 KB image took ~30-60 µs
-    to copy per request, and a load generator sending 13,000 requests a second spent most of a
-    core on that (docs/benchmarks.md, stop 51). Where the controller does not share this host's
+    the same shared-memory slots instead of a copy of its own. Copying a 600 KB image per
+    request took half the CPU of an open-loop load generator (docs/benchmarks.md, stop 51).
+    Where the controller does not share this host's
     memory they go as bytes, copied once too. What was shared is what is sent: changing the
     arrays afterwards changes nothing. `release()` gives the slots back once the requests sent
     with them are answered."""

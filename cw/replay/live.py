@@ -173,9 +173,14 @@ def send_open_loop(client: Client, times_ns, names: list[str], inputs: dict, slo
 
 
 def share_inputs(client, inputs: dict) -> dict:
-    """Each model's inputs shared once (`Client.share`): a load generator sends the same inputs
-    again and again, and copying a 600 KB image into shared memory for each request took most
-    of a core at 13,000 requests a second. Clients without `share` get them as they are."""
+    """Each model's inputs shared once (`Client.share`): an open loop sends the same inputs
+    again and again at the trace's times, and copying a 600 KB image into shared memory for
+    each request took half its client's CPU (185 against 90 µs a request at 3,000 r/s on 2
+    cores; arrivals sent late by p99 19-28 ms against 3.5-6.4; docs/benchmarks.md, stop 51).
+    Clients without `share` get them as they are. Not for the closed loop: it resends each
+    answered request at once, so a cheaper client only sends more of them (×2.9 at 10 ms on 2
+    cores), and the queue it kept in its own process, before each call, moves to the
+    controller's intake, where it counts against the SLO (late answers ×20-60 there)."""
     share = getattr(client, "share", None)
     return {m: x if share is None else share(x) for m, x in inputs.items()}
 
@@ -201,7 +206,6 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
     # Fig. 5 on the H200, 2026-11-28).
     answered: queue.SimpleQueue = queue.SimpleQueue()
     in_flight = 0
-    shared = share_inputs(client, {m: inputs[m] for m in loop.models})
     start = time.monotonic_ns()
     end = start + loop.duration_ns
     # The answers a poll of the client's I/O thread settled are handed over once, after that
@@ -229,7 +233,7 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
         if len(futures) % 2000 == 0:
             gc.freeze()  # as in send_open_loop: keep full collections off the live futures
         sent.append(time.monotonic_ns())
-        future = client.infer_response_async(model, shared[model], slo_ms=slo_ms)
+        future = client.infer_response_async(model, inputs[model], slo_ms=slo_ms)
         future.model = model
         in_flight += 1
         futures.append(future)
@@ -270,7 +274,6 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
     finally:
         if stop_handing_over is not None:
             stop_handing_over()
-        release(shared)
     return futures, np.asarray(sent, dtype=np.int64), names, start
 
 
