@@ -241,15 +241,17 @@ def _warn_busy_client(summaries: list[dict]) -> None:
         name = f" ({s['name']})" if len(summaries) > 1 else ""
         processes = len(s["client_cpu"]["python"])
         if s.get("workload", "").startswith("closed"):
+            # (a closed loop resends each answer at once: more senders send more, and the
+            # queue moves to the controller's intake, where it counts against the SLO)
             more = min(processes * 4, s.get("models") or processes * 4)
-            hint = f"--senders {more} spreads the closed loop over that many processes"
+            hint = (f"--senders {more} spreads the closed loop over that many processes, which "
+                    "then send more requests for the controller to take in")
         else:
             hint = ("an open loop is sent from one process: replay it at a lower rate, or "
                     "from several hosts")
         console().print(f"[yellow]warning:[/] the replay's client{name} kept {busiest:.2f} of a "
                         "core busy in Python, about all one process gets (its threads share one "
-                        "GIL): it may have been the bottleneck, taking answers in late and "
-                        f"counting them late by its own clock; {hint}")
+                        f"GIL): answers it took in late count late by its own clock; {hint}")
 
 
 def _check_answered(summaries: list[dict], out: Path) -> None:
