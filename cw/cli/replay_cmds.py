@@ -91,7 +91,8 @@ def replay_cmd(
                                 help="Live, closed loop: processes that drive the clients, "
                                      "each with a client of its own and whole models (1: this "
                                      "process). More keep one Python process from delaying "
-                                     "answers at thousands a second."),
+                                     "answers at thousands a second, and send more requests: "
+                                     "a closed loop resends each answer at once."),
     send_at_once: bool = typer.Option(False, "--send-at-once", envvar="CW_SEND_AT_ONCE",
                                       help="Live, closed loop: each burst of requests leaves "
                                            "at once, not within the client's next millisecond "
