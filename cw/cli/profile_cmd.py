@@ -37,6 +37,10 @@ def profile_cmd(
     batch_sizes: str = typer.Option(None, "--batch-sizes", help="Subset of the compiled sizes."),
     concurrency: int = typer.Option(1, "--concurrency",
                                     help="Also run K EXECs at once (reported, not stored)."),
+    back_to_back: bool = typer.Option(False, "--back-to-back",
+                                      help="Also run as many EXECs back to back, each queued "
+                                           "while the one before runs, as a busy worker runs "
+                                           "them (reported, not stored)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     import_file: Path = typer.Option(None, "--import", metavar="FILE",
                                      help="Measure nothing: register FILE, a profile.json "
@@ -57,7 +61,7 @@ def profile_cmd(
     """
     if import_file is not None:
         _import(bundle, import_file, as_json, batch_sizes is not None or concurrency != 1
-                or ungated or exec_graphs)
+                or ungated or exec_graphs or back_to_back)
         return
     max_time_s = (None if max_time.strip().lower() == "none"
                   else parse_duration_ns(max_time, "--max-time") / 1e9)
@@ -65,7 +69,7 @@ def profile_cmd(
                            load_iterations=load_iterations, max_time_s=max_time_s,
                            batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None,
                            concurrency=concurrency, gate_exec=not ungated,
-                           exec_graphs=exec_graphs)
+                           exec_graphs=exec_graphs, back_to_back=back_to_back)
     progress = progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), hidden=as_json)
     task = None
@@ -88,14 +92,19 @@ def profile_cmd(
                 console().print(f"  {info['text']}")
 
     with progress:
-        profile, concurrent = profile_bundle(bundle, config, on_event)
+        profile, reported = profile_bundle(bundle, config, on_event)
+    concurrent = reported.concurrency
     if as_json:
         import msgspec
         print_json({"profile": msgspec.to_builtins(profile),
                     "concurrency": [{"concurrency": c.concurrency, "batch_size": c.batch_size,
                                      "throughput_per_s": c.throughput_per_s,
                                      "latency": msgspec.to_builtins(c.latency)}
-                                    for c in concurrent]})
+                                    for c in concurrent],
+                    "back_to_back": [{"batch_size": r.batch_size,
+                                      "exec": msgspec.to_builtins(r.exec),
+                                      "exec_slowest": msgspec.to_builtins(r.exec_slowest),
+                                      "busy": r.busy} for r in reported.back_to_back]})
         return
     out = console()
     counts = {b.batch_size: b.exec.n for b in profile.batches}
@@ -121,6 +130,11 @@ def profile_cmd(
             runs = ", ".join(f"{_ms(r.exec_ns)} (run {r.run + 1:,}, at {r.at_ns / 1e9:.2f} s)"
                              for r in sorted(b.exec_slowest, key=lambda r: -r.exec_ns)[:3])
             out.print(f"batch {b.batch_size}, slowest EXECs in ms: {runs}")
+    for r in reported.back_to_back:
+        e = r.exec
+        out.print(f"back to back, batch {r.batch_size}: EXEC p50 {_ms(e.p50_ns)} ms, p99.99 "
+                  f"{_ms(e.p9999_ns)} ms, p99.99/p50 {e.tail_ratio:.4f}, device busy "
+                  f"{r.busy:.1%} (reported only, not stored)")
     for c in concurrent:
         out.print(f"concurrency {c.concurrency}, batch {c.batch_size}: {c.throughput_per_s:.1f} "
                   f"inferences/s, EXEC p50 {_ms(c.latency.p50_ns)} ms, p99.99 "

@@ -50,6 +50,9 @@ class ProfileConfig:
     # False: the experiment without TvmCudaRuntime's EXEC gate (reported, never stored)
     gate_exec: bool = True
     exec_graphs: bool = False  # EXEC as one CUDA graph, as `cw serve --exec-graphs` runs it
+    # also as many EXECs back to back, each queued while the one before runs (as a busy worker
+    # runs them): the GPU never waits between them (reported, never stored)
+    back_to_back: bool = False
 
     def __post_init__(self):
         if self.iterations < 1 or self.warmup < 0 or self.load_iterations < 1:
@@ -78,6 +81,24 @@ class ConcurrencyResult:
     batch_size: int
     throughput_per_s: float
     latency: Stats
+
+
+@dataclass
+class BackToBackResult:
+    """EXECs run back to back: their device times, the slowest with when they ran, and the
+    share of the span from the first start to the last end that the GPU spent in them (near
+    1: it never waited between them)."""
+    batch_size: int
+    exec: Stats
+    exec_slowest: list[SlowRun]
+    busy: float
+
+
+@dataclass
+class Reported:
+    """What `cw profile` measures besides the profile, reported and never stored."""
+    concurrency: list[ConcurrencyResult]
+    back_to_back: list[BackToBackResult]
 
 
 def make_runtime(device: str, page_size: int, num_pages: int, gate_exec: bool = True,
@@ -119,7 +140,7 @@ def _none(event: str, info: dict) -> None:
 
 
 def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
-                   progress: Progress = _none) -> tuple[Profile, list[ConcurrencyResult]]:
+                   progress: Progress = _none) -> tuple[Profile, Reported]:
     bundle = open_bundle(path, remeasuring=True)
     # a damaged profile.json is measured afresh, not merged with
     earlier = read_profile(bundle) if profile_intact(bundle) else None
@@ -145,8 +166,8 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
     try:
         load = _measure_load(runtime, model, config, progress)
         shortened: list[str] = []  # batch sizes measured fewer times, to fit --max-time
-        batches, concurrency = _measure_batches(runtime, model, batch_sizes, config, progress,
-                                                shortened)
+        batches, reported = _measure_batches(runtime, model, batch_sizes, config, progress,
+                                             shortened)
         max_workspace = max(k.workspace_bytes for k in m.kernels if k.batch_size in batch_sizes)
         io = max(k.input_bytes + k.output_bytes for k in m.kernels
                  if k.batch_size in batch_sizes)
@@ -176,7 +197,7 @@ def profile_bundle(path: str | Path, config: ProfileConfig = ProfileConfig(),
     if config.write and config.gate_exec:
         stored = merge_measured(earlier, profile)
         replace_file_in_bundle(bundle, PROFILE_FILE, encode_json(stored))
-    return profile, concurrency
+    return profile, reported
 
 
 def _measure_load(runtime: Runtime, model: HostModel, config: ProfileConfig,
@@ -201,11 +222,11 @@ def _measure_load(runtime: Runtime, model: HostModel, config: ProfileConfig,
 
 def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
                      config: ProfileConfig, progress: Progress, notes: list[str]
-                     ) -> tuple[list[BatchProfile], list[ConcurrencyResult]]:
+                     ) -> tuple[list[BatchProfile], Reported]:
     import numpy as np
 
     m = model.manifest
-    batches, concurrency = [], []
+    batches, reported = [], Reported([], [])
     for b in batch_sizes:
         runtime.prepare(model, b)
         runtime.settle()  # with --exec-graphs: EXEC measured as its graph, not the VM's
@@ -239,13 +260,49 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
         batches.append(BatchProfile(b, *(summarize(samples[k]) for k in
                                          ("input", "exec", "exec_host", "output")),
                                     exec_slowest=slowest_runs(samples["exec"], began_ns)))
+        measured = total - config.warmup
+        if config.back_to_back:
+            progress("phase", {"text": f"batch {b}: EXECs back to back", "total": measured})
+            reported.back_to_back.append(_back_to_back(runtime, model, b, inputs, measured,
+                                                       progress))
         if config.concurrency > 1:
-            measured = total - config.warmup
             progress("phase", {"text": f"batch {b}: {config.concurrency} EXECs at once",
                                "total": measured})
-            concurrency.append(_concurrent(runtime, model, b, inputs, config.concurrency,
-                                           measured, progress))
-    return batches, concurrency
+            reported.concurrency.append(_concurrent(runtime, model, b, inputs,
+                                                    config.concurrency, measured, progress))
+    return batches, reported
+
+
+def _back_to_back(runtime: Runtime, model: HostModel, batch: int, inputs, runs: int,
+                  progress: Progress) -> BackToBackResult:
+    """`runs` EXECs on two IO slots in turn, each launched while the one before runs, so that
+    the GPU goes from one to the next without waiting for the host (a synchronous runtime,
+    the CPU's, runs them one after another all the same)."""
+    slots = [runtime.acquire_slot(model, batch) for _ in range(2)]
+    try:
+        for slot in slots:
+            runtime.copy_input(model, slot, inputs)
+        for slot in slots:  # warm: each slot's first EXEC
+            runtime.finish(runtime.launch(model, slot))
+            runtime.copy_output(model, slot)
+        device_ns, began_ns, spans = [], [], []
+        running = runtime.launch(model, slots[0])
+        for i in range(runs):
+            queued = runtime.launch(model, slots[(i + 1) % 2]) if i + 1 < runs else None
+            t = runtime.finish(running)
+            runtime.copy_output(model, slots[i % 2])  # (before its slot is launched again)
+            device_ns.append(t.device_ns)
+            began_ns.append(t.start_ns)
+            spans.append((t.start_ns, t.end_ns))
+            running = queued
+            progress("advance", {})
+    finally:
+        for slot in slots:
+            runtime.release_slot(slot)
+    span = spans[-1][1] - spans[0][0]
+    busy = sum(device_ns) / span if span > 0 else 1.0
+    return BackToBackResult(batch, summarize(device_ns), slowest_runs(device_ns, began_ns),
+                            round(min(busy, 1.0), 4))
 
 
 def slowest_runs(exec_ns: list[int], began_ns: list[int]) -> list[SlowRun]:

@@ -76,6 +76,26 @@ def test_profile_subset_and_concurrency_not_stored(cli, bundle):
     assert "concurrency" not in stored
 
 
+def test_exec_back_to_back_is_reported_beside_the_profile_never_stored(cli, bundle):
+    """--back-to-back: as many EXECs again, each launched while the one before runs (a busy
+    worker's way); their statistics, slowest runs and busy share are printed, not stored."""
+    r = cli("profile", bundle, "--device", "cpu", "--iterations", "60", "--warmup", "2",
+            "--load-iterations", "2", "--back-to-back", "--json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert [b["batch_size"] for b in out["back_to_back"]] == [1, 4]
+    for b in out["back_to_back"]:
+        _check_stats(b["exec"], 60)
+        runs = [s["run"] for s in b["exec_slowest"]]
+        assert len(runs) == 8 and runs == sorted(set(runs)) and runs[-1] < 60
+        assert max(s["exec_ns"] for s in b["exec_slowest"]) == b["exec"]["max_ns"]
+        assert 0 < b["busy"] <= 1
+    assert "back_to_back" not in (bundle / "profile.json").read_text()
+    r = cli("profile", bundle, "--device", "cpu", "--iterations", "60", "--load-iterations",
+            "2", "--batch-sizes", "4", "--back-to-back")
+    assert r.code == 0 and "back to back, batch 4: EXEC p50" in r.out, r.err
+
+
 def test_a_long_profile_is_cut_to_fit_its_max_time_and_says_so(cli, bundle):
     """A big model on a CPU takes seconds an iteration: 1,000 of them per batch size took hours.
     --max-time bounds each batch size (here to far less than the iterations asked for)."""
