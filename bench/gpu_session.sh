@@ -24,8 +24,9 @@
 #      still had answers late by the client's count, 10 ms again with `clockwork:way-back=1`), EXEC
 #      tails of the tf32 and fp16 ResNets, fp16 accuracy on resnet18's real weights and tf32's
 #      on mobilenet_v2's (issue 7's "every precision offered"), then the fp32 ResNets' batch-1
-#      tails through CUDA graphs, PyTorch's and the VM (issue 7's p99.99/p50 <= 1.01; each
-#      profile's exec_slowest says when its slowest runs came). The last steps get what time is
+#      tails through CUDA graphs, PyTorch's, and the VM isolated and back to back (issue 7's
+#      p99.99/p50 <= 1.01; each profile's exec_slowest says when its slowest runs came; back
+#      to back, whether the tail is the GPU's return from idle). The last steps get what time is
 #      left. Its numbers: docs/benchmarks.md. Then, with what device time is left (the machine
 #      stays warm ~30 s): if `close`'s Fig. 5 still had answers late by the client's count,
 #      step 3's A/B runs first (the remedies side by side), else step 2 below
@@ -517,7 +518,8 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
   #    time as real ones do), fp16 accuracy on resnet18's real weights and tf32's on
   #    mobilenet_v2's, then the fp32 ResNets'
   #    batch-1 tails (≤ 1.01 missed by 11-13 µs on 2026-11-27) through CUDA graphs and the VM
-  #    side by side, with PyTorch's own CUDA graph between them (the GPU's tail). GPU tests of
+  #    side by side, with PyTorch's own CUDA graph between them (the GPU's tail), the VM's
+  #    isolated and back to back (the tail of a GPU returning from idle?). GPU tests of
   #    the graphs passed on 2026-11-28 (24).
   CALL_BUDGET=${CALL_BUDGET:-570}
   PACK_TO=$OUT OUT=$W/close-out
