@@ -53,6 +53,25 @@ def test_concurrency_on_gpu_is_reported_not_stored(cli, cuda_bundle):
     assert "concurrency" not in json.loads((bundle / "profile.json").read_text())
 
 
+def test_exec_back_to_back_on_gpu_keeps_it_busy_and_is_reported_not_stored(cli, cuda_bundle):
+    """--back-to-back on the GPU: each EXEC queued while the one before runs; the same kernels
+    take about the device time they take isolated, and the GPU is busier in between (isolated,
+    it waits for the host's sync, output copy and next launch)."""
+    bundle = cuda_bundle("small_cnn")
+    r = cli("profile", bundle, "--device", "cuda:0", "--iterations", "300", "--warmup", "10",
+            "--load-iterations", "2", "--batch-sizes", "16", "--back-to-back", "--json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    (isolated,) = out["profile"]["batches"]
+    (b2b,) = out["back_to_back"]
+    _ordered(b2b["exec"])
+    assert b2b["exec"]["n"] == 300 and len(b2b["exec_slowest"]) == 8
+    assert 0.5 < b2b["exec"]["p50_ns"] / isolated["exec"]["p50_ns"] < 2, (b2b, isolated)
+    span_isolated = isolated["exec_host"]["p50_ns"] + isolated["output"]["p50_ns"]
+    assert b2b["busy"] > isolated["exec"]["p50_ns"] / span_isolated, (b2b, isolated)
+    assert "back_to_back" not in (bundle / "profile.json").read_text()
+
+
 @pytest.mark.parametrize("gate_exec", [True, False])
 def test_pages_anywhere_padding_and_no_allocation_after_warm_up(cuda_bundle, zoo_onnx, gate_exec):
     from cw.serve.runtime import cuda_api
