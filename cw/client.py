@@ -492,6 +492,9 @@ class Client:
         """`x` (as `infer` takes it; `model` for inputs given by name) copied once, to send in
         many requests: `infer*(model, shared)` then sends no copy of its own. For a caller that
         sends the same inputs again and again, a load generator above all."""
+        if self._stop.is_set():
+            raise UsageError(f"this client of {self.address} is closed",
+                             "make a new Client (or use it inside its `with` block)")
         info = self._info(model) if model is not None else None
         if isinstance(x, dict) and info is None:
             raise UsageError("inputs given by name need their model to share them",

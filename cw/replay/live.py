@@ -182,11 +182,17 @@ def share_inputs(client, inputs: dict) -> dict:
     cores), and the queue it kept in its own process, before each call, moves to the
     controller's intake, where it counts against the SLO (late answers ×20-60 there)."""
     share = getattr(client, "share", None)
-    return {m: x if share is None else share(x) for m, x in inputs.items()}
+    if share is None:
+        return dict(inputs)
+    # once per inputs object: the copies of a model, and models with inputs of one kind, share
+    # theirs (model_inputs), and 3,600 copies must not hold 3,600 slots of /dev/shm
+    once: dict[int, object] = {}
+    return {m: once[id(x)] if id(x) in once else once.setdefault(id(x), share(x))
+            for m, x in inputs.items()}
 
 
 def release(shared: dict) -> None:
-    for x in shared.values():
+    for x in {id(x): x for x in shared.values()}.values():
         if hasattr(x, "release"):
             x.release()  # (their slots are free once the requests in flight are over)
 

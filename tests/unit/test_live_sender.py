@@ -146,3 +146,50 @@ def test_the_way_back_of_a_late_answer_splits_where_the_clients_thread_took_it_i
                                                    "models")])
     view = client_view(client_rows(older, slo), older)
     assert view["late_that_left_in_time"] == 2 and "late_when_taken_in" not in view
+
+
+def test_an_open_loop_shares_each_inputs_object_once_and_releases_it_at_the_end():
+    """The open loop sends shared inputs (Client.share): once per inputs object, however many
+    models (copies of a model share theirs), each request with its model's, released at the
+    end; a client without `share` gets the inputs as they are."""
+    from cw.replay.live import send_open_loop
+
+    class Shared:
+        def __init__(self, x):
+            self.x, self.released = x, 0
+
+        def release(self):
+            self.released += 1
+
+    class SharingClient:
+        def __init__(self):
+            self.shared, self.sent = [], []
+
+        def share(self, x):
+            self.shared.append(Shared(x))
+            return self.shared[-1]
+
+        def infer_response_async(self, model, x, slo_ms):
+            self.sent.append((model, x))
+            future = concurrent.futures.Future()
+            future.set_result(model)
+            return future
+
+    image, other = [np.zeros((1, 3))], [np.zeros((1, 5))]
+    inputs = {"a": image, "a-copy": image, "b": other, "b-copy": other, "c": image}
+    names = ["a", "a-copy", "b", "b-copy", "c", "a"]
+    client = SharingClient()
+    futures, sent, lateness, start = send_open_loop(client, [i * MS for i in range(6)], names,
+                                                    inputs, slo_ms=10)
+    assert len(futures) == 6 and [f.result() for f in futures] == names
+    assert sorted(id(s.x) for s in client.shared) == sorted([id(image), id(other)])
+    assert all(x.x is inputs[model] for model, x in client.sent)
+    assert [s.released for s in client.shared] == [1, 1]
+
+    class PlainClient:  # (no share)
+        infer_response_async = SharingClient.infer_response_async
+        sent = []
+
+    plain = PlainClient()
+    send_open_loop(plain, [0, MS], ["a", "b"], inputs, slo_ms=10)
+    assert [x for _, x in plain.sent][0] is image and [x for _, x in plain.sent][1] is other
