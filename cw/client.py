@@ -92,15 +92,14 @@ class SharedInputs:
     """Inputs sent in many requests but copied once (`Client.share`): each request refers to
     the same shared-memory slots instead of a copy of its own. Copying a 600 KB image per
     request took half the CPU of an open-loop load generator (docs/benchmarks.md, stop 51).
-    Where the controller does not share this host's
-    memory they go as bytes, copied once too. What was shared is what is sent: changing the
-    arrays afterwards changes nothing. `release()` gives the slots back once the requests sent
-    with them are answered."""
+    Where the controller does not share this host's memory they go as bytes, copied once too.
+    What was shared is what is sent: changing the arrays afterwards changes nothing.
+    `release()` gives the slots back once the requests sent with them are answered."""
 
     def __init__(self, client: "Client", arrays: list, payload: list, slots: list | None):
         self.client = client
         self.arrays = arrays  # the caller's, for checks against a model's inputs
-        self.n = arrays[0].shape[0] if arrays and hasattr(arrays[0], "shape") else 0
+        self.n = arrays[0].shape[0]  # samples in each request
         self.payload = payload  # what each request carries: ShmRefs, or the bytes
         self._slots = slots     # the shared-memory slots to give back (None: bytes)
         self._lock = threading.Lock()
@@ -130,6 +129,7 @@ class SharedInputs:
         if self.released and self._in_flight == 0 and self._slots is not None:
             self.client._arena.free(self._slots)
             self._slots = None
+
 
 class Client:
     """`shared_memory`: None (default) sends inputs of `SHM_MIN_BYTES` or more through shared
