@@ -27,7 +27,8 @@
 #      tails through CUDA graphs, PyTorch's, and the VM isolated and back to back (issue 7's
 #      p99.99/p50 <= 1.01; each profile's exec_slowest says when its slowest runs came; back
 #      to back, whether the tail is the GPU's return from idle). The last steps get what time is
-#      left. Its numbers: docs/benchmarks.md. Then, with what device time is left (the machine
+#      left. `python bench/close_digest.py FILES_AT/results.tgz` (here) prints its tables and
+#      whether each issue's bar held; its numbers go to docs/benchmarks.md. Then, with what device time is left (the machine
 #      stays warm ~30 s): if `close`'s Fig. 5 still had answers late by the client's count,
 #      step 3's A/B runs first (the remedies side by side), else step 2 below
 #      (kernels-measured). Step 3's runs after `close` need no new Fig. 5 at every SLO: carry

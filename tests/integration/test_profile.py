@@ -268,3 +268,46 @@ def test_exec_timer_runs_what_cw_run_does_and_times_each_exec(bundle):
         assert sorted(timer._slots) == [1, 4]
         with pytest.raises(ValueError, match="runs must be"):
             timer.exec_ns([x], runs=0)
+
+
+def test_close_digest_reads_what_profile_and_replay_write(cli, bundle, tmp_path):
+    """bench/close_digest.py on a results folder laid out as `close` leaves it: a real
+    `cw profile --json --back-to-back` (CPU here) and a Fig. 5 summary; its tables and
+    verdicts follow what they hold."""
+    import importlib.util
+    import io
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "close_digest", Path(__file__).parents[2] / "bench" / "close_digest.py")
+    close_digest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(close_digest)
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "device.txt").write_text("a CPU, for the test\n")
+    r = cli("profile", bundle, "--device", "cpu", "--iterations", "60", "--load-iterations",
+            "2", "--batch-sizes", "1", "--back-to-back", "--json")
+    assert r.code == 0, r.err
+    (results / "p9999-b2b-mlp-b1.json").write_text(r.out)
+    for run, late_client in (("fig5/fig5-10ms", 3), ("fig5/fig5-25ms", 0),
+                             ("fig5-wayback/fig5-10ms", 0)):
+        (results / run).mkdir(parents=True)
+        (results / run / "summary.json").write_text(json.dumps({
+            "slo_ms": int(run[-4:-2]), "scheduler": "clockwork", "requests": 1000,
+            "goodput_rps": 50.0, "late": 0, "client_cpu": {"python": [0.4], "zmq": [0.1]},
+            "client_view": {"late": late_client, "late_that_left_in_time": late_client,
+                            "late_when_taken_in": 1, "way_back_ms": {"p99": 1.5}}}))
+    out = io.StringIO()
+    verdicts = close_digest.digest(results, out)
+    text = out.getvalue()
+    assert "device: a CPU, for the test" in text
+    assert "| fig5/fig5-10ms | clockwork | 1,000 | 50.0 | 0 | 3 | 3 | 1 | 1.5 | 0.4 |" in text
+    # one late answer by the client's count at 10 ms: not none late (the way-back run apart)
+    assert verdicts["issue5_none_late"] is False
+    profile = json.loads(r.out)
+    ratio = profile["profile"]["batches"][0]["exec"]["p9999_ns"] / \
+        profile["profile"]["batches"][0]["exec"]["p50_ns"]
+    assert verdicts["issue7_tails_within_bar"]["mlp (VM, isolated) b1"] == (ratio <= 1.01)
+    assert "mlp (VM, back to back) b1" in verdicts["issue7_tails_within_bar"]
+    assert "| mlp | VM, back to back | 1 | 60 |" in text

@@ -1,0 +1,147 @@
+"""What a `close` call measured, as the tables docs/benchmarks.md takes and a verdict per issue.
+
+    python bench/close_digest.py RESULTS        # results.tgz as it came back, or its folder
+
+Reads what `bash bench/gpu_session.sh close` leaves (device.txt, fig5*/*/summary.json,
+p9999*.json, accuracy.txt, torch-tails.txt) and prints: Fig. 5 per run (goodput, late by the
+controller's count and by the client's, where the client's late answers were lost, how busy the
+client was), EXEC tails per bundle (isolated, through graphs, back to back, with when the
+slowest runs came), the accuracy lines and PyTorch's tails; then whether issue 5's "none late"
+and issue 7's p99.99/p50 <= 1.01 hold in this call. Reads files only: nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+TAIL_BAR = 1.01  # issue 7: EXEC p99.99 / p50
+
+
+def _load(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def fig5_rows(root: Path) -> list[dict]:
+    rows = []
+    for f in sorted(root.glob("fig5*/fig5-*/summary.json")):
+        s = _load(f)
+        if not s:
+            continue
+        c = s.get("client_view") or {}
+        cpu = (s.get("client_cpu") or {}).get("python") or []
+        rows.append({
+            "run": f"{f.parent.parent.name}/{f.parent.name}", "slo_ms": s.get("slo_ms"),
+            "scheduler": s.get("scheduler"), "requests": s.get("requests"),
+            "goodput": s.get("goodput_rps"), "late_controller": s.get("late"),
+            "late_client": c.get("late"), "left_in_time": c.get("late_that_left_in_time"),
+            "late_when_taken_in": c.get("late_when_taken_in"),
+            "way_back_p99": (c.get("way_back_ms") or {}).get("p99"),
+            "client_cores": max(cpu) if cpu else None})
+    return rows
+
+
+def _when(slowest: list[dict]) -> str:
+    """The slowest runs by size, each with when it ran: `0.995 ms @4.10 s`."""
+    top = sorted(slowest, key=lambda r: -r["exec_ns"])[:4]
+    return ", ".join(f"{r['exec_ns'] / 1e6:.3f} @{r['at_ns'] / 1e9:.2f} s" for r in top)
+
+
+def tail_rows(root: Path) -> list[dict]:
+    rows = []
+    for f in sorted(root.glob("p9999*.json")):
+        d = _load(f)
+        if not d or "profile" not in d:
+            continue
+        name = f.stem.removeprefix("p9999").lstrip("-")
+        how = "graphs" if name.startswith("graphs-") else "VM"
+        name = name.removeprefix("graphs-").removeprefix("b2b-")
+        for b in d["profile"]["batches"]:
+            e = b["exec"]
+            rows.append({"bundle": name.rsplit("-b", 1)[0], "how": how + ", isolated",
+                         "batch": b["batch_size"], "runs": e["n"], "p50": e["p50_ns"] / 1e6,
+                         "p9999": e["p9999_ns"] / 1e6, "ratio": e["p9999_ns"] / e["p50_ns"],
+                         "when": _when(b.get("exec_slowest") or []), "busy": None})
+        for r in d.get("back_to_back") or []:
+            e = r["exec"]
+            rows.append({"bundle": name.rsplit("-b", 1)[0], "how": how + ", back to back",
+                         "batch": r["batch_size"], "runs": e["n"], "p50": e["p50_ns"] / 1e6,
+                         "p9999": e["p9999_ns"] / 1e6, "ratio": e["p9999_ns"] / e["p50_ns"],
+                         "when": _when(r.get("exec_slowest") or []), "busy": r["busy"]})
+    return rows
+
+
+def _cell(v, fmt="{}") -> str:
+    return "n/a" if v is None else fmt.format(v)
+
+
+def digest(root: Path, out=sys.stdout) -> dict:
+    """Print the tables; return the verdicts (None: nothing measured)."""
+    device = (root / "device.txt").read_text().strip() if (root / "device.txt").exists() \
+        else "unknown"
+    print(f"device: {device}", file=out)
+    fig5 = fig5_rows(root)
+    print("\n| run | scheduler | requests | goodput r/s | late, controller | late, client | "
+          "of those left in time | late when taken in | way back p99 ms | client cores |",
+          file=out)
+    print("|---|---|---|---|---|---|---|---|---|---|", file=out)
+    for r in fig5:
+        print(f"| {r['run']} | {r['scheduler']} | {_cell(r['requests'], '{:,}')} | "
+              f"{_cell(r['goodput'])} | {_cell(r['late_controller'])} | "
+              f"{_cell(r['late_client'])} | {_cell(r['left_in_time'])} | "
+              f"{_cell(r['late_when_taken_in'])} | {_cell(r['way_back_p99'])} | "
+              f"{_cell(r['client_cores'])} |", file=out)
+    tails = tail_rows(root)
+    print("\n| bundle | EXEC | batch | runs | p50 ms | p99.99 ms | p99.99 / p50 | busy | "
+          "slowest (ms @ when) |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|", file=out)
+    for r in tails:
+        print(f"| {r['bundle']} | {r['how']} | {r['batch']} | {r['runs']:,} | {r['p50']:.3f} | "
+              f"{r['p9999']:.3f} | {r['ratio']:.4f} | {_cell(r['busy'], '{:.1%}')} | "
+              f"{r['when']} |", file=out)
+    for name in ("accuracy.txt", "torch-tails.txt"):
+        if (root / name).exists():
+            print(f"\n{name}:\n{(root / name).read_text().rstrip()}", file=out)
+    # the verdicts: issue 5 by the client's count (the stricter), per SLO of the default runs
+    default = [r for r in fig5 if r["run"].startswith("fig5/")]
+    verdicts = {
+        "issue5_none_late": None if not default else all(
+            r["late_client"] == 0 and r["late_controller"] == 0 for r in default),
+        "issue7_tails_within_bar": None if not tails else {
+            f"{r['bundle']} ({r['how']}) b{r['batch']}": r["ratio"] <= TAIL_BAR for r in tails},
+    }
+    print("\nissue 5, none late at "
+          f"{', '.join(str(r['slo_ms']) + ' ms' for r in default) or 'no SLO'} "
+          f"(both counts): {verdicts['issue5_none_late']}", file=out)
+    if tails:
+        held = [k for k, ok in verdicts["issue7_tails_within_bar"].items() if ok]
+        missed = [k for k, ok in verdicts["issue7_tails_within_bar"].items() if not ok]
+        print(f"issue 7, p99.99/p50 <= {TAIL_BAR}: held by {', '.join(held) or 'none'}; "
+              f"missed by {', '.join(missed) or 'none'}", file=out)
+    return verdicts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, help="results.tgz, or the folder it unpacks to")
+    args = ap.parse_args()
+    if args.results.is_dir():
+        digest(args.results)
+        return
+    if not args.results.is_file():
+        sys.exit(f"error: no {args.results} (give close's results.tgz or its folder)")
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(args.results) as tar:
+            tar.extractall(tmp, filter="data")
+        digest(Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
