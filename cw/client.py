@@ -306,6 +306,7 @@ class Client:
         NoAnswer `timeout_s` past its SLO (`slo_ns`, see `_patience_s`). (A dict's get/set/pop
         are atomic: no lock on this per-request path.)"""
         if self._stop.is_set():  # (nothing would send it: the request would wait it out)
+            self._not_sent(slots)
             raise UsageError(f"this client of {self.address} is closed",
                              "make a new Client (or use it inside its `with` block)")
         rid = next(self._ids)
@@ -313,8 +314,19 @@ class Client:
         future.sent_s = time.monotonic()
         self._futures[rid] = (future, decode, slots,
                               future.sent_s + self._patience_s(slo_ns))
-        self._dealer.send(make(rid))
+        try:
+            self._dealer.send(make(rid))
+        except BaseException:
+            # not sent: its caller hears why now, not as NoAnswer past its SLO, and its input
+            # slots (shared ones: its count in them) are free at once
+            if self._futures.pop(rid, None) is not None:
+                self._not_sent(slots)
+            raise
         return future
+
+    def _not_sent(self, slots) -> None:
+        if slots is not None:
+            self._request_over(slots)
 
     def _patience_s(self, slo_ns: int | None) -> float:
         """How long to wait for an answer: `timeout_s` past the SLO (0: the controller's

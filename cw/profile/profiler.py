@@ -279,6 +279,7 @@ def _back_to_back(runtime: Runtime, model: HostModel, batch: int, inputs, runs: 
     the GPU goes from one to the next without waiting for the host (a synchronous runtime,
     the CPU's, runs them one after another all the same)."""
     slots = [runtime.acquire_slot(model, batch) for _ in range(2)]
+    in_flight = []  # launched, not yet finished: the GPU may still write into their slots
     try:
         for slot in slots:
             runtime.copy_input(model, slot, inputs)
@@ -286,17 +287,23 @@ def _back_to_back(runtime: Runtime, model: HostModel, batch: int, inputs, runs: 
             runtime.finish(runtime.launch(model, slot))
             runtime.copy_output(model, slot)
         device_ns, began_ns, spans = [], [], []
-        running = runtime.launch(model, slots[0])
+        in_flight.append(runtime.launch(model, slots[0]))
         for i in range(runs):
-            queued = runtime.launch(model, slots[(i + 1) % 2]) if i + 1 < runs else None
-            t = runtime.finish(running)
+            if i + 1 < runs:
+                in_flight.append(runtime.launch(model, slots[(i + 1) % 2]))
+            t = runtime.finish(in_flight.pop(0))
             runtime.copy_output(model, slots[i % 2])  # (before its slot is launched again)
             device_ns.append(t.device_ns)
             began_ns.append(t.start_ns)
             spans.append((t.start_ns, t.end_ns))
-            running = queued
             progress("advance", {})
     finally:
+        # after an error too, no EXEC may still run in a slot handed back for reuse
+        for handle in in_flight:
+            try:
+                runtime.finish(handle)
+            except Exception:  # (the error that brought us here is the one to report)
+                pass
         for slot in slots:
             runtime.release_slot(slot)
     span = spans[-1][1] - spans[0][0]

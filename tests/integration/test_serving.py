@@ -309,9 +309,28 @@ def test_shared_inputs_are_copied_once_and_sent_in_many_requests(models_dir, tmp
             assert all(f.result(timeout=30).status == RequestStatus.OK for f in raw)
             # 80 requests in flight at once, and not one slot more than the shared one
             assert sum(client._arena._slots.values()) == slots_made
-            free_before = sum(len(v) for v in client._arena._free.values())
+
+            def free_slots():
+                return sum(len(v) for v in client._arena._free.values())
+
+            def slots_in_use():
+                return sum(client._arena._slots.values()) - free_slots()
+
+            # a request that cannot be sent says why at once and keeps nothing: not its count
+            # in the shared slot (else release() below would never give it back), nor a slot
+            # of its own (fault injected where the socket would raise)
+            real_send = client._dealer.send
+            client._dealer.send = lambda msg: (_ for _ in ()).throw(OSError("injected"))
+            assert slots_in_use() == 1  # the shared one, all 80 requests answered
+            with pytest.raises(OSError, match="injected"):
+                client.infer_response_async("mlp", shared, slo_ms=5000)
+            with pytest.raises(OSError, match="injected"):
+                client.infer_async("mlp", random_input((4, 64), seed=5), slo_ms=5000)
+            client._dealer.send = real_send
+            assert not client._futures and slots_in_use() == 1
+            free_before = free_slots()
             shared.release()
-            assert sum(len(v) for v in client._arena._free.values()) == free_before + 1
+            assert free_slots() == free_before + 1
             with pytest.raises(UsageError, match="released"):
                 client.infer_response_async("mlp", shared, slo_ms=5000)
             # another client's shared inputs are not this one's to send; wrong inputs are said

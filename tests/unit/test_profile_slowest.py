@@ -26,3 +26,56 @@ def test_a_profile_from_before_the_slowest_were_kept_still_reads():
     old = {"batch_size": 1, **{phase: stats for phase in ("input", "exec", "exec_host",
                                                           "output")}}
     assert msgspec.json.decode(msgspec.json.encode(old), type=BatchProfile).exec_slowest == []
+
+
+class _RuntimeThatFails:
+    """Records the order of what `_back_to_back` asks of a runtime; its `fail_at`-th finish
+    raises, as a GPU fault would."""
+
+    def __init__(self, fail_at: int):
+        self.calls, self.finished, self.fail_at = [], 0, fail_at
+        self.launched = 0
+
+    def acquire_slot(self, model, batch):
+        self.calls.append(("acquire", batch))
+        return f"slot{sum(c[0] == 'acquire' for c in self.calls)}"
+
+    def copy_input(self, model, slot, inputs):
+        pass
+
+    def copy_output(self, model, slot):
+        pass
+
+    def launch(self, model, slot):
+        self.launched += 1
+        self.calls.append(("launch", self.launched))
+        return self.launched
+
+    def finish(self, handle):
+        from cw.serve.runtime.base import PhaseTiming
+
+        self.finished += 1
+        self.calls.append(("finish", handle))
+        if self.finished == self.fail_at:
+            raise RuntimeError("the GPU faulted")
+        return PhaseTiming(handle * 10, handle * 10 + 5, 5)
+
+    def release_slot(self, slot):
+        self.calls.append(("release", slot))
+
+
+def test_back_to_back_finishes_what_it_queued_before_handing_its_slots_back_after_an_error():
+    import pytest
+
+    from cw.profile.profiler import _back_to_back
+
+    runtime = _RuntimeThatFails(fail_at=5)  # 2 warm-up finishes, then the 3rd measured one
+    with pytest.raises(RuntimeError, match="faulted"):
+        _back_to_back(runtime, None, 1, [], 10, lambda *a: None)
+    launched = {c[1] for c in runtime.calls if c[0] == "launch"}
+    finished = {c[1] for c in runtime.calls if c[0] == "finish"}
+    first_release = next(i for i, c in enumerate(runtime.calls) if c[0] == "release")
+    assert launched == finished == set(range(1, 7))  # every EXEC launched was waited for ...
+    assert all(c[0] != "finish" for c in runtime.calls[first_release:])  # ... before release
+    assert [c for c in runtime.calls if c[0] == "release"] == [("release", "slot1"),
+                                                               ("release", "slot2")]
