@@ -3,17 +3,18 @@
     python bench/close_digest.py RESULTS        # results.tgz as it came back, or its folder
 
 Reads what `bash bench/gpu_session.sh close` leaves (device.txt, fig5*/*/summary.json,
-p9999*.json, accuracy.txt, torch-tails.txt) and prints: Fig. 5 per run (goodput, late by the
+p9999*.json, accuracy.txt, torch-tails.txt, pytest-gpu.txt) and prints: Fig. 5 per run (goodput, late by the
 controller's count and by the client's, where the client's late answers were lost, how busy the
 client was), EXEC tails per bundle (isolated, through graphs, back to back, with when the
 slowest runs came), the accuracy lines and PyTorch's tails; then whether issue 5's "none late"
-and issue 7's p99.99/p50 <= 1.01 hold in this call. Reads files only: nothing here needs a GPU.
+and issue 7's p99.99/p50 <= 1.01 hold in this call, and whether the GPU tests passed. Reads files only: nothing here needs a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tarfile
 import tempfile
@@ -78,6 +79,21 @@ def tail_rows(root: Path) -> list[dict]:
     return rows
 
 
+def gpu_tests(root: Path) -> dict | None:
+    """pytest's closing counts in pytest-gpu.txt ({"passed": 40, ...}) and the tests it
+    skipped (`-rs`), or None without that file or a closing line (the step was cut short)."""
+    try:
+        lines = (root / "pytest-gpu.txt").read_text().splitlines()
+    except OSError:
+        return None
+    closing = [ln for ln in lines if re.search(r"\d+ (passed|failed|errors?)\b.* in [\d.]+s", ln)]
+    if not closing:
+        return None
+    counts = {("error" if word.startswith("error") else word): int(n) for n, word in
+              re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected)", closing[-1])}
+    return {"counts": counts, "skipped": [ln for ln in lines if ln.startswith("SKIPPED")]}
+
+
 def _cell(v, fmt="{}") -> str:
     return "n/a" if v is None else fmt.format(v)
 
@@ -111,13 +127,22 @@ def digest(root: Path, out=sys.stdout) -> dict:
             print(f"\n{name}:\n{(root / name).read_text().rstrip()}", file=out)
     # the verdicts: issue 5 by the client's count (the stricter), per SLO of the default runs
     default = [r for r in fig5 if r["run"].startswith("fig5/")]
+    tests = gpu_tests(root)
+    if tests is not None:
+        print(f"\nGPU tests: {tests['counts']}", file=out)
+        for line in tests["skipped"]:
+            print(f"  {line}", file=out)
     verdicts = {
+        "gpu_tests_passed": None if tests is None else (
+            tests["counts"].get("passed", 0) > 0 and not tests["counts"].get("failed")
+            and not tests["counts"].get("error")),
         "issue5_none_late": None if not default else all(
             r["late_client"] == 0 and r["late_controller"] == 0 for r in default),
         "issue7_tails_within_bar": None if not tails else {
             f"{r['bundle']} ({r['how']}) b{r['batch']}": r["ratio"] <= TAIL_BAR for r in tails},
     }
-    print("\nissue 5, none late at "
+    print(f"\nGPU tests passed: {verdicts['gpu_tests_passed']}", file=out)
+    print("issue 5, none late at "
           f"{', '.join(str(r['slo_ms']) + ' ms' for r in default) or 'no SLO'} "
           f"(both counts): {verdicts['issue5_none_late']}", file=out)
     if tails:

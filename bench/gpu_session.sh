@@ -17,16 +17,18 @@
 # ~8 s of device time, `short` 381 s; `p9999` (below) 239 s. Without the stash calls `short`
 # runs on pattern weights (no accuracy). `recheck` (~4 min) reruns tests, worker bench, Fig. 5
 # and the kernel table after a fix.
-# What is left to measure (as of 2026-11-28, stop 51), in 15 minutes of device time:
+# What is left to measure (as of 2026-11-29, stop 52), in 15 minutes of device time:
 #   0. `close` first: carry [".device", ".gpuclose"], timeout 590 (`bash bench/gpu_session.sh
 #      stage-close` here, 2-12 min, if .gpuclose is missing; a call then carries ~48 MiB): in
 #      one call, most needed first, Fig. 5 at 10, 25 and 50 ms with this code (issue 5; if 10 ms
 #      still had answers late by the client's count, 10 ms again with `clockwork:way-back=1`), EXEC
 #      tails of the tf32 and fp16 ResNets, fp16 accuracy on resnet18's real weights and tf32's
 #      on mobilenet_v2's (issue 7's "every precision offered"), then the fp32 ResNets' batch-1
-#      tails through CUDA graphs, PyTorch's, and the VM isolated and back to back (issue 7's
-#      p99.99/p50 <= 1.01; each profile's exec_slowest says when its slowest runs came; back
-#      to back, whether the tail is the GPU's return from idle). The last steps get what time is
+#      tails through CUDA graphs, PyTorch's, the GPU tests with this code (`--back-to-back`'s
+#      is new since stop 51; .gpuclose carries their bundles since stop 52), and the VM
+#      isolated and back to back (issue 7's p99.99/p50 <= 1.01; each profile's exec_slowest
+#      says when its slowest runs came; back to back, whether the tail is the GPU's return
+#      from idle). The last steps get what time is
 #      left. `python bench/close_digest.py FILES_AT/results.tgz` (here) prints its tables and
 #      whether each issue's bar held; its numbers go to docs/benchmarks.md. Then, with what device time is left (the machine
 #      stays warm ~30 s): if `close`'s Fig. 5 still had answers late by the client's count,
@@ -140,8 +142,8 @@ W=${CW_GPU_WORK:-/tmp/cw-gpucheck}
 TUNE_DB=${TUNE_DB:-bench/results/tuning-cuda-sm_90/db}
 OUT=${OUT:-$W/out}
 # the bundles the steps use, and the folder Fig. 5 serves (resnet50): .gpucheck's, unless
-# close_setup (.gpuclose) says otherwise
-KERNELS=$W/kernels LIVE=$W/live
+# close_setup (.gpuclose) says otherwise, and the bundles tests/gpu takes
+KERNELS=$W/kernels LIVE=$W/live TESTS=$W/tests
 
 device_setup() {
   # the working tree is copied afresh for every call; what must outlive a call lives in $W
@@ -167,10 +169,11 @@ device_setup() {
 }
 
 close_setup() {  # device_setup for the bundles of .gpuclose (stage-close), in $W/close
-  KERNELS=$W/close/kernels LIVE=$W/close/live
+  KERNELS=$W/close/kernels LIVE=$W/close/live TESTS=$W/close/tests
   source .device/activate.sh >/dev/null
   mkdir -p "$OUT" "${PACK_TO:-$OUT}" "$W/close"
   [ -d "$KERNELS" ] || tar -C "$W/close" -xJf .gpuclose/kernels.tar.xz
+  [ -d "$TESTS" ] || [ ! -f .gpuclose/tests.tar.xz ] || tar -C "$W/close" -xJf .gpuclose/tests.tar.xz
   for d in "$KERNELS"/*/; do
     if [ -f "$d/HOLLOW" ]; then python3 bench/gpu_stage.py --refill "$d"; fi
   done
@@ -204,7 +207,7 @@ pack_results() {  # with PACK_TO: everything under $OUT as one file there (8 fil
 
 # the steps `short` and `recheck` share (each takes its time limit first)
 gpu_tests() {  # -m gpu: tests/gpu and the contract tests' CUDA runtime, on the staged bundles
-  CW_TEST_CUDA_BUNDLES="$W/tests" step "$1" "pytest -m gpu" \
+  CW_TEST_CUDA_BUNDLES="$TESTS" step "$1" "pytest -m gpu" \
     python3 -m pytest -q -m gpu tests/contract tests/gpu -p no:cacheprovider -rs 2>&1 \
     | tee "$OUT/pytest-gpu.txt"
 }
@@ -491,6 +494,7 @@ stage-close)  # build machine, 2-12 min: .gpuclose, what `close` needs (~33 MiB)
   ( set -e
     $PY bench/gpu_stage.py --out $K --hollow resnet50 --batch-sizes 1,2,4,8,16
     $PY bench/gpu_stage.py --out $K --hollow resnet18 --batch-sizes 1,16
+    $PY bench/gpu_stage.py --out .gpuclose.tmp/tests --tests
   ) > .gpuclose.tmp/lane-a.log 2>&1 &
   lane_a=$!
   ( set -e
@@ -502,6 +506,8 @@ stage-close)  # build machine, 2-12 min: .gpuclose, what `close` needs (~33 MiB)
   wait $lane_a || { echo "stage failed: .gpuclose.tmp/lane-a.log" >&2; exit 1; }
   rm -f .gpuclose.tmp/lane-a.log .gpuclose.tmp/lane-b.log
   XZ_OPT=-T0 tar -C .gpuclose.tmp -cJf .gpuclose.tmp/kernels.tar.xz kernels && rm -rf $K
+  XZ_OPT=-T0 tar -C .gpuclose.tmp -cJf .gpuclose.tmp/tests.tar.xz tests \
+    && rm -rf .gpuclose.tmp/tests
   total=$(( $(du -sb .device .gpuclose.tmp | awk '{s += $1} END {print s}') \
             + $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) ))
   echo "a call carries $(( total >> 20 )) MiB of 64 (.device, .gpuclose and the tracked files)"
@@ -553,6 +559,9 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
   step 60 "PyTorch tails" python3 bench/torch_tails.py --bundles "$KERNELS" \
     --models resnet18,resnet50 --batch 1 --runs 10000 --max-time 12 2>&1 \
     | tee "$OUT/torch-tails.txt"
+  # the GPU tests with this code, --back-to-back's (stop 51) never run on a GPU yet (~20 s on
+  # the H200 on 2026-11-27, ~35 s with pytest's start)
+  gpu_tests 50
   # the VM's tails, isolated (as 2026-11-27) and back to back in the same run: is the batch-1
   # tail the GPU's return from idle between isolated EXECs, which a busy worker never sees?
   PROFILE_FLAGS=--back-to-back exec_tails resnet18:1:35 resnet50:1:50

@@ -379,7 +379,7 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
                 f"--concurrency {config.concurrency} × {len(model_ids)} models", "clients",
                 "lower --concurrency or use fewer models")
             return workloads.ClosedLoop(list(model_ids), config.concurrency,
-                                        int(config.duration_s * 1e9))
+                                        workloads.checked_duration_ns(config.duration_s))
         if config.workload == "fig6":
             return workloads.fig6(model_ids, config.duration_s, config.seed)
         return arrivals_mod.generate(trace, model_ids, duration_s=config.duration_s,

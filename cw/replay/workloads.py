@@ -70,7 +70,7 @@ def preset(name: str) -> Preset:
                          f"choose one of {', '.join(sorted(PRESETS))}") from None
 
 
-def _duration_ns(duration_s: float) -> int:
+def checked_duration_ns(duration_s: float) -> int:
     if duration_s <= 0:
         raise UsageError("--duration must be positive", "e.g. --duration 10m")
     return int(duration_s * NS_PER_S)
@@ -82,7 +82,7 @@ def poisson(models: list[str], rate_rps: float, duration_s: float, seed: int = 0
         raise UsageError(f"--rate {rate_rps:g} must be positive", "e.g. --rate 1000")
     if not models:
         raise UsageError("no models to send requests to")
-    duration_ns = _duration_ns(duration_s)
+    duration_ns = checked_duration_ns(duration_s)
     check_request_count(rate_rps * duration_s,
                         f"{rate_named or f'--rate {rate_rps:g}'} for {duration_s:g}s",
                         "give a lower --rate or shorten --duration")
@@ -97,7 +97,7 @@ def fig6(models: list[str], duration_s: float, seed: int = 0, minor_rps: float =
     if len(models) < 2:
         raise UsageError("the fig6 workload needs at least 2 models (1 minor + major ones)",
                          "raise --copies")
-    duration_ns = _duration_ns(duration_s)
+    duration_ns = checked_duration_ns(duration_s)
     check_request_count((minor_rps + major_rps) * duration_s, f"--duration {duration_s:g}s",
                         "shorten --duration")
     rng = np.random.default_rng(seed)

@@ -299,8 +299,22 @@ def test_close_digest_reads_what_profile_and_replay_write(cli, bundle, tmp_path)
             "client_view": {"late": late_client, "late_that_left_in_time": late_client,
                             "late_when_taken_in": 1, "way_back_ms": {"p99": 1.5}}}))
     out = io.StringIO()
+    assert close_digest.digest(results, out)["gpu_tests_passed"] is None  # (not run: no file)
+    # pytest's own closing lines, as `pytest -q -rs` ends
+    (results / "pytest-gpu.txt").write_text(
+        "....s...F.\n=========================== short test summary info ============\n"
+        "SKIPPED [1] tests/gpu/test_cuda_runtime.py:40: needs 2 GPUs\n"
+        "FAILED tests/gpu/test_cuda_runtime.py::test_exec_back_to_back - assert 0.4 > 0.9\n"
+        "1 failed, 8 passed, 1 skipped, 60 deselected in 17.94s\n")
+    out = io.StringIO()
     verdicts = close_digest.digest(results, out)
     text = out.getvalue()
+    assert verdicts["gpu_tests_passed"] is False
+    assert "'failed': 1, 'passed': 8, 'skipped': 1" in text and "needs 2 GPUs" in text
+    (results / "pytest-gpu.txt").write_text("........\n40 passed, 60 deselected in 17.94s\n")
+    assert close_digest.digest(results, io.StringIO())["gpu_tests_passed"] is True
+    (results / "pytest-gpu.txt").write_text("....\n")  # cut short by the step's time limit
+    assert close_digest.digest(results, io.StringIO())["gpu_tests_passed"] is None
     assert "device: a CPU, for the test" in text
     assert "| fig5/fig5-10ms | clockwork | 1,000 | 50.0 | 0 | 3 | 3 | 1 | 1.5 | 0.4 |" in text
     # one late answer by the client's count at 10 ms: not none late (the way-back run apart)

@@ -273,6 +273,8 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
     (("--senders", "2"), "--senders is for a live replay's closed-loop clients"),
     (("--senders", "0"), "--senders 0 must be ≥ 1"),
     (("--send-at-once",), "--send-at-once is for a live replay's closed-loop clients"),
+    (("--duration", "0s"), "--duration must be positive"),
+    (("--preset", "fig5", "--duration", "0s"), "--duration must be positive"),  # (closed loop)
     (("--scheduler", "clockwork,fifo", "--models", "mlp"), "no published or measured timings"),
 ])
 def test_bad_input_one_line_nothing_written(cli, tmp_path, args, text):
