@@ -81,12 +81,13 @@ def tail_rows(root: Path) -> list[dict]:
 
 def gpu_tests(root: Path) -> dict | None:
     """pytest's closing counts in pytest-gpu.txt ({"passed": 40, ...}) and the tests it
-    skipped (`-rs`), or None without that file or a closing line (the step was cut short)."""
+    skipped (`-rs`), or None without that file or a closing line (the step was cut short).
+    All skipped is no pass: they skip where no CUDA GPU is seen."""
     try:
         lines = (root / "pytest-gpu.txt").read_text().splitlines()
     except OSError:
         return None
-    closing = [ln for ln in lines if re.search(r"\d+ (passed|failed|errors?)\b.* in [\d.]+s", ln)]
+    closing = [ln for ln in lines if re.search(r"\d+ (passed|failed|errors?|skipped)\b.* in [\d.]+s", ln)]
     if not closing:
         return None
     counts = {("error" if word.startswith("error") else word): int(n) for n, word in

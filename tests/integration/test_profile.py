@@ -313,6 +313,10 @@ def test_close_digest_reads_what_profile_and_replay_write(cli, bundle, tmp_path)
     assert "'failed': 1, 'passed': 8, 'skipped': 1" in text and "needs 2 GPUs" in text
     (results / "pytest-gpu.txt").write_text("........\n40 passed, 60 deselected in 17.94s\n")
     assert close_digest.digest(results, io.StringIO())["gpu_tests_passed"] is True
+    (results / "pytest-gpu.txt").write_text(
+        "sss\nSKIPPED [3] tests/gpu/test_exec_graphs.py:35: no CUDA GPU here\n"
+        "3 skipped, 60 deselected in 0.21s\n")  # all skipped: the GPU was not seen
+    assert close_digest.digest(results, io.StringIO())["gpu_tests_passed"] is False
     (results / "pytest-gpu.txt").write_text("....\n")  # cut short by the step's time limit
     assert close_digest.digest(results, io.StringIO())["gpu_tests_passed"] is None
     assert "device: a CPU, for the test" in text
