@@ -560,8 +560,8 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
     --models resnet18,resnet50 --batch 1 --runs 10000 --max-time 12 2>&1 \
     | tee "$OUT/torch-tails.txt"
   # the GPU tests with this code, --back-to-back's (stop 51) never run on a GPU yet (~20 s on
-  # the H200 on 2026-11-27, ~35 s with pytest's start)
-  gpu_tests 50
+  # the H200 on 2026-11-27, 65 tests now: ~40 s with pytest's start)
+  gpu_tests 60
   # the VM's tails, isolated (as 2026-11-27) and back to back in the same run: is the batch-1
   # tail the GPU's return from idle between isolated EXECs, which a busy worker never sees?
   PROFILE_FLAGS=--back-to-back exec_tails resnet18:1:35 resnet50:1:50
