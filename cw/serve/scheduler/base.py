@@ -67,8 +67,9 @@ class SchedulerConfig:
     # 1: plan each answer to reach its client, not only to leave the controller, by the
     # deadline: the way back the client says it has lately seen (Request.unseen_ns) comes off
     # the deadline, at most half the SLO. Clockwork only. Off until measured on the GPU: on the
-    # 2-core build machine, saturated, it cost a tenth of the goodput and did not clearly cut
-    # the late answers (docs/benchmarks.md, 2026-11-28).
+    # 2-core build machine it cut answers late by the client's count ×2.6-11 at no goodput
+    # where the SLO leaves room, but halved goodput where it does not (resnet50's 2.2 ms EXEC
+    # at 10 ms; docs/benchmarks.md, 2026-11-29).
     plan_way_back: int = 0
     # 1: a worker's INFER windows widen to twice the latest start it has lately needed (the most
     # of its last LATE_START_WINDOW INFERs: EXEC start, or refusal, less earliest_ns), never
