@@ -544,7 +544,8 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
   # off it). Not more sender processes: the closed loop resends each answer at once, and a
   # faster client only moves its queue into the controller's intake, where it counts against
   # the SLO (stop 51, 2 cores: ×20-60 late). It takes the last step's time (the VM's tails,
-  # measured before on 2026-11-27).
+  # measured before on 2026-11-27). (`way-back=2`, stop 52, keeps the deadline where the earlier
+  # one cannot be met: the A/B after this one, if goodput at 10 ms falls far.)
   if [ "$(late_by_client "$OUT/fig5/fig5-10ms/summary.json")" != 0 ]; then
     SLOS=10ms VARIANTS=0 AZURE=0 REPLAY_FLAGS="--scheduler clockwork:way-back=1" \
       CW="python3 -m cw" step 75 "fig5 10 ms, way-back=1" \

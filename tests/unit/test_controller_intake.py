@@ -89,6 +89,25 @@ def test_the_scheduler_plans_for_the_way_back_its_client_has_seen():
         assert all(r.deadline_ns == NOW + 10 * MS for r in ctl.pending.values())
 
 
+def test_way_back_2_plans_by_the_earlier_deadline_only_where_it_can_be_met():
+    """`clockwork:way-back=2`: where the deadline less the way back cannot be met (a cold model
+    needs ~4 ms: LOAD, EXEC and the completion margin), the request is planned by its deadline
+    itself and served, not rejected as `way-back=1` does; where it can, as `way-back=1`."""
+    for spec, planned_ms, rejected in (("clockwork:way-back=1", {2: 5}, [1]),
+                                       ("clockwork:way-back=2", {1: 6, 2: 5}, [])):
+        ctl, client = _controller(spec)
+        for request_id, unseen_ms in ((1, 3), (2, 1)):  # 6 ms SLOs: 3 or 5 ms left to plan by
+            client.send(msgspec.structs.replace(_infer(request_id, 6, NOW),
+                                                unseen_ns=unseen_ms * MS))
+        ctl.handle(NOW, ctl._poller.poll(0))
+        planned = {ctl.pending[rid].client_request_id: deadline
+                   for deadline, rid, _ in ctl.scheduler.queues.get("m", [])}
+        assert planned == {i: NOW + ms * MS for i, ms in planned_ms.items()}, spec
+        answered = [m for m in client.poll(0) if isinstance(m, p.InferResponse)]
+        assert [m.request_id for m in answered if m.status == RequestStatus.REJECTED] == \
+            rejected, spec
+
+
 def test_a_client_tells_the_controller_what_its_answers_way_back_took():
     """Answers that reached the client ~5 ms after the controller's own latency_ns (1 ms):
     the client's later requests say ~4 ms unseen, its first ones none."""

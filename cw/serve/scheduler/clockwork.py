@@ -149,13 +149,23 @@ class ClockworkScheduler(Scheduler):
         return []
 
     def request_arrived(self, now_ns: int, request: Request) -> list[Decision]:
+        model = request.model
+        feasible = None
         if request.unseen_ns and self.config.plan_way_back:
             # from here on the request's deadline is the one its answer must leave by
             way_back = min(request.unseen_ns, (request.deadline_ns - request.arrival_ns) // 2)
-            request = msgspec.structs.replace(request, deadline_ns=request.deadline_ns - way_back)
-        model = request.model
-        feasible, resident = self._feasibility(now_ns, model, request.deadline_ns,
-                                               request.by_reference)
+            early = msgspec.structs.replace(request, deadline_ns=request.deadline_ns - way_back)
+            feasible, resident = self._feasibility(now_ns, model, early.deadline_ns,
+                                                   request.by_reference)
+            # 2: only where the earlier deadline can be met; else the deadline itself, which
+            # the way back usually leaves time for (what it comes off is the most of 100)
+            if feasible or self.config.plan_way_back == 1:
+                request = early
+            else:
+                feasible = None
+        if feasible is None:
+            feasible, resident = self._feasibility(now_ns, model, request.deadline_ns,
+                                                   request.by_reference)
         if not feasible:
             if model in self.catalog and not resident:
                 self.cold_demand[model] = now_ns

@@ -50,8 +50,9 @@ SETTINGS: dict[str, dict[str, Setting]] = {
                           high=10_000),
         "way-back": Setting("plan_way_back", "count", True, "0",
                             "1: plan each answer to reach its client by the deadline (the "
-                            "way back the client reports comes off it, at most half the SLO)",
-                            high=1),
+                            "way back the client reports comes off it, at most half the SLO); "
+                            "2: so where that can be met, else by the deadline itself",
+                            high=2),
         "adapt-slack": Setting("adapt_slack", "count", True, "1",
                                "1: widen a worker's INFER windows to twice the latest start it "
                                "lately needed (never below slack); 0: always slack", high=1),
