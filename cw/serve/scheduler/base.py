@@ -68,7 +68,7 @@ class SchedulerConfig:
     # deadline: the way back the client says it has lately seen (Request.unseen_ns) comes off
     # the deadline, at most half the SLO. Clockwork only. Off until measured on the GPU: on the
     # 2-core build machine it cut answers late by the client's count ×2.6-11 at no goodput
-    # where the SLO leaves room, but halved goodput where it does not (resnet50's 2.2 ms EXEC
+    # where the SLO leaves room, but halved goodput where it does not (resnet50's 4.8 ms EXEC
     # at 10 ms; docs/benchmarks.md, 2026-11-29). 2: the earlier deadline only where it can be
     # met, else the deadline itself (the way back taken off is the most of 100 answers, which
     # most do not need): on 2 cores, between the two.
