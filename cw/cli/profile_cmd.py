@@ -57,7 +57,7 @@ def profile_cmd(
     Examples:
       [bold]cw profile r50 --device cuda:0 --iterations 10000[/]
       [bold]cw profile mlp --device cpu --iterations 200 --concurrency 4[/]
-      [bold]cw profile r50 --import model_zoo/profiles/nvidia-h100/resnet50.json[/]
+      [bold]cw profile r50 --import model_zoo/profiles/nvidia-h200/resnet50.json[/]
     """
     if import_file is not None:
         _import(bundle, import_file, as_json, batch_sizes is not None or concurrency != 1

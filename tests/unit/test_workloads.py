@@ -114,25 +114,50 @@ def test_zoo_models_simulate_with_committed_gpu_profiles_else_the_paper():
 
 
 def _committed_zoo_profiles():
+    """(folder, model) for every committed zoo profile."""
     from importlib import resources
 
-    from cw.serve.estimates import ZOO_PROFILE_DEVICE
+    from cw.serve.estimates import ZOO_PROFILE_DEVICES
 
-    folder = resources.files("model_zoo") / "profiles" / ZOO_PROFILE_DEVICE
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+    root = resources.files("model_zoo") / "profiles"
+    assert {p.name for p in root.iterdir() if p.is_dir()} == set(ZOO_PROFILE_DEVICES)
+    return [(device, p.name[:-5]) for device in ZOO_PROFILE_DEVICES
+            for p in sorted((root / device).iterdir(), key=lambda p: p.name)
+            if p.name.endswith(".json")]
 
 
 def test_zoo_profiles_are_committed_for_the_measured_models():
     assert {"resnet18", "resnet50", "resnet152", "densenet121", "inception_v3",
-            "mobilenet_v2"} <= set(_committed_zoo_profiles())
+            "mobilenet_v2"} <= {name for _, name in _committed_zoo_profiles()}
 
 
-@pytest.mark.parametrize("name", _committed_zoo_profiles())
-def test_committed_zoo_profile_is_whole(name):
-    import model_zoo
+def test_a_zoo_model_simulates_with_its_newest_kernels_measured():
     from cw.serve.estimates import zoo_profile
 
-    profile = zoo_profile(name)
+    # resnet50 was measured again with the CUTLASS convolutions cw compiles by default since
+    # 2026-11-27; resnet18 only with the untuned kernels of 2026-11-22
+    assert zoo_profile("resnet50").device.name == "NVIDIA H200"
+    assert zoo_profile("resnet18").device.name.startswith("NVIDIA H100")
+    (r50,), durations = resolve_models("resnet50", 1)
+    assert durations["resnet50"].exec_ns[1] < 1_100_000 < _profile_file(
+        "nvidia-h100", "resnet50").batch(1).exec.p50_ns
+
+
+def _profile_file(device: str, name: str):
+    from importlib import resources
+
+    import msgspec
+    from cw.profile.schema import Profile
+
+    path = resources.files("model_zoo") / "profiles" / device / f"{name}.json"
+    return msgspec.json.decode(path.read_bytes(), type=Profile)
+
+
+@pytest.mark.parametrize("device,name", _committed_zoo_profiles())
+def test_committed_zoo_profile_is_whole(device, name):
+    import model_zoo
+
+    profile = _profile_file(device, name)
     assert profile.bundle == name and name in model_zoo.MODELS
     assert profile.device.kind == "cuda" and profile.runtime == "tvm-cuda"
     assert [b.batch_size for b in profile.batches] == [1, 2, 4, 8, 16]
