@@ -161,6 +161,9 @@ class Controller:
         # (worker id, how) of workers whose process is known to have ended, from another
         # thread (`worker_process_ended`); a deque's append and popleft are atomic
         self._ended_processes: collections.deque = collections.deque()
+        # set (from any thread) by whoever stops this controller's workers on purpose, as `cw
+        # serve` does on Ctrl-C: their leaving, however it shows, is then no warning
+        self.workers_stopping = False
         self._worker_handlers = {p.Register: self._on_register, p.Ping: self._on_ping,
                                  p.Result: self._on_result, p.Leaving: self._on_leaving,
                                  Malformed: self._on_worker_malformed}
@@ -474,8 +477,8 @@ class Controller:
         if not any(other.name == w.name for other in self.workers.values()):
             self.metrics.worker_gone(w.name)
         # a worker that said it was leaving is no surprise
-        log.log(logging.INFO if why == STOPPED else logging.WARNING, "worker %d (%s) left: %s",
-                wid, w.name, why)
+        log.log(logging.INFO if why == STOPPED or self.workers_stopping else logging.WARNING,
+                "worker %d (%s) left: %s", wid, w.name, why)
         for action_id, record in list(self.actions.items()):
             if record.decision.worker_id == wid:
                 self._action_row(now_ns, record, "LOST", None, w.simulated)

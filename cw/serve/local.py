@@ -213,6 +213,10 @@ class LocalServing:
         return self.workers.ended() if self.workers is not None else {}
 
     def close(self) -> None:
+        if self.controller is not None:
+            # a worker stopped mid-registration has no id to say Leaving with: the controller
+            # finds it gone once it answers, which here is expected, not a warning
+            self.controller.controller.workers_stopping = True
         if self.workers is not None:
             self.workers.stop()
         if self.controller is not None:

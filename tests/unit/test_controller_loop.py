@@ -146,3 +146,31 @@ def test_a_burst_without_worker_messages_is_handled_in_chunks_all_the_same():
 def test_chunk_and_step_sizes_must_be_positive(field):
     with pytest.raises(UsageError, match="must be ≥ 1"):
         ControllerConfig(**{field: 0})
+
+
+@pytest.mark.parametrize("stopping", [False, True], ids=["serving", "stopping"])
+def test_a_worker_found_gone_while_its_workers_are_stopped_on_purpose_is_no_warning(
+        caplog, stopping):
+    """`cw serve` stopped by Ctrl-C stops its workers, one perhaps mid-registration, with no id
+    yet to say Leaving with: the controller then finds it gone when it answers. That is expected
+    there, logged at INFO; otherwise a warning (in CI the warning broke `cw serve`'s one line,
+    "stopped", when Ctrl-C came while workers registered 20,000 models)."""
+    import logging
+
+    now = 50_000_000_000
+    tensor = p.TensorInfo("x", "float32", [2], 8)
+    model = p.ModelInfo("m", "m", 1000, 1, [1], [tensor], [tensor], 1_000_000, {1: 1_000_000},
+                        "profile")
+    workers, clients, worker, _ = _inproc()
+    ctl = Controller(ControllerConfig(), workers, clients, make_scheduler("clockwork"))
+    worker.send(p.Register(p.PROTOCOL_VERSION, "w", "simulated", True,
+                           [p.DeviceDesc(0, "sim", 16 << 20, 64)], [model], now))
+    ctl.step(now)
+    (peer,) = ctl.by_peer
+    ctl.workers_stopping = stopping
+    workers.unreachable.append(peer)  # as a failed send to a worker that closed leaves it
+    with caplog.at_level(logging.INFO, logger="cw.controller"):
+        ctl.step(now + 1_000_000)
+    assert not ctl.workers and not ctl.by_peer
+    (record,) = [r for r in caplog.records if "left: unreachable" in r.getMessage()]
+    assert record.levelno == (logging.INFO if stopping else logging.WARNING)
