@@ -93,8 +93,15 @@ def test_two_simulated_workers_thousands_of_requests_none_late(models_dir, tmp_p
                 except RequestFailed as e:
                     outcomes.append(e.status.name)
             # on one host the answers come through the client's lane, past ZeroMQ: every
-            # datagram the controller sent there arrived (Unix datagrams are not dropped)
+            # datagram the controller sent there arrived (Unix datagrams are not dropped). The
+            # controller's thread counts a datagram once its send has returned, which can be
+            # after the client has it (seen with the CPU loaded: 2,111 received of 2,110
+            # counted), so the two are compared once they have settled; one lost stays lost.
             assert client.answers_on_lane
+            settle_by = time.monotonic() + 2
+            while (ctl.clients_ep.sent_on_peer_lanes != client._dealer.received_on_lane
+                   and time.monotonic() < settle_by):
+                time.sleep(0.01)
             lane_datagrams = ctl.clients_ep.sent_on_peer_lanes
             assert lane_datagrams > 100 and client._dealer.received_on_lane == lane_datagrams
         assert len(outcomes) == 3000  # every request answered
