@@ -139,10 +139,12 @@ def test_a_controller_on_another_clock_takes_no_clients_send_time():
     assert pending.arrival_ns == NOW and sum(ctl.metrics.intake.counts) == 0
 
 
-def _fake_controller(domain: str, answer: bool = True, delay_s: float = 0.0):
+def _fake_controller(domain: str, answer: bool = True, delay_s: float = 0.0,
+                     hold: threading.Event | None = None):
     """A ZeroMQ router that lists one model with `domain` and keeps the requests it gets (with
     the time each came), answering them unless `answer` is False; with `delay_s`, that much
-    later, and saying the request took 1 ms (as if its answer's way back took the rest)."""
+    later, and saying the request took 1 ms (as if its answer's way back took the rest); with
+    `hold`, not before that event is set."""
     ctx = zmq.Context.instance()
     router = ctx.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
@@ -152,8 +154,13 @@ def _fake_controller(domain: str, answer: bool = True, delay_s: float = 0.0):
     stop = threading.Event()
 
     def serve():
+        held: list = []
         while not stop.is_set():
-            if router.poll(20):
+            if held and hold.is_set():
+                for peer, reply in held:
+                    router.send_multipart([peer, encode.encode(reply)])
+                held.clear()
+            if router.poll(1 if held else 20):
                 peer, data = router.recv_multipart()
                 msg = decode.decode(data)
                 if isinstance(msg, p.ListModels):
@@ -166,6 +173,9 @@ def _fake_controller(domain: str, answer: bool = True, delay_s: float = 0.0):
                         time.sleep(delay_s)
                     reply = p.InferResponse(msg.request_id, RequestStatus.REJECTED, "test",
                                             latency_ns=MS if delay_s else 0)
+                    if hold is not None and not hold.is_set():
+                        held.append((peer, reply))
+                        continue
                 router.send_multipart([peer, encode.encode(reply)])
 
     thread = threading.Thread(target=serve, daemon=True)
@@ -233,7 +243,10 @@ def test_on_polled_runs_on_the_io_thread_after_that_polls_answers_are_settled():
 
     from cw.client import Client
 
-    address, got, close = _fake_controller(clock_domain())
+    # answers wait until every callback is added: one added to a future already answered runs
+    # at once on this thread (seen with the CPU loaded), not on the I/O thread this checks
+    answers_may_go = threading.Event()
+    address, got, close = _fake_controller(clock_domain(), hold=answers_may_go)
     events: list = []
     try:
         with Client(address, timeout_s=5, shared_memory=False) as client:
@@ -254,6 +267,7 @@ def test_on_polled_runs_on_the_io_thread_after_that_polls_answers_are_settled():
                 f.add_done_callback(lambda f: events.append(
                     ("answered", threading.get_ident(), time.monotonic_ns(), f)))
                 futures.append(f)
+            answers_may_go.set()
             for f in futures:
                 assert f.result(timeout=5).status == RequestStatus.REJECTED
             deadline = time.monotonic() + 5
