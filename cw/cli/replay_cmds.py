@@ -35,6 +35,9 @@ def replay_cmd(
     rate: float = typer.Option(None, "--rate", help="poisson: total r/s (200 per GPU)."),
     concurrency: int = typer.Option(None, "--concurrency",
                                     help=f"closed: clients per model ({_D.concurrency})."),
+    think: str = typer.Option(None, "--think",
+                              help="closed: how long a client waits after each answer before "
+                                   "its next request (0: at once, the paper's Fig. 5)."),
     preset: str = typer.Option(None, "--preset",
                                help="The paper's experiments: fig5 or fig6 (options given "
                                     "explicitly win)."),
@@ -125,6 +128,8 @@ def replay_cmd(
     several = len(schedulers) > 1 or len(slos_ns) > 1
     chosen = dict(models=models, copies=copies, zoo_timings=zoo_timings, workload=workload,
                   concurrency=concurrency,
+                  think_ns=parse_duration_ns(think, "--think") if think
+                  else None,
                   workers=workers, slo_ns=slos_ns[0] if slos_ns else None,
                   trace=trace, rate=rate,
                   duration_s=parse_duration_ns(duration, "--duration") / 1e9 if duration

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import fnmatch
 import gc
+import heapq
 import queue
 import shutil
 import sys
@@ -203,7 +204,8 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
     """`loop.concurrency` clients per model, each sending its next request when the previous
     one is answered, until `loop.duration_ns` has passed. Returns (futures, send times, model
     of each request, start). `send_at_once`: each burst of requests leaves at once
-    (`Client.send_now`), not within the client's I/O thread's next millisecond."""
+    (`Client.send_now`), not within the client's I/O thread's next millisecond. A client with
+    `loop.think_ns` sends its next request that long after its answer came."""
     futures, sent, names = [], [], []
     # Answers reach this thread through a queue their futures' callbacks fill. Waiting on the
     # futures themselves (concurrent.futures.wait over the ~240 in flight) cost ~145 µs of
@@ -234,11 +236,13 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
         if n:
             answered.put([noted.popleft() for _ in range(n)])
 
-    def issue(model: str) -> None:
+    def issue(model: str, now_ns: int) -> None:
         nonlocal in_flight
         if len(futures) % 2000 == 0:
             gc.freeze()  # as in send_open_loop: keep full collections off the live futures
-        sent.append(time.monotonic_ns())
+        # the instant the send was decided on: a stamp taken anew here could fall past the
+        # end after a check made before it (this thread waited 4 ms for a core or the GIL)
+        sent.append(now_ns)
         future = client.infer_response_async(model, inputs[model], slo_ms=slo_ms)
         future.model = model
         in_flight += 1
@@ -251,11 +255,13 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
     try:
         for model in loop.models:
             for _ in range(loop.concurrency):
-                issue(model)
+                issue(model, time.monotonic_ns())
         reported = start
-        while in_flight:
+        thinking: list[tuple[int, str]] = []  # (when its client asks again, model): a heap
+        while in_flight or thinking:
+            wait_s = 1.0 if not thinking else (thinking[0][0] - time.monotonic_ns()) / 1e9
             try:
-                done = list(answered.get(timeout=1.0))
+                done = list(answered.get(timeout=min(max(wait_s, 0.0), 1.0)))
             except queue.Empty:
                 done = []
             while True:  # every answer there is, in one go
@@ -264,15 +270,19 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
                 except queue.Empty:
                     break
             in_flight -= len(done)
+            if loop.think_ns:
+                done = _after_thinking(done, thinking, loop.think_ns, end)
             issued = False
             for model in done:
-                if time.monotonic_ns() + loop.think_ns < end:
-                    issue(model)
+                now_ns = time.monotonic_ns()
+                if now_ns < end:
+                    issue(model, now_ns)
                     issued = True
             if issued and send_now is not None:
                 send_now()
             now = time.monotonic_ns()
-            if progress is not None and (now - reported > PROGRESS_EVERY_NS or not in_flight):
+            if progress is not None and (now - reported > PROGRESS_EVERY_NS
+                                         or not (in_flight or thinking)):
                 reported = now
                 progress(len(futures), min(now - start, loop.duration_ns))
             if now > end + ANSWER_WAIT_NS + int(slo_ms * 1e6) or (stop is not None and stop()):
@@ -281,6 +291,20 @@ def send_closed_loop(client: Client, loop, inputs: dict, slo_ms: float, progress
         if stop_handing_over is not None:
             stop_handing_over()
     return futures, np.asarray(sent, dtype=np.int64), names, start
+
+
+def _after_thinking(models: list, thinking: list, think_ns: int, end_ns: int) -> list:
+    """The models whose clients have thought long enough to ask again, soonest first. The
+    answers in `models` start their clients' think time; one that would end past `end_ns`
+    ends its client."""
+    now_ns = time.monotonic_ns()
+    if now_ns + think_ns < end_ns:
+        for model in models:
+            heapq.heappush(thinking, (now_ns + think_ns, model))
+    ready = []
+    while thinking and thinking[0][0] <= now_ns:
+        ready.append(heapq.heappop(thinking)[1])
+    return ready
 
 
 def wait_for(futures, timeout_s: float, stop=None) -> None:

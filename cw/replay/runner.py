@@ -60,6 +60,7 @@ class ReplayConfig:
     workload: str = "trace"                    # trace | poisson | closed | fig6
     rate: float | None = None                  # poisson: total r/s (default: 200 per GPU)
     concurrency: int = 16                      # closed: clients per model
+    think_ns: int = 0                          # closed: a client's pause after each answer
     mapping: str = "contiguous"
     slo_ns: int = 100 * MS
     scheduler: str = "clockwork"               # a spec: clockwork, batch-timeout:delay=5ms, ...
@@ -110,6 +111,8 @@ class ReplayConfig:
         self._check_shaping()
         if self.concurrency < 1:
             raise UsageError(f"--concurrency {self.concurrency} must be ≥ 1")
+        if self.think_ns < 0:
+            raise UsageError("--think must not be negative", "e.g. --think 5ms")
         if self.rate is not None and not 0 < self.rate < math.inf:
             raise UsageError(f"--rate {self.rate:g} must be a positive number", "e.g. --rate 1000")
         if self.seed < 0:
@@ -193,7 +196,8 @@ class ReplayConfig:
                    ("--arrivals", "arrivals", ("trace",)),
                    ("--map", "mapping", ("trace",)),
                    ("--rate", "rate", ("poisson",)),
-                   ("--concurrency", "concurrency", ("closed",))]
+                   ("--concurrency", "concurrency", ("closed",)),
+                   ("--think", "think_ns", ("closed",))]
         for flag, name, workloads_shaped in shaping:
             if self._given(name) and self.workload not in workloads_shaped:
                 hint = ("a trace's rate is set with --target-rate R or --rate-scale X"
@@ -379,7 +383,8 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
                 f"--concurrency {config.concurrency} × {len(model_ids)} models", "clients",
                 "lower --concurrency or use fewer models")
             return workloads.ClosedLoop(list(model_ids), config.concurrency,
-                                        workloads.checked_duration_ns(config.duration_s))
+                                        workloads.checked_duration_ns(config.duration_s),
+                                        config.think_ns)
         if config.workload == "fig6":
             return workloads.fig6(model_ids, config.duration_s, config.seed)
         return arrivals_mod.generate(trace, model_ids, duration_s=config.duration_s,
@@ -488,7 +493,8 @@ def _workload_label(config: ReplayConfig, trace, arr) -> str:
     if config.workload == "trace":
         return f"{config.trace} ({trace.name}, {len(trace.functions)} functions)"
     if config.workload == "closed":
-        return f"closed loop ({arr.concurrency} clients × {len(arr.models)} models)"
+        think = f", {arr.think_ns / 1e6:g} ms think time" if arr.think_ns else ""
+        return f"closed loop ({arr.concurrency} clients × {len(arr.models)} models{think})"
     if config.workload == "poisson":
         return f"poisson ({arr.offered_rps:.0f} r/s over {len(arr.models)} models)"
     return f"fig6 (1 model at 200 r/s + 1,000 r/s over up to {len(arr.models) - 1} models)"

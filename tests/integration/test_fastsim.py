@@ -71,7 +71,7 @@ def _column(csv_bytes, name):
 
 @compiled
 @pytest.mark.parametrize("case", ["6 GPUs", "tight SLO", "few pages + noise", "learned margin",
-                                  "closed loop", "deep queues"])
+                                  "closed loop", "closed loop + think", "deep queues"])
 def test_compiled_telemetry_identical_to_python(tmp_path, case):
     infos, durations = resolve_models("resnet50,resnet18,resnet152,inception_v3", 5,
                                       "paper")
@@ -102,7 +102,8 @@ def test_compiled_telemetry_identical_to_python(tmp_path, case):
         sim_config = SimConfig(2, 1)
     else:
         loop = workloads.ClosedLoop([m.model_id for m in infos[:6]], concurrency=4,
-                                    duration_ns=2 * NS)
+                                    duration_ns=2 * NS,
+                                    think_ns=3 * MS if case == "closed loop + think" else 0)
         sim_config = SimConfig(1, 1)
         slo = 25 * MS
     out = _both(tmp_path, infos, durations, sim_config, slo, scheduler_config, names=names,
@@ -130,6 +131,17 @@ def test_compiled_telemetry_identical_to_python(tmp_path, case):
         assert {b for b in _column(requests, "batch_size")} - {"0", "1"}  # batches formed
     if case == "deep queues":
         assert "16" in _column(requests, "batch_size") and "REJECTED" in statuses
+    if case == "closed loop + think":
+        # a client asks again 3 ms after its answer (and the way there and back) at the soonest
+        for model in loop.models:
+            rows = [(int(a), int(c)) for m, a, c in zip(_column(requests, "model"),
+                                                        _column(requests, "arrival_ns"),
+                                                        _column(requests, "completion_ns"))
+                    if m == model]
+            answers = sorted(c for _, c in rows)
+            later_asks = sorted(a for a, _ in rows)[loop.concurrency:]
+            assert later_asks and all(a - c >= loop.think_ns + 2 * sim_config.network_ns
+                                      for a, c in zip(later_asks, answers)), model
 
 
 @compiled

@@ -239,6 +239,8 @@ def test_synthetic_workloads_and_presets(cli, tmp_path):
      "--arrivals does not apply to the poisson workload"),
     (("--workload", "poisson", "--concurrency", "4"),
      "--concurrency does not apply to the poisson workload"),
+    (("--think", "5ms"), "--think does not apply to the trace workload"),
+    (("--workload", "closed", "--think", "soon"), "invalid --think 'soon'"),
     (("--workload", "fig6", "--trace", "azure:x.csv"), "--trace does not apply to the fig6"),
     (("--workload", "poisson", "--rate", "10", "--target-rate", "5"),
      "--rate and --target-rate both set"),

@@ -72,8 +72,27 @@ def test_each_client_keeps_one_request_in_flight_until_the_end():
     # (a sender busy with those held the GIL for Python's 5 ms switch interval: the thread
     # answering "a" and "b" got it ~100 times in 300 ms)
     assert counts["rejected"] > counts["a"]
-    assert int(np.max(sent)) < start + loop.duration_ns + MS
+    assert int(np.max(sent)) < start + loop.duration_ns
     assert reports and reports[-1][0] == len(futures)
+
+
+def test_a_client_thinks_between_its_answer_and_its_next_request():
+    client = AnsweringClient(service_s=0.001, at_once={"rejected"})
+    loop = workloads.ClosedLoop(["a", "rejected"], concurrency=2, duration_ns=300 * MS,
+                                think_ns=20 * MS)
+    futures, sent, names, start = send_closed_loop(client, loop, {"a": None, "rejected": None},
+                                                   slo_ms=10)
+    assert all(f.done() for f in futures)
+    for model in ("a", "rejected"):
+        mine = [i for i, m in enumerate(names) if m == model]
+        # each of the 2 clients: its first request at the start, then one per answer + 20 ms
+        assert 2 * 8 <= len(mine) <= 2 * (300 // 20 + 1), (model, len(mine))
+        assert client.most_in_flight[model] <= 2
+        answers = sorted(futures[i].done_ns for i in mine)
+        later_sends = sorted(int(sent[i]) for i in mine)[2:]
+        # the k-th send after the first two waited 20 ms after the k-th answer at least
+        assert all(s - a >= 20 * MS for s, a in zip(later_sends, answers)), model
+    assert int(np.max(sent)) < start + loop.duration_ns
 
 
 class PollingClient(AnsweringClient):
