@@ -4,7 +4,7 @@
 # the simulation and the live GPU run is the pace of the clients (the simulated ones resend
 # 200 µs after an answer; the live replay's one Python process sent 200,799 in 15 s).
 # Virtual time: the build machine's load does not change the results. One JSON line per run.
-# Usage: sim_think.sh > sim_think.jsonl   (~4 min)
+# Usage: sim_think.sh > sim_think.jsonl   (~5 min)
 set -euo pipefail
 cw=${CW:-.venv/bin/cw}
 out=$(mktemp -d)
@@ -26,4 +26,6 @@ for think in 0 5ms 10ms 15ms; do run 25ms "$think" 0 0; done
 for ahead in 1ms 2ms 3ms; do for seed in 1 2; do
   run 10ms 16ms "$seed" 0.003 "clockwork:ahead=$ahead"
 done; done
+# less slack at that pace: the SLO shortened by what requests lose before the controller's intake
+for slo in 9.5ms 9ms 8.5ms 8ms; do run "$slo" 16ms 1 0.003; done
 rm -rf "$out"
