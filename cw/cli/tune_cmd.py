@@ -117,6 +117,10 @@ def tune_cmd(
         out.print(f"{report.short} kernel(s) have fewer than {report.trials_goal} valid "
                   "candidates: their design space is exhausted or candidates failed (see "
                   f"{report.db}/logs)")
+    if report.default_unmeasured:
+        out.print(f"[yellow]the default schedule of {report.default_unmeasured} kernel(s) could "
+                  "not be built or measured[/] (tried twice): their records may be slower "
+                  "than no tuning; tune them into a new --db on a machine that is not busy")
     if report.not_started:
         out.print(f"[yellow]the time budget left {report.not_started} kernel(s) untuned:[/] run "
                   "the same command again to continue")

@@ -83,6 +83,9 @@ class TuneReport:
     seconds: float
     trials_goal: int
     not_started: int        # kernels the time budget left untouched: run again to continue
+    # kernels whose default schedule failed to build or be measured, twice: their records may
+    # all be slower than no tuning at all
+    default_unmeasured: int = 0
 
     @property
     def short(self) -> int:
@@ -145,30 +148,36 @@ def _default_rules(rest_passes) -> list:
     return []
 
 
-def _seed_default_schedule(ms, task, workload, database, builder, runner, rules) -> bool:
+def _seed_default_schedule(ms, task, workload, database, builder, runner, rules,
+                           tries: int = 2) -> bool | None:
     """Measure the kernel's default schedule (`_default_schedule`) and store it as its first
     record: a database record replaces the default schedule at compile time, so the database
     must hold the default too for its best record never to be worse than no tuning. Returns
-    whether a record was added."""
+    whether a record was added; None where the kernel has no default schedule of its own. A
+    failed build or measurement is tried again: on a loaded machine one failed once in four
+    test runs (two busy processes on 2 cores), and the search then stored only a sampled
+    schedule."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
     sch = _default_schedule(task, rules)
     if sch is None:
-        return False
-    (built,) = builder.build([BuilderInput(sch.mod, task.target)])
-    if built.error_msg:
-        return False
+        return None
     args_info = ArgInfo.from_prim_func(sch.mod["main"])
     device = "cpu" if task.target.kind.name == "llvm" else task.target.kind.name
-    (future,) = runner.run([RunnerInput(built.artifact_path, device, args_info)])
-    result = future.result()
-    if result.error_msg or not result.run_secs:
-        return False
-    database.commit_tuning_record(ms.database.TuningRecord(
-        sch.trace, workload, result.run_secs, task.target, args_info))
-    return True
+    for _ in range(tries):
+        (built,) = builder.build([BuilderInput(sch.mod, task.target)])
+        if built.error_msg:
+            continue
+        (future,) = runner.run([RunnerInput(built.artifact_path, device, args_info)])
+        result = future.result()
+        if result.error_msg or not result.run_secs:
+            continue
+        database.commit_tuning_record(ms.database.TuningRecord(
+            sch.trace, workload, result.run_secs, task.target, args_info))
+        return True
+    return False
 
 
 def _flops(task) -> float:
@@ -275,7 +284,7 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
     runner = ms.runner.LocalRunner(initializer=fast_tvmscript.install)
     start = time.monotonic()
     results: list[KernelResult] = []
-    not_started = 0
+    not_started = default_unmeasured = 0
     progress("tasks", {"total": len(work)})
     for i, w in enumerate(work):
         batch, task, workload, flops = w.batch_size, w.task, w.workload, w.flops
@@ -293,9 +302,12 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
             continue
         progress("kernel_start", {"index": i, "name": task.task_name, "batch_size": batch,
                                   "trials": missing})
-        if before == 0 and _seed_default_schedule(ms, task, workload, database, builder,
-                                                  runner, rules):
+        seeded = (_seed_default_schedule(ms, task, workload, database, builder, runner, rules)
+                  if before == 0 else None)
+        if seeded:
             missing -= 1
+        elif seeded is False:
+            default_unmeasured += 1
         if missing <= 0:
             result.trials_now = len(database.get_top_k(workload, config.trials))
             result.best_us = _best_us(database.get_top_k(workload, 1))
@@ -315,7 +327,8 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
         result.best_us = _best_us(database.get_top_k(workload, 1))
         progress("kernel_done", {"index": i, "result": result, "skipped": False})
     return TuneReport(str(db_dir), targets.target_key(config.target, arch), results,
-                      time.monotonic() - start, config.trials, not_started)
+                      time.monotonic() - start, config.trials, not_started,
+                      default_unmeasured)
 
 
 def compact(source: str | os.PathLike, out: str | os.PathLike) -> int:

@@ -200,6 +200,57 @@ def test_tuning_starts_from_the_default_schedule(tmp_path):
     assert max_relative_error(out, onnx_reference(onnx_path, [x])[0]) < 1e-5
 
 
+@pytest.mark.slow
+def test_a_failed_measurement_of_the_default_schedule_is_tried_again(tmp_path, monkeypatch):
+    """On a loaded machine the default's one measurement once failed, and the search stored a
+    sampled schedule in its place: the default is measured again before the search."""
+    load_tvm()
+    from tvm.s_tir import meta_schedule as ms
+
+    from cw.compile import tuner
+
+    class FailedOnce:
+        def result(self):
+            return ms.runner.RunnerResult(None, "injected: the runner timed out")
+
+    class FirstRunFails:
+        def __init__(self, runner):
+            self.runner, self.runs = runner, 0
+
+        def run(self, inputs):
+            self.runs += 1
+            return [FailedOnce()] if self.runs == 1 else self.runner.run(inputs)
+
+    seeding, runs = tuner._seed_default_schedule, []
+
+    def seed_with_a_failure_first(ms_, task, workload, database, builder, runner, rules):
+        flaky = FirstRunFails(runner)
+        added = seeding(ms_, task, workload, database, builder, flaky, rules)
+        runs.append((task.task_name, flaky.runs, added))
+        return added
+
+    monkeypatch.setattr(tuner, "_seed_default_schedule", seed_with_a_failure_first)
+    onnx_path = _one_conv_onnx(tmp_path / "one_conv.onnx")
+    db = tmp_path / "db"
+    report = tune_model(onnx_path, TuneConfig(db=str(db), batch_sizes=(1,), trials=1))
+    assert report.default_unmeasured == 0
+    (conv_runs,) = [(n, ok) for name, n, ok in runs if "conv2d_NCHWc" in name]
+    assert conv_runs == (2, True)  # failed, measured again, stored
+    database = ms.database.JSONDatabase(str(db / tuning.WORKLOAD_FILE),
+                                        str(db / tuning.RECORD_FILE), allow_missing=False)
+    (record,) = [r for r in database.get_all_tuning_records()
+                 if "conv2d_NCHWc" in str(r.workload.mod)]
+    assert str(record.trace) == str(cpu_conv.conv_schedule(record.workload.mod["main"]).trace)
+
+    # failing every time: counted, and the search still fills the kernel's trials
+    monkeypatch.setattr(tuner, "_seed_default_schedule",
+                        lambda *a: seeding(*a[:5], FirstRunFails(a[5]), a[6], tries=1))
+    report = tune_model(onnx_path, TuneConfig(db=str(tmp_path / "db2"), batch_sizes=(1,),
+                                              trials=1))
+    assert report.default_unmeasured >= 1
+    (conv,) = [k for k in report.kernels if "conv2d_NCHWc" in k.name]
+    assert conv.trials_now == 1
+
 
 def _conv_relu6_conv_onnx(path, computed_bound=False):
     import onnx
