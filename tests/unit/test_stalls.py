@@ -128,30 +128,33 @@ def test_a_busy_iteration_says_how_much_of_it_its_thread_ran_and_waited_for_a_co
         "3.00 ms without a core (3 worker and 9 client messages)",
         "controller stall: a loop iteration was busy 5.00 ms, 5.00 ms of it running (1 messages)"]
     # a meter of this thread: spinning is running, sleeping is not
+    # (spins count this thread's CPU time, not the wall clock's: with the cores taken by other
+    # processes, 0.2 s of spinning by the clock was 0.0999 s of running)
     meter = watch.loop_meter()
     try:
         mark = meter.mark()
-        until = time.perf_counter() + 0.2
-        while time.perf_counter() < until:
-            pass
+        wall_ns, cpu_ns = time.perf_counter_ns(), time.thread_time_ns()
+        _spin_for(150 * MS)
+        wall_ns, cpu_ns = time.perf_counter_ns() - wall_ns, time.thread_time_ns() - cpu_ns
         ran, no_core, others = meter.since(mark)
         mark = meter.mark()
-        stop = time.perf_counter() + 0.2
-        spinner = threading.Thread(target=_spin_until, args=(stop,))
+        spinner = threading.Thread(target=_spin_for, args=(50 * MS,))
         spinner.start()
         time.sleep(0.2)
         spinner.join()
         slept, _, others_spun = meter.since(mark)
     finally:
         meter.close()
-    assert ran > 0.1e9 and slept < 0.05e9, (ran, slept)
-    assert no_core is None or 0 <= no_core < 0.2e9
+    assert 0.9 * cpu_ns < ran < 1.1 * cpu_ns + 5 * MS and slept < 0.05e9, (ran, cpu_ns, slept)
+    assert no_core is None or 0 <= no_core < wall_ns
     # the process's other threads: none while this one spun; the spinner while it slept
     assert others < 0.05e9 and others_spun > 0.02e9, (others, others_spun)
 
 
-def _spin_until(deadline_s: float) -> None:
-    while time.perf_counter() < deadline_s:
+def _spin_for(cpu_ns: int) -> None:
+    """Run this thread until it has had `cpu_ns` of CPU time more."""
+    until = time.thread_time_ns() + cpu_ns
+    while time.thread_time_ns() < until:
         pass
 
 
