@@ -20,16 +20,16 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
-from cw.client import Client, NoAnswer
+from cw.client import Client
 from cw.errors import CwError, HostError, UsageError
+from cw.replay.answers import answers_of, client_rows, client_view, lateness_ms, no_answer
 from cw.replay.workloads import ClosedLoop
-from cw.serve.protocol import InferResponse, ModelInfo, describe_models
+from cw.serve.protocol import ModelInfo, describe_models
 from cw.serve.stalls import cpu_cores, host_cpu_counters, host_cpu_delta, process_cpu_ns
 from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 
@@ -40,8 +40,6 @@ TIME_FIELDS_ACTION = ("sent_ns", "earliest_ns", "latest_ns", "expected_end_ns", 
 
 # How long past the last deadline a replay waits for answers before it calls the rest NO_ANSWER
 ANSWER_WAIT_NS = 10 * 1_000_000_000
-# the status of a request the controller never answered (the client's, not a RequestStatus)
-NO_ANSWER = "NO_ANSWER"
 PROGRESS_EVERY_NS = 100_000_000  # a closed loop's progress report, at most this often
 SENDER_SWITCH_INTERVAL_S = 0.0002  # sys.setswitchinterval while a sender runs (below)
 
@@ -319,126 +317,6 @@ def wait_for(futures, timeout_s: float, stop=None) -> None:
                 f.exception(timeout=min(left, 0.5))
             except Exception:  # TimeoutError: counted as unanswered below
                 pass
-
-
-@dataclass
-class Answers:
-    """What a sender saw of its requests, in the order it sent them: what a replay's request
-    rows and its client view are made of, also when the senders ran in other processes
-    (cw/replay/senders.py)."""
-    sent_ns: np.ndarray        # int64, the client's call
-    done_ns: np.ndarray        # int64, its receipt of the answer (0: none came)
-    status: list[str]          # RequestStatus name, NO_ANSWER, or ERROR (the client failed)
-    batch_size: np.ndarray     # int32, the compiled batch size it ran in (0: unknown)
-    simulated: np.ndarray      # bool, answered by a simulated worker
-    left_after_ns: np.ndarray  # int64, InferResponse.latency_ns: its send to the answer
-    models: list[str]          # leaving the controller (0: not said)
-    # int64, when the client's I/O thread took the answer in (0: not known), before it settled
-    # the answers ahead of it in that poll and ran the callbacks: `done_ns` is after those
-    received_ns: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.status)
-
-
-def answers_of(futures, sent_ns, names) -> Answers:
-    """The sender's futures of raw responses as Answers. (The client cancels what is pending
-    at its close, and fails with NoAnswer what waited its timeout past the deadline.)"""
-    n = len(futures)
-    done, batch = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int32)
-    simulated, left = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
-    received = np.zeros(n, dtype=np.int64)
-    status = []
-    for i, (f, t0) in enumerate(zip(futures, sent_ns)):
-        if not f.done() or f.cancelled() or isinstance(f.exception(), NoAnswer):
-            status.append(NO_ANSWER)
-            continue
-        done[i] = getattr(f, "done_ns", int(t0))
-        received[i] = getattr(f, "received_ns", 0)
-        if f.exception() is not None:
-            status.append("ERROR")
-            continue
-        response = f.result()
-        status.append(response.status.name)
-        if isinstance(response, InferResponse):
-            batch[i], simulated[i] = response.batch_size, response.simulated
-            left[i] = max(0, response.latency_ns)
-    return Answers(np.asarray(sent_ns, dtype=np.int64), done, status, batch, simulated, left,
-                   list(names), received)
-
-
-def client_rows(answers: Answers, slo_ns: int) -> list[RequestRow]:
-    """Request rows as the client saw them (a remote controller's own telemetry is out of
-    reach): a request unanswered counts as answered at its deadline, NO_ANSWER."""
-    rows = []
-    for i in range(len(answers)):
-        t0, status = int(answers.sent_ns[i]), answers.status[i]
-        done = t0 + slo_ns if status == NO_ANSWER else int(answers.done_ns[i])
-        latency = done - t0
-        rows.append(RequestRow(i + 1, answers.models[i], 1, t0, t0 + slo_ns, slo_ns, done,
-                               latency, status, status == "OK" and latency <= slo_ns,
-                               int(answers.batch_size[i]), -1, -1, -1, False,
-                               bool(answers.simulated[i])))
-    return rows
-
-
-def client_view(rows: list[RequestRow], answers: Answers | None = None) -> dict:
-    """Lateness and latency as the client measured them, from its send to its receipt. With
-    the `answers` (a controller on this host, whose answers say how long the request took
-    until the answer left: InferResponse.latency_ns), also what the way back took."""
-    from cw.replay.summary import percentiles_ms
-
-    late = collections.Counter(r.status for r in rows if r.completion_ns > r.deadline_ns)
-    view = {"late": sum(late.values()), "late_by_status": dict(sorted(late.items())),
-            "completed_in_slo": sum(1 for r in rows if r.deadline_met),
-            "latency_ms": percentiles_ms([r.latency_ns for r in rows if r.status == "OK"]),
-            "answer_ms": percentiles_ms([r.latency_ns for r in rows if r.status != NO_ANSWER])}
-    if answers is not None:
-        received = answers.received_ns if answers.received_ns is not None \
-            else np.zeros(len(rows), dtype=np.int64)
-        way_back, to_thread, in_client = [], [], []
-        left_in_time = late_when_taken_in = 0
-        for r, left_after_ns, received_ns in zip(rows, answers.left_after_ns.tolist(),
-                                                 received.tolist()):
-            if r.status in (NO_ANSWER, "ERROR") or left_after_ns <= 0:
-                continue
-            way_back.append(r.latency_ns - left_after_ns)
-            late_on_the_way = r.completion_ns > r.deadline_ns and left_after_ns <= r.slo_ns
-            left_in_time += late_on_the_way
-            if received_ns > 0:
-                to_thread.append(received_ns - r.arrival_ns - left_after_ns)
-                in_client.append(r.completion_ns - received_ns)
-                late_when_taken_in += late_on_the_way and received_ns > r.deadline_ns
-        # the answer's way from the controller to the client's receipt (and the client's own
-        # call before the send's stamp: microseconds); late answers that left in time were
-        # late on this way alone: already when the client's I/O thread took them in (ZeroMQ,
-        # or that thread waiting for the GIL or a core), or only after (the answers ahead of
-        # them in its poll, and the callbacks)
-        view["way_back_ms"] = percentiles_ms(way_back)
-        view["late_that_left_in_time"] = left_in_time
-        if to_thread:
-            view["way_to_client_thread_ms"] = percentiles_ms(to_thread)
-            view["in_client_ms"] = percentiles_ms(in_client)
-            view["late_when_taken_in"] = late_when_taken_in
-    return view
-
-
-def no_answer(requests: list[RequestRow]) -> dict:
-    """How many requests a controller never answered, and when the first and the last of them
-    were sent (seconds into the replay: rows relative to its start): a controller that stopped,
-    or restarted, mid-run."""
-    sent = [r.arrival_ns for r in requests if r.status == NO_ANSWER]
-    return {"no_answer": len(sent),
-            "no_answer_sent_s": [round(min(sent) / 1e9, 3), round(max(sent) / 1e9, 3)]
-            if sent else None}
-
-
-def lateness_ms(lateness_ns) -> dict:
-    a = np.asarray(lateness_ns, dtype=np.float64) / 1e6
-    if a.size == 0:
-        return {"p50": None, "p99": None, "max": None}
-    return {"p50": round(float(np.percentile(a, 50)), 4),
-            "p99": round(float(np.percentile(a, 99)), 4), "max": round(float(a.max()), 4)}
 
 
 def collect_stalls(log_dir: Path, into: Path) -> dict:

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from cw.errors import CwError, UsageError
-from cw.replay.live import (ANSWER_WAIT_NS, PROGRESS_EVERY_NS, Answers, answers_of,
-                            send_closed_loop, wait_for)
+from cw.replay.answers import Answers, answers_of
+from cw.replay.live import ANSWER_WAIT_NS, PROGRESS_EVERY_NS, send_closed_loop, wait_for
 from cw.replay.workloads import ClosedLoop
 from cw.serve.stalls import cpu_cores, process_cpu_ns
 

@@ -144,7 +144,7 @@ def test_the_way_back_of_a_late_answer_splits_where_the_clients_thread_took_it_i
     those already late when the client's I/O thread took them in (the way there, or that thread
     kept from running) are told from those made late after (answers ahead of them in its poll,
     callbacks)."""
-    from cw.replay.live import Answers, client_rows, client_view
+    from cw.replay.answers import Answers, client_rows, client_view
 
     slo = 10 * MS
     sent = np.array([0, 0, 0, 0], dtype=np.int64)
