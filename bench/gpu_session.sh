@@ -17,6 +17,8 @@
 # ~8 s of device time, `short` 381 s; `p9999` (below) 239 s. Without the stash calls `short`
 # runs on pattern weights (no accuracy). `recheck` (~4 min) reruns tests, worker bench, Fig. 5
 # and the kernel table after a fix.
+# After editing this script, rehearse a command here (`bash bench/gpu_session_dry.sh close`, ~30 s:
+# every step reached, results.tgz packed and read by close_digest.py) before spending device time.
 # What is left to measure (as of 2026-11-29, stop 53), in 15 minutes of device time:
 #   0. `close` first: carry [".device", ".gpuclose"], timeout 590 (`bash bench/gpu_session.sh
 #      stage-close` here, 2-12 min, if .gpuclose is missing; a call then carries ~48 MiB): in
