@@ -123,7 +123,11 @@ class StallWatch:
             ran = older = threads.timed_snapshot()
             self._watching.set()
             ticks, known = 0, threading.active_count()
-            while not self._stop.wait(_TICK_S):
+            while True:
+                # a stall still going on when stop() is called is reported too: under a
+                # spinning process a watch at the least priority waited seconds for a core,
+                # and stop()'s wake-up then came first
+                stopping = self._stop.wait(_TICK_S)
                 now = clock()
                 late = now - expected
                 if late > self.threshold_ns:
@@ -137,8 +141,12 @@ class StallWatch:
                     cause = _cause(late, None if waited is None else waited - before,
                                    others_ns)
                     self._stall(f"Python could not run for {late / 1e6:.2f} ms ({cause}{who})")
+                    if stopping:
+                        break
                     expected = now + tick_ns
                     continue
+                if stopping:
+                    break
                 waited = core_wait.total_ns()
                 ticks += 1
                 # threads come and go: a listing (~8 µs) at once for a new Python thread, now
