@@ -1563,9 +1563,12 @@ def test_cw_serve_serves_on_when_one_of_its_workers_dies_and_starts_it_again(mod
         line = proc.stdout.readline()
         assert line.startswith("warning: worker 1 was killed by SIGKILL") and \
             "worker-1.log" in line and "1 of 2 worker(s) running; restarting it in 1 s" in line
+        # (SLOs of 2 s: what is checked is that serving goes on, not how fast: with the 2
+        # cores taken, a worker just started once took ~100 ms to answer an INFER, and its
+        # request was answered TIMED_OUT at its 100 ms deadline, as it should be)
         with Client(address) as client:  # the controller re-plans onto worker 0
             for _ in range(10):
-                client.infer("mlp", random_input((1, 64)), slo_ms=100)
+                client.infer("mlp", random_input((1, 64)), slo_ms=2000)
         assert proc.stdout.readline().strip() == "worker 1 started again (restart 1)"
         assert proc.stdout.readline().strip() == "worker 1 joined again"
         again = _local_workers(proc)
@@ -1576,7 +1579,7 @@ def test_cw_serve_serves_on_when_one_of_its_workers_dies_and_starts_it_again(mod
             client.models()
             assert client.workers == 2  # the dead one left at once, not after its silence
             for _ in range(10):
-                client.infer("mlp", random_input((1, 64)), slo_ms=100)
+                client.infer("mlp", random_input((1, 64)), slo_ms=2000)
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
