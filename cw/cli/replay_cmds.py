@@ -19,7 +19,9 @@ _D = ReplayConfig()
 
 @app.command("replay")
 def replay_cmd(
-    trace: str = typer.Option(_D.trace, "--trace", help="azure (bundled sample) or azure:PATH."),
+    trace: str = typer.Option(_D.trace, "--trace",
+                              help="azure (bundled sample), or azure:PATH (a trace file or a "
+                                   "directory of daily files; a bare PATH works too)."),
     models: str = typer.Option(None, "--models",
                                help="Bundle directory, zoo names, or a number of instances "
                                     f"(default: {_D.models}); with --controller, which of its "

@@ -68,10 +68,13 @@ def _open_rows(path: Path):
 
 
 def load_trace(spec: str) -> Trace:
-    """`azure` (the bundled sample), or `azure:PATH` (a file, or a directory of daily files)."""
+    """`azure` (the bundled sample), or `azure:PATH` (a file, or a directory of daily files);
+    a bare PATH is read as `azure:PATH`."""
     kind, _, path = spec.partition(":")
     if kind != "azure":
-        raise TraceError(f"unknown trace '{spec}'", "use --trace azure or azure:PATH")
+        if not _looks_like_path(spec):
+            raise TraceError(f"unknown trace '{spec}'", "use --trace azure or azure:PATH")
+        path = spec
     if not path:
         return load_file(bundled_sample())
     p = Path(path)
@@ -83,8 +86,15 @@ def load_trace(spec: str) -> Trace:
                              "expected invocations_per_function_md.anon.dNN.csv files")
         return _join_days([load_file(f) for _, f in days], p.name)
     if not p.exists():
-        raise TraceError(f"no such trace file: {p}", "give --trace azure:PATH")
+        raise TraceError(f"no such trace file: {p}",
+                         "check the path, or give --trace azure for the bundled sample")
     return load_file(p)
+
+
+def _looks_like_path(spec: str) -> bool:
+    # Users give a file they have at hand; only the prefix-less names that are neither a known
+    # kind nor anything on disk or path-shaped stay errors, so that a typo of `azure` is caught.
+    return Path(spec).exists() or "/" in spec or spec.endswith((".csv", ".gz"))
 
 
 def bundled_sample() -> Path:

@@ -111,3 +111,15 @@ def test_bad_traces_name_file_and_line(tmp_path, case, expected):
     assert expected in e.value.message
     if case not in ("missing", "empty", "norows"):
         assert "t.csv" in e.value.message
+
+
+def test_a_bare_path_is_read_as_an_azure_trace_and_a_mistyped_name_is_not(tmp_path, monkeypatch):
+    good = ["f", "o", "a"] + ["2"] * 1440
+    path = _write(tmp_path, HEADER, [good])
+    assert load_trace(str(path)).counts.sum() == 2 * 1440
+    monkeypatch.chdir(tmp_path)
+    assert load_trace("t.csv").counts.sum() == 2 * 1440          # relative, no slash
+    with pytest.raises(TraceError, match="no such trace file"):
+        load_trace(str(tmp_path / "elsewhere" / "t.csv"))
+    with pytest.raises(TraceError, match="unknown trace 'azur'"):
+        load_trace("azur")
