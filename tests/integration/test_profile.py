@@ -329,3 +329,40 @@ def test_close_digest_reads_what_profile_and_replay_write(cli, bundle, tmp_path)
     assert verdicts["issue7_tails_within_bar"]["mlp (VM, isolated) b1"] == (ratio <= 1.01)
     assert "mlp (VM, back to back) b1" in verdicts["issue7_tails_within_bar"]
     assert "| mlp | VM, back to back | 1 | 60 |" in text
+
+
+def test_every_measured_exec_computes_the_model_with_its_own_weights(bundle, monkeypatch):
+    """The profile times the model as served: its EXECs' outputs equal `cw run`'s. (The plain
+    copy that LOAD's bandwidth is compared with once came after the loads and wrote over the
+    weights in the page cache; on the CPU the bytes it left read as denormal floats, and the
+    measured EXECs were 2.5-4x slower than the model's own.)"""
+    from cw.engine import LocalModel
+    from cw.profile import profiler
+
+    seen = []  # (inputs, outputs) of every measured INPUT → EXEC → OUTPUT
+
+    def recording(*args, **kwargs):
+        runtime = make_runtime(*args, **kwargs)
+        copy_input, copy_output = runtime.copy_input, runtime.copy_output
+
+        def recorded_input(model, slot, inputs):
+            seen.append([[np.array(x) for x in inputs], None])
+            return copy_input(model, slot, inputs)
+
+        def recorded_output(model, slot):
+            outs, timing = copy_output(model, slot)
+            seen[-1][1] = [np.array(y) for y in outs]
+            return outs, timing
+
+        runtime.copy_input, runtime.copy_output = recorded_input, recorded_output
+        return runtime
+
+    make_runtime = profiler.make_runtime
+    monkeypatch.setattr(profiler, "make_runtime", recording)
+    profiler.profile_bundle(bundle, profiler.ProfileConfig(
+        device="cpu", iterations=5, warmup=1, load_iterations=3, write=False))
+    local = LocalModel(bundle)
+    assert len(seen) == 2 * 6  # batch sizes 1 and 4, 6 runs each
+    for inputs, outputs in (seen[0], seen[-1]):
+        (want,) = local.run(inputs)
+        np.testing.assert_allclose(outputs[0], want, rtol=1e-5, atol=1e-6)

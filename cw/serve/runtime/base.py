@@ -158,7 +158,8 @@ class Runtime(ABC):
 
     def copy_bandwidth_gbps(self, nbytes: int) -> float | None:
         """Bandwidth of one plain copy of `nbytes` into device memory (what LOAD's page-by-page
-        copies are compared with), or None where there is nothing to compare."""
+        copies are compared with), or None where there is nothing to compare. The copy goes
+        into the page cache: weights loaded there are overwritten."""
         return None
 
     def close(self) -> None:
