@@ -19,7 +19,10 @@
 # and the kernel table after a fix.
 # After editing this script, rehearse a command here (`bash bench/gpu_session_dry.sh close`, ~30 s:
 # every step reached, results.tgz packed and read by close_digest.py) before spending device time.
-# What is left to measure (as of 2026-11-29, stop 53), in 15 minutes of device time:
+# What is left to measure (as of 2026-11-29, stop 53), in 15 minutes of device time. Since stop
+# 57 `cw profile` times EXEC on the model's weights; every profile and EXEC tail before it ran
+# on the bytes of a fresh pinned buffer (docs/benchmarks.md), so `close`'s tails are the first
+# on the weights: compare them with the older ones knowing that.
 #   0. `close` first: carry [".device", ".gpuclose"], timeout 590 (`bash bench/gpu_session.sh
 #      stage-close` here, 2-12 min, if .gpuclose is missing; a call then carries ~48 MiB): in
 #      one call, most needed first, Fig. 5 at 10, 25 and 50 ms with this code (issue 5; if 10 ms
