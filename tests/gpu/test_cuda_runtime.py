@@ -43,6 +43,15 @@ def test_profile_on_gpu_writes_every_field(cli, cuda_bundle):
     assert "profile.json" in open_bundle(bundle).manifest.files
 
 
+def test_profile_on_gpu_times_execs_on_the_models_own_weights(cuda_bundle, monkeypatch):
+    """Until 2026-11-29 the profile's reference copy wrote a pinned buffer's bytes over the
+    loaded weights, and every measured EXEC ran on them."""
+    from tests.integration.test_profile import check_profiled_execs_compute_the_model
+
+    check_profiled_execs_compute_the_model(cuda_bundle("small_cnn"), "cuda:0", monkeypatch,
+                                           rtol=1e-4, atol=1e-5)
+
+
 def test_concurrency_on_gpu_is_reported_not_stored(cli, cuda_bundle):
     bundle = cuda_bundle("small_cnn")
     r = cli("profile", bundle, "--device", "cuda:0", "--iterations", "100", "--warmup", "5",

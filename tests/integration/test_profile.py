@@ -331,15 +331,15 @@ def test_close_digest_reads_what_profile_and_replay_write(cli, bundle, tmp_path)
     assert "| mlp | VM, back to back | 1 | 60 |" in text
 
 
-def test_every_measured_exec_computes_the_model_with_its_own_weights(bundle, monkeypatch):
-    """The profile times the model as served: its EXECs' outputs equal `cw run`'s. (The plain
-    copy that LOAD's bandwidth is compared with once came after the loads and wrote over the
-    weights in the page cache; on the CPU the bytes it left read as denormal floats, and the
-    measured EXECs were 2.5-4x slower than the model's own.)"""
+def check_profiled_execs_compute_the_model(bundle, device, monkeypatch, rtol=1e-5, atol=1e-6):
+    """Profiles `bundle` on `device` (iterations 5, warmup 1, nothing written), recording every
+    measured INPUT → EXEC → OUTPUT, and checks the first and the last against `cw run`'s
+    outputs on the same device. Shared with tests/gpu."""
     from cw.engine import LocalModel
     from cw.profile import profiler
 
     seen = []  # (inputs, outputs) of every measured INPUT → EXEC → OUTPUT
+    make_runtime = profiler.make_runtime
 
     def recording(*args, **kwargs):
         runtime = make_runtime(*args, **kwargs)
@@ -357,12 +357,20 @@ def test_every_measured_exec_computes_the_model_with_its_own_weights(bundle, mon
         runtime.copy_input, runtime.copy_output = recorded_input, recorded_output
         return runtime
 
-    make_runtime = profiler.make_runtime
     monkeypatch.setattr(profiler, "make_runtime", recording)
     profiler.profile_bundle(bundle, profiler.ProfileConfig(
-        device="cpu", iterations=5, warmup=1, load_iterations=3, write=False))
-    local = LocalModel(bundle)
-    assert len(seen) == 2 * 6  # batch sizes 1 and 4, 6 runs each
+        device=device, iterations=5, warmup=1, load_iterations=3, write=False))
+    sizes = open_bundle(bundle).manifest.batch_sizes
+    assert len(seen) == len(sizes) * 6
+    local = LocalModel(bundle, device=device)
     for inputs, outputs in (seen[0], seen[-1]):
         (want,) = local.run(inputs)
-        np.testing.assert_allclose(outputs[0], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(outputs[0], want, rtol=rtol, atol=atol)
+
+
+def test_every_measured_exec_computes_the_model_with_its_own_weights(bundle, monkeypatch):
+    """The profile times the model as served: its EXECs' outputs equal `cw run`'s. (The plain
+    copy that LOAD's bandwidth is compared with once came after the loads and wrote over the
+    weights in the page cache; on the CPU the bytes it left read as denormal floats, and the
+    measured EXECs were 2.5-4x slower than the model's own.)"""
+    check_profiled_execs_compute_the_model(bundle, "cpu", monkeypatch)
