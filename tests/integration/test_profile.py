@@ -374,3 +374,27 @@ def test_every_measured_exec_computes_the_model_with_its_own_weights(bundle, mon
     weights in the page cache; on the CPU the bytes it left read as denormal floats, and the
     measured EXECs were 2.5-4x slower than the model's own.)"""
     check_profiled_execs_compute_the_model(bundle, "cpu", monkeypatch)
+
+
+def test_the_plain_copy_into_the_page_cache_is_refused_while_weights_are_loaded(bundle):
+    """The reference copy LOAD is compared with writes over the page cache: once weights are
+    there it raises instead of silently replacing them (the profiler's bug above, made
+    impossible rather than only ordered away)."""
+    from cw.serve.runtime.base import RuntimeFault
+    from cw.serve.runtime.host import HostModel, HostWeights
+    from cw.serve.runtime.tvm_cpu import TvmCpuRuntime
+
+    b = open_bundle(bundle)
+    model = HostModel(b.manifest.name, b, HostWeights(b))
+    runtime = TvmCpuRuntime(b.manifest.weights.page_size, model.weights.num_pages)
+    nbytes = b.manifest.weights.total_bytes
+    assert runtime.copy_bandwidth_gbps(nbytes) > 0  # nothing loaded yet: measured
+    slots = runtime.cache.allocate(model.weights.num_pages)
+    runtime.load(model, slots)
+    before = runtime.memory[:nbytes].copy()
+    with pytest.raises(RuntimeFault, match="overwrite the loaded weights of mlp") as refused:
+        runtime.copy_bandwidth_gbps(nbytes)
+    assert "before the first LOAD" in refused.value.hint
+    assert np.array_equal(runtime.memory[:nbytes], before)
+    runtime.unload(model)
+    assert runtime.copy_bandwidth_gbps(nbytes) > 0

@@ -109,7 +109,7 @@ class TvmCpuRuntime(Runtime):
         slot.outputs = [result] if hasattr(result, "numpy") else list(result)
         return PhaseTiming(start, end, end - start)
 
-    def copy_bandwidth_gbps(self, nbytes: int, repeats: int = 5) -> float | None:
+    def _plain_copy_gbps(self, nbytes: int, repeats: int = 5) -> float | None:
         nbytes = min(nbytes, self.memory.nbytes)
         if nbytes <= 0:
             return None

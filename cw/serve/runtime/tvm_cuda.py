@@ -417,7 +417,7 @@ class TvmCudaRuntime(Runtime):
         return outs, PhaseTiming(start, end, slot.out_events.elapsed_ns())
 
     # Measurements for `cw profile` -------------------------------------------------------
-    def copy_bandwidth_gbps(self, nbytes: int, repeats: int = 5) -> float | None:
+    def _plain_copy_gbps(self, nbytes: int, repeats: int = 5) -> float | None:
         """Plain pinned host→device bandwidth of one `nbytes` copy into the cache: what LOAD's
         page-by-page copies are compared with."""
         nbytes = min(nbytes, self.cache.page_size * self.cache.num_pages)
