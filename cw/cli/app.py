@@ -23,6 +23,27 @@ app = typer.Typer(
 )
 
 
+def _print_version(wanted: bool) -> None:
+    if not wanted:
+        return
+    from importlib import metadata
+
+    import cw
+
+    try:  # read from the installed package's metadata: importing TVM takes seconds
+        tvm = f"apache-tvm {metadata.version('apache-tvm')}"
+    except metadata.PackageNotFoundError:
+        tvm = "apache-tvm not installed"
+    Consoles.out.print(f"cw {cw.__version__} ({tvm}, Python {sys.version.split()[0]})")
+    raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version,
+                                       is_eager=True, help="Print cw's version and exit.")):
+    pass
+
+
 class Consoles:
     """Where commands write; tests swap in recording consoles."""
     out = Console(highlight=False)

@@ -47,3 +47,24 @@ def test_every_option_says_what_it_is():
 
     walk(app, ["cw"])
     assert seen > 100 and silent == []
+
+
+def test_version_names_cw_tvm_and_python(cli):
+    import importlib.metadata
+
+    import cw
+
+    r = cli("--version")
+    assert r.code == 0, r.err
+    assert r.out.startswith(f"cw {cw.__version__} (apache-tvm "
+                            f"{importlib.metadata.version('apache-tvm')}, Python 3.")
+
+
+def test_an_unknown_flag_or_command_is_a_usage_error_with_exit_code_2():
+    env = dict(os.environ, COLUMNS="300", NO_COLOR="1")
+    for args, said in ((["compile", "--nosuch"], "No such option: --nosuch"),
+                       (["nosuchcmd"], "No such command 'nosuchcmd'")):
+        r = subprocess.run([sys.executable, "-m", "cw", *args], capture_output=True, text=True,
+                           env=env)
+        assert r.returncode == 2, (args, r.stderr)
+        assert said in r.stderr and "Traceback" not in r.stderr

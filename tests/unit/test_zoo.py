@@ -76,3 +76,26 @@ def test_zoo_models_run_in_onnxruntime_with_sane_outputs(name):
     assert y.shape[0] == 2 and np.isfinite(y).all()
     assert 1e-3 < float(np.abs(y).max()) < 1e3  # neither vanished nor exploded
     assert not np.allclose(y[0], y[1])  # depends on the input
+
+
+def test_cw_zoo_list_names_every_model_with_its_input(cli):
+    import json
+
+    r = cli("zoo", "list", "--json")
+    assert r.code == 0, r.err
+    rows = {row["name"]: row for row in json.loads(r.out)}
+    assert set(rows) == set(model_zoo.MODELS)
+    assert rows["resnet50"]["input"] == [3, 224, 224]
+    assert rows["inception_v3"]["input"] == [3, 299, 299]
+    table = cli("zoo", "list")
+    assert table.code == 0
+    assert all(name in table.out for name in model_zoo.MODELS)
+    assert "N×3×299×299" in table.out
+
+
+@pytest.mark.parametrize("batch", ["0", "-1", "two"])
+def test_cw_zoo_export_refuses_a_batch_that_is_no_size(cli, tmp_path, batch):
+    r = cli("zoo", "export", "mlp", "-o", tmp_path / "m.onnx", "--batch", batch)
+    assert r.code == 2
+    assert f"invalid --batch '{batch}'" in r.err and "'dynamic'" in r.err
+    assert not (tmp_path / "m.onnx").exists()
