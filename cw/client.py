@@ -357,6 +357,7 @@ class Client:
 
     def close(self) -> None:
         self._stop.set()
+        self._dealer.interrupt()  # else its I/O thread sees the stop when an idle poll ends
         self._thread.join(timeout=2)
         with self._lock:
             for f, _, _, _ in list(self._futures.values()):

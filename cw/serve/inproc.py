@@ -95,6 +95,11 @@ class InprocDealer:
     def wake(self) -> None:
         """(Sends are delivered at once here.)"""
 
+    def interrupt(self) -> None:
+        """End the owner's current poll now, with nothing to send (its thread is to stop)."""
+        with self.inbox.cond:
+            self.inbox.cond.notify_all()
+
     def send_raw(self, data: bytes) -> None:
         router = self._router()
         if router is not None:  # like ZeroMQ, messages to a missing peer are dropped

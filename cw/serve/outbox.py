@@ -39,6 +39,11 @@ class Outbox:
         if self.queue and not self.signalled and threading.get_ident() != self.owner:
             self._signal()
 
+    def interrupt(self) -> None:
+        """End the owner's poll now, queued or not (its thread is asked to stop)."""
+        if not self.signalled and threading.get_ident() != self.owner:
+            self._signal()
+
     def _signal(self) -> None:
         self.signalled = True
         try:

@@ -380,6 +380,10 @@ class ZmqDealer(_ZmqEndpoint):
         """Have the owner send what is queued now, also during a poll that puts do not end."""
         self._outbox.wake()
 
+    def interrupt(self) -> None:
+        """End the owner's current poll now, with nothing to send (its thread is to stop)."""
+        self._outbox.interrupt()
+
     def _flush(self) -> None:
         queue, send, flags = self._outbox.queue, self._send_frame, self._last
         while queue:

@@ -385,6 +385,53 @@ def test_a_dealer_woken_sends_before_its_poll_would_end():
         router.close()
 
 
+def _interrupted_poll_s(dealer) -> float:
+    """How long a 3 s poll of `dealer` lasted when `interrupt` came 0.1 s into it."""
+    import time
+
+    took = []
+    for _ in range(20):  # past the polls that the connection's handshake ends early
+        began = time.monotonic()
+        dealer.poll(100)
+        if time.monotonic() - began >= 0.09:
+            break
+
+    def io_thread():
+        began = time.monotonic()
+        dealer.poll(3000)
+        took.append(time.monotonic() - began)
+
+    polling = threading.Thread(target=io_thread)
+    polling.start()
+    time.sleep(0.1)
+    dealer.interrupt()
+    polling.join(timeout=5)
+    return took[0]
+
+
+def test_interrupt_ends_an_idle_poll_with_nothing_to_send():
+    """Client.close: the I/O thread, idle in its poll, is woken to see that it is to stop
+    (`wake` sends nothing and so woke nothing: closing a client took one idle poll, ~20 ms,
+    every `cw infer`). Both transports."""
+    from cw.serve import protocol as p
+    from cw.serve.inproc import InprocDealer, InprocHub, InprocRouter
+    from cw.serve.transport import ZmqDealer, ZmqRouter
+
+    router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromClient), p.Codec(p.ToClient))
+    dealer = ZmqDealer(router.address, p.Codec(p.ToClient), p.Codec(p.FromClient))
+    try:
+        assert _interrupted_poll_s(dealer) < 2.0  # not the poll's 3 s
+        assert not dealer._outbox.queue  # nothing was sent for it
+    finally:
+        dealer.close()
+        router.close()
+    hub = InprocHub()
+    inproc_router = InprocRouter(hub, "c", p.Codec(p.FromClient), p.Codec(p.ToClient))
+    inproc_dealer = InprocDealer(hub, "c", p.Codec(p.ToClient), p.Codec(p.FromClient))
+    assert _interrupted_poll_s(inproc_dealer) < 2.0
+    inproc_router.close()
+
+
 def _collect(poll, n: int, timeout_s: float = 5.0) -> list:
     import time
 
