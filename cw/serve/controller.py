@@ -34,6 +34,7 @@ log = logging.getLogger("cw.controller")
 
 MS = 1_000_000
 STRAY_TELL_NS = 10_000_000_000
+LEFT_PEERS_KEPT = 1024  # workers' peers remembered after they left (a few each)
 STOPPED = "stopped"  # why a worker that said it was Leaving left
 
 
@@ -148,6 +149,9 @@ class Controller:
         # results of actions this controller never sent (a worker's from before a restart):
         # counted, and told at most every STRAY_TELL_NS
         self._stray_results, self._stray_told_ns = 0, -STRAY_TELL_NS
+        # the peers of workers that left, newest last: a result can still come from one after
+        # its Leaving (results travel on connections of their own), for an action marked LOST
+        self._left_peers: collections.OrderedDict[bytes, int] = collections.OrderedDict()
         self._started_ns: int | None = None  # for busy fractions
         self.shm_domain = shm_domain()
         # the loop's clock is time.monotonic_ns (serve_forever): workers reading the same one
@@ -405,6 +409,10 @@ class Controller:
         if wid is not None:
             self.workers[wid].last_seen_ns = now_ns
         record = self.actions.get(msg.id)
+        if wid is None and peer in self._left_peers:
+            log.debug("result for action %d from worker %d, which has left (the action was "
+                      "marked LOST then)", msg.id, self._left_peers[peer])
+            return
         if record is None or wid is None:
             self._stray_results += 1
             if now_ns - self._stray_told_ns >= STRAY_TELL_NS:
@@ -474,6 +482,10 @@ class Controller:
         w = self.workers.pop(wid)
         for peer in (w.peer, *w.result_peers):
             self.by_peer.pop(peer, None)
+            self._left_peers[peer] = wid
+            self._left_peers.move_to_end(peer)
+        while len(self._left_peers) > LEFT_PEERS_KEPT:
+            self._left_peers.popitem(last=False)
         if not any(other.name == w.name for other in self.workers.values()):
             self.metrics.worker_gone(w.name)
         # a worker that said it was leaving is no surprise

@@ -174,3 +174,48 @@ def test_a_worker_found_gone_while_its_workers_are_stopped_on_purpose_is_no_warn
     assert not ctl.workers and not ctl.by_peer
     (record,) = [r for r in caplog.records if "left: unreachable" in r.getMessage()]
     assert record.levelno == (logging.INFO if stopping else logging.WARNING)
+
+
+def test_a_result_that_crosses_its_workers_leaving_is_no_stray(caplog):
+    """A worker's results take connections of their own (its lane, its result senders), so one
+    can reach the controller after the worker's Leaving. Its action was marked LOST when the
+    worker left: the result is dropped quietly, not reported as "a worker's from before a
+    restart" (in CI it broke `cw replay`'s one line, "interrupted", on Ctrl-C). A result from
+    a peer that never was a worker still is."""
+    import logging
+
+    now = 50_000_000_000
+    tensor = p.TensorInfo("x", "float32", [2], 8)
+    model = p.ModelInfo("m", "m", 1000, 1, [1], [tensor], [tensor], 1_000_000, {1: 1_000_000},
+                        "profile")
+    hub = InprocHub()
+    workers = InprocRouter(hub, "w", p.Codec(p.FromWorker), p.Codec(p.ToWorker))
+    clients = InprocRouter(hub, "c", p.Codec(p.FromClient), p.Codec(p.ToClient))
+    worker = InprocDealer(hub, "w", p.Codec(p.ToWorker), p.Codec(p.FromWorker))
+    stranger = InprocDealer(hub, "w", p.Codec(p.ToWorker), p.Codec(p.FromWorker))
+    client = InprocDealer(hub, "c", p.Codec(p.ToClient), p.Codec(p.FromClient))
+    ctl = Controller(ControllerConfig(), workers, clients, make_scheduler("clockwork"))
+    worker.send(p.Register(p.PROTOCOL_VERSION, "w", "simulated", True,
+                           [p.DeviceDesc(0, "sim", 16 << 20, 64)], [model], now))
+    ctl.step(now)
+    client.send(p.InferRequest(1, "m", [b"\0" * 8], 1, 100_000_000, 0))
+    ctl.step(now + 1_000_000)
+    sent = [m for m in worker.poll(0) if isinstance(m, (p.Load, p.Infer))]
+    assert sent and ctl.actions
+    worker.send(p.Leaving("stopped"))
+    ctl.step(now + 2_000_000)
+    assert not ctl.workers and not ctl.actions  # its actions: LOST
+    with caplog.at_level(logging.DEBUG, logger="cw.controller"):
+        for action in sent:
+            worker.send(p.Result(action.id, "load" if isinstance(action, p.Load) else "infer",
+                                 p.Status.OK, now + 1_500_000))
+        ctl.step(now + 3_000_000)
+        assert not [r for r in caplog.records if "did not send" in r.getMessage()]
+        assert [r.levelno for r in caplog.records if "which has left" in r.getMessage()] == [
+            logging.DEBUG] * len(sent)
+        stranger.send(p.Result(10**6, "infer", p.Status.OK, now))
+        ctl.step(now + 4_000_000)
+    (stray,) = [r for r in caplog.records if "did not send" in r.getMessage()]
+    assert stray.levelno == logging.WARNING
+    answers = client.poll(0)
+    assert [a.request_id for a in answers] == [1]  # answered once, with the worker gone
