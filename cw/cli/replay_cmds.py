@@ -24,8 +24,9 @@ def replay_cmd(
                                    "directory of daily files; a bare PATH works too)."),
     models: str = typer.Option(None, "--models",
                                help="Bundle directory, zoo names, or a number of instances "
-                                    f"(default: {_D.models}); with --controller, which of its "
-                                    "models: a number, ids, bundle names or patterns "
+                                    f"(default: {_D.models}, or one instance per function of "
+                                    "a trace with fewer functions); with --controller, which "
+                                    "of its models: a number, ids, bundle names or patterns "
                                     "('resnet50*'; default: all)."),
     copies: int = typer.Option(None, "--copies", help=f"Instances of each model ({_D.copies})."),
     zoo_timings: str = typer.Option(_D.zoo_timings, "--zoo-timings",
@@ -160,6 +161,7 @@ def replay_cmd(
 
     current = ""  # the policy running, when several run one after another
     runs = None   # a bar over the policies, when several run
+    notes: set[str] = set()
 
     def on_event(event, info):
         nonlocal task, current, runs, tenths_done
@@ -184,6 +186,9 @@ def replay_cmd(
                 tenths_done = tenths
                 console().print(f"  {current}{tenths * 10}% ({_seconds(info['virtual_ns'])}, "
                                 f"{info['requests']} requests)")
+        elif event == "note" and not as_json and info["text"] not in notes:
+            notes.add(info["text"])  # (once, where several policies replay the same trace)
+            console().print(f"note: {info['text']}")
         elif event == "run_done":
             progress.advance(runs)
             if not as_json:

@@ -69,7 +69,7 @@ def map_functions(order: list[int], models: list[str], how: str,
     fewer models, where the default hint (--models, --copies) does not apply."""
     f, m = len(order), len(models)
     if m > f:
-        raise UsageError(f"{m:,} models but only {f:,} functions in the trace",
+        raise UsageError(f"{m:,} models but only {f:,} function{'s' * (f != 1)} in the trace",
                          f"{fewer_models or 'use fewer models (or --copies)'}, or a trace with "
                          "more functions")
     if how == "contiguous":

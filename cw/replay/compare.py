@@ -14,7 +14,6 @@ import json
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -22,6 +21,7 @@ from cw.errors import UsageError
 from cw.replay.report import (COMPARE_FILE, COMPARE_RUNS, RunSeries, run_label, run_name,
                               write_report)
 from cw.replay.runner import ReplayConfig, atomic_output, replay
+from cw.replay.traces import load_trace
 from cw.serve.scheduler import SchedulerSpec, parse_schedulers
 
 
@@ -47,11 +47,16 @@ def replay_side_by_side(config: ReplayConfig, schedulers: list[str | SchedulerSp
                          f"own; the running `cw serve` at {config.controller} has one",
                          "drop --controller (cw starts one per run), or run one policy and SLO "
                          "at a time")
+    if config.workload == "trace":
+        # here, not in each run: runs in processes of their own have no one to tell
+        config, note = config.fitted_to(len(load_trace(config.trace).functions))
+        if note:
+            progress("note", {"text": note})
     with atomic_output(Path(config.out), config.force) as tmp:
         runs = [(s.text, slo) for slo in (slos_ns or [None]) for s in schedulers]
-        configs = [replace(config, scheduler=policy, out=tmp / run_name(
-                               policy, None if slo is None else slo / 1e6),
-                           slo_ns=config.slo_ns if slo is None else slo, force=False)
+        configs = [config.changed(scheduler=policy, out=tmp / run_name(
+                                      policy, None if slo is None else slo / 1e6),
+                                  slo_ns=config.slo_ns if slo is None else slo, force=False)
                    for policy, slo in runs]
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
         if config.simulate and jobs > 1:

@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -37,6 +37,7 @@ DEFAULT_ZOO_MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet15
                       "resnet50_v2", "densenet121", "inception_v3")
 
 
+DEFAULT_COPIES = 10  # instances of each model, where --copies is not given
 LIVE_RUNTIMES = ("simulated", "cpu", "cuda")  # local workers of a live replay
 # Zoo models simulated by name: "measured" takes the GPU machine's committed profiles where a
 # model has one (model_zoo/profiles/), the paper's Table 1 elsewhere; "paper" takes Table 1 only.
@@ -88,16 +89,20 @@ class ReplayConfig:
     send_at_once: bool = False
     out: Path = Path("replay-out")
     force: bool = False
+    # the fields __post_init__ filled with their defaults (not given): `fitted_to` may change them
+    defaults_taken: frozenset[str] = field(default=frozenset(), init=False, repr=False,
+                                           compare=False)
 
     def __post_init__(self):
         self._check_applies()
         # the defaults of what was not given (a frozen dataclass: set once, here); a running
         # controller's models, workers and runtime stay None: they are its own
-        defaults = {} if self.controller else {"copies": 10, "workers": 1,
+        defaults = {} if self.controller else {"copies": DEFAULT_COPIES, "workers": 1,
                                                 "runtime": "simulated", "models": DEFAULT_MODELS}
-        for name, default in defaults.items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, default)
+        taken = {name for name in defaults if getattr(self, name) is None}
+        for name in taken:
+            object.__setattr__(self, name, defaults[name])
+        object.__setattr__(self, "defaults_taken", frozenset(taken))
         for flag, value in (("--copies", self.copies), ("--workers", self.workers),
                             ("GPUs per worker", self.gpus_per_worker)):
             if value is not None and value < 1:  # (None: a running controller's, unset)
@@ -155,6 +160,27 @@ class ReplayConfig:
         if self.runtime is not None and self.runtime not in LIVE_RUNTIMES:
             raise UsageError(f"unknown --runtime '{self.runtime}'",
                              f"use one of {', '.join(LIVE_RUNTIMES)}")
+
+    def changed(self, **changes) -> ReplayConfig:
+        """`dataclasses.replace`, where what was left to its default stays so (and may still be
+        fitted to the trace)."""
+        left = {name: None for name in self.defaults_taken if name not in changes}
+        return replace(self, **left, **changes)
+
+    def fitted_to(self, functions: int) -> tuple[ReplayConfig, str | None]:
+        """This config for a trace of `functions` functions, and a note of what changed: a
+        simulation of the default models (8 zoo models × 10 copies) over a trace with fewer
+        functions takes one instance per function, as `--models N` would, instead of refusing
+        to run (models beyond the functions would get no requests). What the user gave stays."""
+        default_count = len(DEFAULT_ZOO_MODELS) * DEFAULT_COPIES
+        if (not self.simulate or self.workload != "trace" or functions >= default_count
+                or not {"models", "copies"} <= self.defaults_taken):
+            return self, None
+        fitted = self.changed(models=str(functions))
+        return fitted, (f"the trace has {functions:,} function{'s' * (functions != 1)}: "
+                        f"simulating {functions:,} model instance{'s' * (functions != 1)}, one "
+                        f"per function, instead of the default {default_count} "
+                        "(--models N or --copies to choose)")
 
     def _check_applies(self) -> None:
         """Settings that would be silently ignored are refused: what serves a replay is a
@@ -364,6 +390,10 @@ def replay(config: ReplayConfig, progress: Callable[[str, dict], None] | None = 
         raise UsageError("--simulate runs in virtual time; it cannot drive a --controller",
                          "drop one of the two")
     trace = load_trace(config.trace) if config.workload == "trace" else None
+    if trace is not None:
+        config, note = config.fitted_to(len(trace.functions))
+        if note:
+            progress("note", {"text": note})
 
     def generate(model_ids: list[str], gpus: int | None = None):
         """Arrivals over `model_ids`; `gpus` serve them (a running controller's: the default

@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from tests.conftest import SHARED
+
 SUMMARY_KEYS = {"requests", "completed_in_slo", "rejected", "late", "errors", "goodput_rps",
                 "offered_rps", "slo_attainment", "latency_ms", "mean_batch_size", "cold_starts",
                 "runtime", "scheduler", "trace", "seed"}
@@ -77,6 +79,46 @@ def test_same_seed_same_result_and_side_by_side_report(cli, tmp_path):
     assert r.code == 0, r.err
     p10_row = next(line for line in r.out.splitlines() if "p10 model in SLO" in line)
     assert spread["models"] > 10 and p10_row.split("│")[2].strip() == str(spread["p10"])
+
+
+def test_a_trace_with_fewer_functions_than_the_default_models_gets_one_instance_each(
+        cli, tmp_path):
+    from cw.replay.runner import ReplayConfig
+    from cw.replay.traces import load_trace
+
+    sample = SHARED / "data" / "traces" / "azure2021" / "sample_199_invocations.csv"
+    if not sample.exists():
+        pytest.skip("shared traces not present")
+    functions = len(load_trace(str(sample)).functions)
+    assert 1 < functions < 80  # the default: 8 zoo models × 10 copies
+    told = f"the trace has {functions} functions: simulating {functions} model instances"
+    r = cli("replay", "--trace", sample, "--simulate", "--duration", "1m", "--out",
+            tmp_path / "one")
+    assert r.code == 0, r.err
+    assert told in " ".join(r.out.split())
+    summary = json.loads((tmp_path / "one" / "summary.json").read_text())
+    assert summary["models"] == functions
+    with open(tmp_path / "one" / "requests.csv", newline="") as f:
+        asked = {row["model"] for row in csv.DictReader(f)}
+    assert 1 < len(asked) <= functions
+    # side by side, each run in a process of its own: the same models, told once
+    r = cli("replay", "--trace", sample, "--simulate", "--duration", "1m", "--scheduler",
+            "clockwork,clipper", "--out", tmp_path / "two")
+    assert r.code == 0, r.err
+    assert " ".join(r.out.split()).count(told) == 1
+    for run in ("clockwork", "clipper"):
+        assert json.loads((tmp_path / "two" / run / "summary.json").read_text())["models"] \
+            == functions
+    # what the user asked for is kept, and refused as before
+    r = cli("replay", "--trace", sample, "--simulate", "--duration", "1m", "--copies", "10",
+            "--out", tmp_path / "three")
+    assert r.code != 0 and f"80 models but only {functions} functions" in r.err
+    assert not (tmp_path / "three").exists()
+    # a changed config keeps what was left to its default
+    config = ReplayConfig(trace=str(sample), copies=3)
+    assert config.defaults_taken == {"models", "workers", "runtime"}
+    assert config.changed(scheduler="clipper").defaults_taken == config.defaults_taken
+    assert config.changed(models="resnet50").defaults_taken == {"workers", "runtime"}
 
 
 def test_several_policies_side_by_side_in_one_command(cli, tmp_path):
