@@ -105,6 +105,9 @@ _SCHEDULER_HELP = ("clockwork, clipper, batch-timeout or fifo, with settings if 
                    "batch-timeout:max-batch=8:delay=5ms (docs/schedulers.md).")
 _LOG_STALLS_HELP = ("Log every stall of the serving loop longer than this, e.g. 1ms: a busy loop "
                     "iteration, a garbage collection, Python unable to run.")
+_PAGE_CACHE_HELP = ("Weights cache per device, e.g. 512MiB (default: 2 GiB on a CPU, what is "
+                    "free on a GPU, 21.5 GiB simulated); models beyond it are loaded and "
+                    "unloaded as demand moves.")
 _EXEC_GRAPHS_HELP = ("CUDA workers: run each EXEC as one CUDA graph, captured in the background "
                      "after each LOAD (one host call instead of one per kernel; experimental).")
 
@@ -143,6 +146,7 @@ def serve_all(
                                      "cuda:0 to cuda:N-1)."),
     runtime: str = typer.Option("cpu", "--runtime", help="cpu, simulated or cuda."),
     copies: int = typer.Option(1, "--copies", help="Instances of each model per worker."),
+    page_cache: str = typer.Option(None, "--page-cache", help=_PAGE_CACHE_HELP),
     workers_listen: str = typer.Option("tcp://127.0.0.1:7000", "--workers-listen",
                                        help=_WORKERS_LISTEN_HELP),
     clients_listen: str = typer.Option("tcp://127.0.0.1:7001", "--clients-listen",
@@ -181,6 +185,8 @@ def serve_all(
     controller = _controller_config(workers_listen, clients_listen, scheduler, schedule_ahead,
                                     default_slo, metrics_port, log_dir, log_stalls, key)
     config = LocalServeConfig(models_dir=models, workers=workers, runtime=runtime, copies=copies,
+                              page_cache_bytes=parse_size(page_cache, "--page-cache")
+                              if page_cache else None,
                               controller=controller, log_stalls_ns=_stall_ns(log_stalls),
                               exec_graphs=exec_graphs, restarts=RestartConfig(enabled=restart))
     out = console()
@@ -298,7 +304,7 @@ def serve_worker(
     models: Path = typer.Option(..., "--models", help="Directory of bundles."),
     device: str = typer.Option("cpu", "--device", help="cpu, or cuda:0,cuda:1,..."),
     runtime: str = typer.Option("tvm", "--runtime", help="tvm or simulated."),
-    page_cache: str = typer.Option(None, "--page-cache", help="Weights cache per device."),
+    page_cache: str = typer.Option(None, "--page-cache", help=_PAGE_CACHE_HELP),
     copies: int = typer.Option(1, "--copies", help="Instances of each model."),
     name: str = typer.Option(None, "--name",
                              help="This worker's name in the controller's logs and metrics "

@@ -32,6 +32,7 @@ class LocalServeConfig:
     workers: int = 1                # cuda: one per GPU, cuda:0 to cuda:N-1
     runtime: str = "cpu"            # cpu | simulated | cuda
     copies: int = 1                 # instances of each model per worker
+    page_cache_bytes: int | None = None  # per device; None: the runtime's default
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     log_stalls_ns: int | None = None
     exec_graphs: bool = False       # cuda: EXEC as one CUDA graph (cw/serve/runtime/exec_graphs.py)
@@ -45,6 +46,8 @@ class LocalServeConfig:
         if self.workers < 1 or self.copies < 1:
             raise UsageError(f"--workers {self.workers} and --copies {self.copies} must each "
                              "be ≥ 1")
+        if self.page_cache_bytes is not None and self.page_cache_bytes <= 0:
+            raise UsageError("--page-cache must be positive", "e.g. --page-cache 512MiB")
         if self.models_dir is None and self.runtime == "cuda":
             raise UsageError("the demo set is compiled for the CPU: --runtime cuda needs "
                              "--models", "give --models DIR of bundles compiled with "
@@ -133,6 +136,7 @@ class LocalServing:
         self.workers = WorkerProcesses(
             local_address(self.controller.workers_address), self.models_dir, c.workers,
             "simulated" if c.runtime == "simulated" else "tvm", self.devices, c.copies,
+            page_cache=None if c.page_cache_bytes is None else str(c.page_cache_bytes),
             log_dir=c.controller.log_dir,
             log_stalls=f"{c.log_stalls_ns}ns" if c.log_stalls_ns is not None else None,
             key_file=c.controller.key_file, exec_graphs=c.exec_graphs)

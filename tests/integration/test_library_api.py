@@ -1,5 +1,6 @@
 """docs/api.md's example runs as written: the library API behind the commands."""
 
+import collections
 import os
 import re
 from pathlib import Path
@@ -52,3 +53,42 @@ def test_local_serving_checks_first_and_stops_its_workers(cpu_bundle, tmp_path):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert np.isfinite(y).all()
+
+
+def test_local_serving_with_a_small_page_cache_loads_and_unloads_as_demand_moves(
+        cpu_bundle, tmp_path):
+    import csv
+    import shutil
+
+    from cw.bundle import read_manifest
+    from cw.client import Client
+    from cw.errors import CwError
+    from cw.serve.controller import ControllerConfig
+    from cw.serve.local import LocalServeConfig, LocalServing
+
+    models = tmp_path / "models"
+    shutil.copytree(cpu_bundle("mlp", (1, 2)), models / "mlp")
+    page = read_manifest(models / "mlp").weights.page_size
+
+    def config(page_cache_bytes, log_dir=None):
+        return LocalServeConfig(
+            models_dir=models, runtime="simulated", copies=6, page_cache_bytes=page_cache_bytes,
+            controller=ControllerConfig(workers_listen="tcp://127.0.0.1:*",
+                                        clients_listen="tcp://127.0.0.1:*", log_dir=log_dir))
+
+    with pytest.raises(CwError, match="must be positive"):
+        config(0)
+    with pytest.raises(CwError, match=r"holds 0 page\(s\).*give --page-cache 16MiB or more"):
+        with LocalServing(config(page // 2)):
+            pass
+    # six instances, room for two: each request in turn asks for a model not loaded
+    with LocalServing(config(2 * page, tmp_path / "logs")) as serving:
+        served = sorted(serving.served())
+        assert len(served) == 6
+        with Client(serving.clients_address) as client:
+            for _ in range(3):
+                for model in served:
+                    assert client.infer(model, random_input((1, 64)), slo_ms=1000).shape == (1, 10)
+    with open(tmp_path / "logs" / "actions.csv", newline="") as f:
+        actions = collections.Counter((r["kind"], r["status"]) for r in csv.DictReader(f))
+    assert actions[("load", "OK")] >= 18 and actions[("unload", "OK")] >= 16, actions
