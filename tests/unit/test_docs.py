@@ -122,3 +122,18 @@ def test_every_bundle_and_profile_field_is_in_the_bundle_doc():
                 said = f"`{field}`" in sections[where] or f"`{field}[]`" in sections[where]
                 assert said, f"{struct.__name__}.{field} is not in docs/bundle.md ({where})"
     assert checked > 50
+
+
+def test_the_benchmarks_contents_list_every_section_with_its_anchor():
+    """docs/benchmarks.md runs to thousands of lines: its contents list must name each section
+    (a new one added without its line fails here) and link it by GitHub's anchor."""
+    text = (DOCS / "benchmarks.md").read_text()
+    sections = [line[3:].strip() for line in text.splitlines() if line.startswith("## ")][1:]
+    contents = re.findall(r"^- \[(.+)\]\(#([^)]+)\)$",
+                          text.split("Contents", 1)[1].split("\n## ", 1)[0], re.M)
+
+    def anchor(heading: str) -> str:  # GitHub's: lower case, punctuation dropped, '-' for ' '
+        return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+    assert [title for title, _ in contents] == sections
+    assert all(link == anchor(title) for title, link in contents)
