@@ -28,7 +28,9 @@ def replay_cmd(
                                     "a trace with fewer functions); with --controller, which "
                                     "of its models: a number, ids, bundle names or patterns "
                                     "('resnet50*'; default: all)."),
-    copies: int = typer.Option(None, "--copies", help=f"Instances of each model ({_D.copies})."),
+    copies: int = typer.Option(None, "--copies",
+                               help=f"Instances of each model ({_D.copies}, or fewer where the "
+                                    "trace has fewer functions than that makes)."),
     zoo_timings: str = typer.Option(_D.zoo_timings, "--zoo-timings",
                                     help="Zoo names, simulated: measured (the GPU machine's "
                                          "committed profiles where a model has one, else the "

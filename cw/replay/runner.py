@@ -18,7 +18,7 @@ from typing import Callable
 
 import msgspec
 
-from cw.errors import UsageError, cannot_write, writing
+from cw.errors import CwError, UsageError, cannot_write, writing
 from cw.memory import check_memory
 from cw.replay import arrivals as arrivals_mod
 from cw.replay import workloads
@@ -168,19 +168,41 @@ class ReplayConfig:
         return replace(self, **left, **changes)
 
     def fitted_to(self, functions: int) -> tuple[ReplayConfig, str | None]:
-        """This config for a trace of `functions` functions, and a note of what changed: a
-        simulation of the default models (8 zoo models × 10 copies) over a trace with fewer
-        functions takes one instance per function, as `--models N` would, instead of refusing
-        to run (models beyond the functions would get no requests). What the user gave stays."""
-        default_count = len(DEFAULT_ZOO_MODELS) * DEFAULT_COPIES
-        if (not self.simulate or self.workload != "trace" or functions >= default_count
-                or not {"models", "copies"} <= self.defaults_taken):
+        """This config for a trace of `functions` functions, and a note of what changed. Where
+        --copies was not given and its default (10 of each model) would make more instances than
+        the trace has functions (refused: instances beyond them would get no requests), fewer
+        copies are taken: the default zoo set simulated becomes one instance per function, as
+        `--models N` would make; other models get as many copies each as the functions allow.
+        What the user gave stays."""
+        if self.controller or self.workload != "trace" or "copies" not in self.defaults_taken:
             return self, None
-        fitted = self.changed(models=str(functions))
-        return fitted, (f"the trace has {functions:,} function{'s' * (functions != 1)}: "
-                        f"simulating {functions:,} model instance{'s' * (functions != 1)}, one "
-                        f"per function, instead of the default {default_count} "
-                        "(--models N or --copies to choose)")
+        s = "s" * (functions != 1)
+        if "models" in self.defaults_taken:
+            if not self.simulate or functions >= len(DEFAULT_ZOO_MODELS) * DEFAULT_COPIES:
+                return self, None
+            return self.changed(models=str(functions)), (
+                f"the trace has {functions:,} function{s}: simulating {functions:,} model "
+                f"instance{s}, one per function, instead of the default "
+                f"{len(DEFAULT_ZOO_MODELS) * DEFAULT_COPIES} (--models N or --copies to choose)")
+        if self.models.strip().isdigit():
+            return self, None  # a number of instances: copies do not apply
+        path = Path(self.models)
+        if path.is_dir():
+            from cw.serve.runtime.host import find_bundles
+
+            try:
+                distinct = len(find_bundles(path))
+            except CwError:
+                return self, None  # (said where the models are read)
+        else:
+            distinct = len([n for n in self.models.split(",") if n.strip()])
+        copies = max(1, functions // max(1, distinct))
+        if copies >= DEFAULT_COPIES:
+            return self, None
+        return self.changed(copies=copies), (
+            f"the trace has {functions:,} function{s}: {copies} cop{'ies' if copies > 1 else 'y'}"
+            f" of each of the {distinct} model{'s' * (distinct != 1)} instead of "
+            f"{DEFAULT_COPIES} (--copies to choose)")
 
     def _check_applies(self) -> None:
         """Settings that would be silently ignored are refused: what serves a replay is a

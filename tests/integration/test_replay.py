@@ -114,6 +114,21 @@ def test_a_trace_with_fewer_functions_than_the_default_models_gets_one_instance_
             "--out", tmp_path / "three")
     assert r.code != 0 and f"80 models but only {functions} functions" in r.err
     assert not (tmp_path / "three").exists()
+    # named models, their copies not given: as many copies as the functions allow
+    one = SHARED / "data" / "traces" / "azure2019" / "official_schema_1_function.csv"
+    r = cli("replay", "--trace", one, "--simulate", "--duration", "1m", "--models", "resnet50",
+            "--out", tmp_path / "four")
+    assert r.code == 0, r.err
+    assert "the trace has 1 function: 1 copy of each of the 1 model instead of 10" \
+        in " ".join(r.out.split())
+    assert json.loads((tmp_path / "four" / "summary.json").read_text())["models"] == 1
+    for name in ("a", "b"):  # (a directory of two bundles, as far as counting them goes)
+        (tmp_path / "bundles" / name).mkdir(parents=True)
+        (tmp_path / "bundles" / name / "manifest.json").write_text("{}")
+    fitted, note = ReplayConfig(trace=str(sample), models=str(tmp_path / "bundles"),
+                                runtime="cpu", simulate=False).fitted_to(7)
+    assert fitted.copies == 3 and "3 copies of each of the 2 models" in note
+    assert ReplayConfig(models="resnet50,resnet18").fitted_to(functions)[1] is None  # 15 ≥ 10
     # a changed config keeps what was left to its default
     config = ReplayConfig(trace=str(sample), copies=3)
     assert config.defaults_taken == {"models", "workers", "runtime"}
