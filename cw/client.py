@@ -79,6 +79,7 @@ _HINTS = {
     RequestStatus.UNKNOWN_MODEL: "list the servable models with `cw infer --list`",
     RequestStatus.BAD_INPUT: "check the input's shape and dtype against the model",
     RequestStatus.BAD_SLO: "give an SLO like 100ms",
+    RequestStatus.TIMED_OUT: "its worker ran slower than its profile said, or left; retry",
 }
 
 

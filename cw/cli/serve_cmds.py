@@ -205,6 +205,13 @@ def serve_all(
         out.print(f"clients: {serving.clients_address}   workers: {serving.workers_address}"
                   + (f"   metrics: http://127.0.0.1:{serving.metrics_port}/metrics"
                      if serving.metrics_port is not None else ""))
+        guessed = sorted({m.bundle for m in served.values() if m.estimates_from == "default"})
+        if guessed and runtime != "simulated":  # (simulated durations are those guesses)
+            out.print(f"note: no profile for {', '.join(guessed[:8])}"
+                      f"{f' and {len(guessed) - 8} more' if len(guessed) > 8 else ''}: "
+                      "planned on guessed timings until each has run; `cw profile` on a "
+                      "bundle measures it (a slow model's first requests may time out)",
+                      markup=False, highlight=False)
         out.print(f"try: cw infer {min(served)} --random "
                   f"--controller {serving.clients_address}   (Ctrl-C to stop)")
         while not stop.is_set():
@@ -430,7 +437,13 @@ def infer_cmd(
         start = time.perf_counter()
         response = client.infer_response(model, xs, slo_ms)
         if response.status != RequestStatus.OK:
-            raise RequestFailed(response.status, response.message)
+            failed = RequestFailed(response.status, response.message)
+            if response.status == RequestStatus.TIMED_OUT and info.estimates_from == "default":
+                failed.hint = (f"'{model}' has no profile: the controller plans it on guessed "
+                               "timings until it has run once; retry, and profile its bundle "
+                               "(`cw profile BUNDLE`) so that its first requests are planned "
+                               "on measured ones")
+            raise failed
         y = client._decode(model, response, n)
         # taken before the client closes: closing (its I/O thread, its sockets) took ~20 ms,
         # which the round trip printed below once included

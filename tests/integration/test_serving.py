@@ -187,6 +187,19 @@ def test_cpu_worker_and_cw_infer_match_cw_run(models_dir, tmp_path, cli):
         ctl.close()
 
 
+def test_a_timed_out_request_for_a_model_without_a_profile_says_to_profile_it(models_dir,
+                                                                              tmp_path, cli):
+    # the answer guard 99.9 ms before a 100 ms deadline: no result can come back in time
+    with serving(tmp_path, models_dir, scheduler="clockwork:guard=99.9ms") as (ctl, _):
+        with Client(ctl.clients_address) as client:
+            assert client.models(["mlp"])[0].estimates_from == "default"
+        r = cli("infer", "mlp", "--random", "--slo", "100ms", "--controller",
+                ctl.clients_address)
+    assert r.code == 7, r.err
+    assert r.err.startswith("error: request timed_out: ") and r.err.count("\n") == 1, r.err
+    assert "'mlp' has no profile" in r.err and "cw profile BUNDLE" in r.err
+
+
 def _two_in_two_out(path):
     """An ONNX model with two inputs and two outputs (the zoo's have one of each)."""
     import onnx
@@ -1056,6 +1069,7 @@ def test_cw_serve_prints_endpoints_serves_and_stops_cleanly_on_a_signal(models_d
         assert proc.returncode == 0, "".join(lines) + rest
         assert "stopped after 30 requests: " in rest, rest  # what it served, in one line
         assert "left" not in rest  # the workers said they were leaving: no warning about them
+        assert "no profile" not in "".join(lines)  # simulated: durations are the estimates
         _, alive = psutil.wait_procs(children, timeout=10)
         assert not alive, alive  # no worker left behind
         rows = (log / "requests.csv").read_text().splitlines()
@@ -1063,6 +1077,58 @@ def test_cw_serve_prints_endpoints_serves_and_stops_cleanly_on_a_signal(models_d
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_cw_serve_profiles_its_demo_set_on_first_use_and_notes_models_without_one(
+        models_dir, tmp_path):
+    """`cw serve` as a new user first runs it: the demo set compiled and profiled once, so
+    that it is planned on measured timings; bundles without a profile are named at start."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from cw.bundle import open_bundle
+    from cw.serve.estimates import bundle_estimates
+
+    def serve(*args: str) -> str:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cw", "serve", "--runtime", "cpu", "--workers-listen",
+             "tcp://127.0.0.1:*", "--clients-listen", "tcp://127.0.0.1:*", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "COLUMNS": "300", "CW_CACHE": str(tmp_path / "cache")})
+        try:
+            lines: list[str] = []
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+                if line.startswith("try: "):
+                    address = re.search(r"--controller (tcp://\S+)", line).group(1)
+                    with Client(address) as client:
+                        client.infer("mlp", random_input((1, 64)), slo_ms=1000)
+                    break
+            proc.send_signal(signal.SIGINT)
+            rest, _ = proc.communicate(timeout=30)
+            assert proc.returncode == 0, "".join(lines) + rest
+            return "".join(lines) + rest
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+    said = serve()
+    demo = tmp_path / "cache" / "demo-models"
+    for name in ("mlp", "small_cnn"):
+        assert f"compiling demo model {name} into {demo} (first use only)" in said, said
+        assert f"profiling demo model {name} on this CPU (first use only)" in said, said
+        assert bundle_estimates(open_bundle(demo / name)).source == "profile"
+    assert "no profile" not in said
+    again = serve()
+    assert "compiling" not in again and "profiling" not in again, again
+    unprofiled = serve("--models", str(models_dir))
+    assert "note: no profile for mlp, small_cnn: planned on guessed timings" in unprofiled
 
 
 def test_cw_serve_stopped_while_its_workers_join(models_dir):
