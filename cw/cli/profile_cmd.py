@@ -31,7 +31,9 @@ def profile_cmd(
                                  help="Time for one batch size's runs: fewer iterations where "
                                       f"more would not fit, at least {MIN_ITERATIONS}; "
                                       "'none': no limit."),
-    warmup: int = typer.Option(_D.warmup, "--warmup", help="Unmeasured runs first."),
+    warmup: int = typer.Option(_D.warmup, "--warmup",
+                               help="Unmeasured runs first (fewer where they take more than "
+                                    "a tenth of --max-time)."),
     load_iterations: int = typer.Option(_D.load_iterations, "--load-iterations",
                                         help="Measured weight loads."),
     batch_sizes: str = typer.Option(None, "--batch-sizes", help="Subset of the compiled sizes."),

@@ -29,8 +29,12 @@ from cw.tvm_env import load_tvm
 from cw.units import format_duration_ns
 
 Progress = Callable[[str, dict], None]
-# fewer than this and p99 is the second-largest sample: not worth storing as a profile
-MIN_ITERATIONS = 50
+# never fewer measured runs than the controller's own estimates take (the p99 of the last 10
+# measurements, the paper's window): a profile is their first value
+MIN_ITERATIONS = 10
+# warm-up runs stop early once they have taken this share of --max-time (after the first, which
+# takes the one-time costs): 20 warm-ups of a model that takes seconds a run took minutes
+WARMUP_SHARE = 0.1
 # measured runs timed before the rest are planned (within --max-time)
 _PLAN_AFTER = 5
 
@@ -239,7 +243,8 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
         progress("phase", {"text": f"batch {b}: INPUT, EXEC, OUTPUT",
                            "total": config.warmup + config.iterations})
         samples = {"input": [], "exec": [], "exec_host": [], "output": []}
-        total, took_ns, began_ns = config.warmup + config.iterations, [], []
+        warmup, warm_ns = config.warmup, 0
+        total, took_ns, began_ns = warmup + config.iterations, [], []
         i = 0
         while i < total:
             began = now_ns()
@@ -247,7 +252,7 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
             issued = now_ns()  # EXEC's own start is when the device began, after the launch
             t_ex = runtime.execute(model, slot)
             _, t_out = runtime.copy_output(model, slot)
-            if i >= config.warmup:
+            if i >= warmup:
                 samples["input"].append(t_in.device_ns)
                 samples["exec"].append(t_ex.device_ns)
                 samples["exec_host"].append(t_ex.end_ns - issued)
@@ -255,15 +260,25 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
                 took_ns.append(now_ns() - began)
                 began_ns.append(began)
                 if len(took_ns) == _PLAN_AFTER:
-                    total = config.warmup + _plan(config, b, sorted(took_ns)[_PLAN_AFTER // 2],
-                                                  notes, progress)
+                    total = warmup + _plan(config, b, sorted(took_ns)[_PLAN_AFTER // 2],
+                                           notes, progress, warmup)
+            else:
+                warm_ns += now_ns() - began
+                if (config.max_time_s is not None and i + 1 < warmup
+                        and warm_ns >= config.max_time_s * 1e9 * WARMUP_SHARE):
+                    note = (f"batch {b}: {i + 1} of {warmup} warm-up runs, "
+                            f"{warm_ns / (i + 1) / 1e6:.4g} ms each (a tenth of --max-time)")
+                    notes.append(note)
+                    warmup = i + 1
+                    total = warmup + config.iterations
+                    progress("total", {"total": total, "text": note})
             progress("advance", {})
             i += 1
         runtime.release_slot(slot)
         batches.append(BatchProfile(b, *(summarize(samples[k]) for k in
                                          ("input", "exec", "exec_host", "output")),
                                     exec_slowest=slowest_runs(samples["exec"], began_ns)))
-        measured = total - config.warmup
+        measured = total - warmup
         if config.back_to_back:
             progress("phase", {"text": f"batch {b}: EXECs back to back", "total": measured})
             reported.back_to_back.append(_back_to_back(runtime, model, b, inputs, measured,
@@ -328,14 +343,14 @@ def slowest_runs(exec_ns: list[int], began_ns: list[int]) -> list[SlowRun]:
 
 
 def _plan(config: ProfileConfig, batch: int, iteration_ns: int, notes: list[str],
-          progress: Progress) -> int:
+          progress: Progress, warmup: int) -> int:
     planned = config.planned_iterations(iteration_ns)
     if planned < config.iterations:
         note = (f"batch {batch}: {planned} of {config.iterations} iterations, "
                 f"{iteration_ns / 1e6:.4g} ms each (--max-time "
                 f"{format_duration_ns(int(config.max_time_s * 1e9))} per batch size)")
         notes.append(note)
-        progress("total", {"total": config.warmup + planned, "text": note})
+        progress("total", {"total": warmup + planned, "text": note})
     return planned
 
 

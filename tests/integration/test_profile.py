@@ -99,16 +99,22 @@ def test_exec_back_to_back_is_reported_beside_the_profile_never_stored(cli, bund
 def test_a_long_profile_is_cut_to_fit_its_max_time_and_says_so(cli, bundle):
     """A big model on a CPU takes seconds an iteration: 1,000 of them per batch size took hours.
     --max-time bounds each batch size (here to far less than the iterations asked for)."""
-    r = cli("profile", bundle, "--iterations", "400", "--warmup", "2", "--load-iterations",
+    from cw.profile.profiler import MIN_ITERATIONS
+
+    r = cli("profile", bundle, "--iterations", "400", "--warmup", "200", "--load-iterations",
             "2", "--max-time", "1ms")
     assert r.code == 0, r.err
     profile = json.loads((bundle / "profile.json").read_text())
     assert profile["iterations"] == 400
     for b in profile["batches"]:
         n = b["exec"]["n"]
-        assert 50 <= n < 400 and all(b[phase]["n"] == n for phase in PHASES)
+        assert MIN_ITERATIONS <= n < 400 and all(b[phase]["n"] == n for phase in PHASES)
         note = f"batch {b['batch_size']}: {n} of 400 iterations"
         assert any(x.startswith(note) for x in profile["notes"]) and note in r.out
+        # the warm-up runs stop once they have taken a tenth of --max-time
+        (warm,) = [x for x in profile["notes"]
+                   if x.startswith(f"batch {b['batch_size']}: ") and "warm-up runs" in x]
+        assert 1 <= int(warm.split(": ")[1].split(" of ")[0]) < 200 and warm in r.out
     assert "--max-time 1 ms per batch size" in r.out
     # without a limit, exactly what was asked
     r = cli("profile", bundle, "--iterations", "60", "--warmup", "0", "--load-iterations",
