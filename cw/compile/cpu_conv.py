@@ -64,10 +64,10 @@ def channel_block(channels: int, widest: int = BLOCK) -> int | None:
 
 def conv_layout(call, widest: int = BLOCK) -> dict[str, list[str]]:
     """ConvertLayout callback (with `widest` bound: functools.partial): the NCHWc layout for
-    one conv2d, or none to leave it as is. 2-D convolutions in NCHW with static channel counts
-    are blocked: plain ones (groups=1) with output and input channels in `channel_block`s, or
-    the input all at once when it has fewer than 8 channels (a network's first conv, on RGB);
-    depthwise ones (one filter per channel) in their channels' block."""
+    one conv2d, or NCHW to leave it as is. 2-D convolutions in NCHW with static channel counts
+    are blocked: plain ones (groups=1) with output channels in a `channel_block` (see
+    `pad_conv_channels` for the rest) and input channels in one too, or all at once where none
+    divides them; depthwise ones (one filter per channel) in their channels' block."""
     if getattr(call.op, "name", "") != "relax.nn.conv2d":
         return {}
     attrs = call.attrs
@@ -76,17 +76,22 @@ def conv_layout(call, widest: int = BLOCK) -> dict[str, list[str]]:
     shape = getattr(call.args[1].ty, "shape", None)
     if shape is None or len(shape) != 4:
         return {}
+    # A conv left out still names its layout: with none, TVM infers one from its input's,
+    # which after a blocked conv is NCHWc, and fails on the 4-D kernel ("Layouts must have the
+    # same size"), taking every conv of the model back to NCHW (a 9-channel conv before
+    # DepthToSpace, a detector's 1-channel head)
+    plain = {"relax.nn.conv2d": ["NCHW", "OIHW", "NCHW"]}
     out_c, in_c = _int(shape[0]), _int(shape[1])
     oc_bn = None if out_c is None else channel_block(out_c, widest)
     if in_c is None or oc_bn is None:
-        return {}
+        return plain
     if attrs.groups != 1:
         if attrs.groups == out_c and in_c == 1:  # depthwise
             return {"relax.nn.conv2d": [f"NCHW{oc_bn}c", f"OIHW1i{oc_bn}o", f"NCHW{oc_bn}c"]}
-        return {}
-    ic_bn = channel_block(in_c, widest) or (in_c if in_c < BLOCK else None)
-    if ic_bn is None:
-        return {}
+        return plain
+    # input channels in no block (an RGB image's 3, YOLOX's 12 after its Focus slicing) are
+    # taken all at once: they only set the reduction's split, and plain NCHW ran ~40x slower
+    ic_bn = channel_block(in_c, widest) or in_c
     return {"relax.nn.conv2d": [f"NCHW{ic_bn}c", f"OIHW{ic_bn}i{oc_bn}o", f"NCHW{oc_bn}c"]}
 
 
@@ -248,6 +253,58 @@ def schedule_convs(mod):
     for gv, func in updates.items():
         mod[gv] = func
     return mod, len(updates)
+
+
+def pad_conv_channels(mod, widest: int = BLOCK):
+    """Convolutions whose output channels no block divides (a 9-channel conv before
+    DepthToSpace, a detector's 1- or 4-channel heads) run with their filters padded with zero
+    filters to the next block, the extra channels sliced off after: TVM's plain NCHW conv runs
+    tens of times slower than the blocked schedule, far more than the padded channels cost.
+    The padding is weight-only math, lifted out with the rest (the bundle stores padded
+    filters). Returns (module, convs padded)."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    def replacement(call):
+        if getattr(call.op, "name", "") != "relax.nn.conv2d":
+            return None
+        attrs = call.attrs
+        if (attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or attrs.groups != 1
+                or attrs.out_layout != "NCHW"):
+            return None
+        shape = getattr(call.args[1].ty, "shape", None)
+        if shape is None or len(shape) != 4:
+            return None
+        out_c, in_c = _int(shape[0]), _int(shape[1])
+        if out_c is None or in_c is None or channel_block(out_c, widest) is not None:
+            return None
+        padded = -(-out_c // BLOCK) * BLOCK
+        filters = relax.op.nn.pad(call.args[1], [0, padded - out_c] + [0, 0] * 3)
+        conv = relax.op.nn.conv2d(call.args[0], filters, strides=attrs.strides,
+                                  padding=attrs.padding, dilation=attrs.dilation, groups=1,
+                                  data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
+                                  out_dtype=attrs.out_dtype)
+        return relax.op.strided_slice(conv, axes=[1], begin=[0], end=[out_c])
+
+    padded_calls = []
+
+    @relax.expr_functor.mutator
+    class Rewriter(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = self.visit_expr_post_order(call)
+            new = replacement(call)
+            if new is None:
+                return call
+            padded_calls.append(call)
+            return new
+
+    main_gv = mod.get_global_var("main")
+    new_main = Rewriter(mod).visit_expr(mod["main"])
+    if not padded_calls:
+        return mod, 0
+    functions = dict(mod.functions)
+    functions[main_gv] = new_main
+    return tvm.IRModule(functions, attrs=mod.attrs), len(padded_calls)
 
 
 def clip_as_relax_ops(mod):

@@ -70,22 +70,30 @@ def schedule_elementwise(func):
 
 
 def fuse_epilogue(sch, block, loop) -> bool:
-    """The elementwise chain after `block` (bias, BatchNorm's scale and shift, residual add,
-    ReLU) inlined into its last operator, which then runs under `loop`, vectorized: per tile,
-    right after the tile is complete, so the results go to memory once. False (and nothing
-    moved) where the chain branches."""
-    epilogue = []
-    consumers = sch.get_consumers(block)
-    while consumers:
-        if len(consumers) != 1:
-            return False
-        epilogue.append(consumers[0])
-        consumers = sch.get_consumers(consumers[0])
-    for b in epilogue[:-1]:
-        sch.compute_inline(b)
-    if epilogue:
-        sch.reverse_compute_at(epilogue[-1], loop)
-        sch.vectorize(sch.get_loops(epilogue[-1])[-1])
+    """The elementwise operators after `block` (bias, BatchNorm's scale and shift, residual
+    add, ReLU; SiLU's x * sigmoid(x), which reads x twice) inlined into the last one, which
+    then runs under `loop`, vectorized: per tile, right after the tile is complete, so the
+    results go to memory once. False where they end in more than one output (the caller
+    then drops the schedule)."""
+    epilogue, seen = [], set()
+    frontier = list(sch.get_consumers(block))
+    while frontier:  # every block downstream of `block`, each once, nearest first
+        b = frontier.pop(0)
+        name = sch.get(b).name_hint
+        if name in seen:
+            continue
+        seen.add(name)
+        epilogue.append(b)
+        frontier += sch.get_consumers(b)
+    sinks = [b for b in epilogue if not sch.get_consumers(b)]
+    if len(sinks) > 1:
+        return False
+    for b in epilogue:
+        if b not in sinks:  # into all its consumers: a branch (SiLU's) joins again below
+            sch.compute_inline(b)
+    if sinks:
+        sch.reverse_compute_at(sinks[0], loop)
+        sch.vectorize(sch.get_loops(sinks[0])[-1])
     return True
 
 

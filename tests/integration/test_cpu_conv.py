@@ -14,7 +14,7 @@ from cw.verify import max_relative_error, onnx_reference
 from tests.conftest import random_input
 
 
-def _conv_graph(n, c, h, w, oc, k, stride, pad, groups=1, residual=False):
+def _conv_graph(n, c, h, w, oc, k, stride, pad, groups=1, residual=False, silu=False):
     tvm = load_tvm()
     from tvm import relax
 
@@ -31,12 +31,15 @@ def _conv_graph(n, c, h, w, oc, k, stride, pad, groups=1, residual=False):
             y = bb.emit(relax.op.add(y, b))
             if residual:
                 y = bb.emit(relax.op.add(y, r))
-            y = bb.emit_output(relax.op.nn.relu(y))
+            if silu:  # YOLOX's activation: the epilogue reads the sum twice
+                y = bb.emit_output(relax.op.multiply(y, relax.op.sigmoid(y)))
+            else:
+                y = bb.emit_output(relax.op.nn.relu(y))
         bb.emit_func_output(y)
     return tvm, bb.get()
 
 
-def _reference(x, w, b, stride, pad, residual=None):
+def _reference(x, w, b, stride, pad, residual=None, silu=False):
     n, c, h, wd = x.shape
     oc, per_group, k, _ = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
@@ -52,35 +55,45 @@ def _reference(x, w, b, stride, pad, residual=None):
     y += b
     if residual is not None:
         y += residual
+    if silu:
+        return (y / (1 + np.exp(-y))).astype(np.float32)
     return np.maximum(y, 0).astype(np.float32)
 
 
-@pytest.mark.parametrize("n,c,h,w,oc,k,stride,pad,residual,groups,widest", [
-    (1, 16, 14, 14, 16, 3, 1, 1, True, 1, 8),    # resnet's 3x3 with a residual add
-    (2, 8, 13, 13, 24, 3, 2, 1, False, 1, 8),    # stride 2, odd width, batch 2
-    (1, 3, 20, 20, 8, 7, 2, 3, False, 1, 8),     # an RGB stem: 3 input channels in one block
-    (1, 32, 7, 7, 16, 1, 1, 0, True, 1, 8),      # 1x1, no padding
-    (1, 8, 17, 17, 16, 3, 1, 1, True, 1, 8),     # a prime width: tiles of 9, the last partial
-    (1, 16, 15, 15, 16, 3, 1, 1, False, 16, 8),  # depthwise
-    (2, 24, 17, 17, 24, 3, 2, 1, True, 24, 8),   # depthwise, stride 2, batch 2
+@pytest.mark.parametrize("n,c,h,w,oc,k,stride,pad,residual,groups,widest,silu", [
+    (1, 16, 14, 14, 16, 3, 1, 1, True, 1, 8, False),    # resnet's 3x3 with a residual add
+    (2, 8, 13, 13, 24, 3, 2, 1, False, 1, 8, False),    # stride 2, odd width, batch 2
+    (1, 3, 20, 20, 8, 7, 2, 3, False, 1, 8, False),     # an RGB stem: 3 input channels in one block
+    (1, 32, 7, 7, 16, 1, 1, 0, True, 1, 8, False),      # 1x1, no padding
+    (1, 8, 17, 17, 16, 3, 1, 1, True, 1, 8, False),  # a prime width: tiles of 9, one partial
+    (1, 16, 15, 15, 16, 3, 1, 1, False, 16, 8, False),  # depthwise
+    (2, 24, 17, 17, 24, 3, 2, 1, True, 24, 8, False),   # depthwise, stride 2, batch 2
     # AVX-512's 16-channel blocks (computed right on any host: LLVM splits wider vectors)
-    (1, 16, 14, 14, 32, 3, 1, 1, True, 1, 16),   # 16i16o blocks
-    (1, 3, 20, 20, 16, 7, 2, 3, False, 1, 16),   # the RGB stem: 3i16o
-    (1, 8, 13, 13, 32, 3, 2, 1, False, 1, 16),   # 8 channels in, 16 out: 8i16o
-    (1, 32, 7, 7, 24, 1, 1, 0, True, 1, 16),     # 16 in, 24 out in blocks of 8: 16i8o
-    (2, 32, 15, 15, 32, 3, 1, 1, False, 32, 16),  # depthwise in 16s
+    (1, 16, 14, 14, 32, 3, 1, 1, True, 1, 16, False),   # 16i16o blocks
+    (1, 3, 20, 20, 16, 7, 2, 3, False, 1, 16, False),   # the RGB stem: 3i16o
+    (1, 8, 13, 13, 32, 3, 2, 1, False, 1, 16, False),   # 8 channels in, 16 out: 8i16o
+    (1, 32, 7, 7, 24, 1, 1, 0, True, 1, 16, False),     # 16 in, 24 out in blocks of 8: 16i8o
+    (2, 32, 15, 15, 32, 3, 1, 1, False, 32, 16, False),  # depthwise in 16s
     # tiles two 16-channel blocks tall where the blocks pair up: a partial last tile of a row
     # no tile of 7-12 divides (26), and three blocks (48 channels) that do not pair
-    (2, 16, 26, 26, 64, 1, 1, 0, False, 1, 16),
-    (1, 16, 17, 17, 48, 3, 1, 1, True, 1, 16),
+    (2, 16, 26, 26, 64, 1, 1, 0, False, 1, 16, False),
+    (1, 16, 17, 17, 48, 3, 1, 1, True, 1, 16, False),
+    # channels in no block: 12 in (YOLOX after its Focus slicing) taken at once, with SiLU;
+    # 9 out (before a DepthToSpace) on filters padded to 16, the extra channels dropped
+    (1, 12, 16, 16, 16, 3, 1, 1, False, 1, 16, True),
+    (2, 32, 14, 14, 9, 3, 1, 1, True, 1, 16, False),
+    (1, 16, 10, 10, 4, 1, 1, 0, False, 1, 8, True),
 ])
 def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pad, residual,
-                                                   groups, widest):
+                                                   groups, widest, silu):
     import functools
 
     from tvm import relax
 
-    tvm, mod = _conv_graph(n, c, h, w, oc, k, stride, pad, groups=groups, residual=residual)
+    tvm, mod = _conv_graph(n, c, h, w, oc, k, stride, pad, groups=groups, residual=residual,
+                           silu=silu)
+    mod, padded = cpu_conv.pad_conv_channels(mod, widest)  # as the front end does
+    assert padded == (oc % 8 != 0)
     layout = functools.partial(cpu_conv.conv_layout, widest=widest)
     mod = relax.transform.ConvertLayout({}, layout_cb=layout)(mod)
     target = targets.tvm_target("cpu", targets.default_cpu_arch())
@@ -98,20 +111,24 @@ def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pa
     r = rng.standard_normal((n, oc, out_h, out_w)).astype(np.float32)
     args = [x, wt, b] + ([r] if residual else [])
     y = vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
-    expected = _reference(x, wt, b, stride, pad, r if residual else None)
+    expected = _reference(x, wt, b, stride, pad, r if residual else None, silu)
     assert np.allclose(y, expected, rtol=1e-4, atol=1e-4)
+
+
+PLAIN = ("NCHW", "OIHW")
 
 
 @pytest.mark.parametrize("c,oc,groups,widest,blocked", [
     (64, 64, 1, 8, ("NCHW8c", "OIHW8i8o")), (3, 64, 1, 8, ("NCHW3c", "OIHW3i8o")),
-    (12, 64, 1, 8, None), (64, 20, 1, 8, None),
+    (12, 64, 1, 8, ("NCHW12c", "OIHW12i8o")),  # input channels in no block: all at once
+    (64, 20, 1, 8, PLAIN),      # output channels in no block: padded first (pad_conv_channels)
     (32, 32, 32, 8, ("NCHW8c", "OIHW1i8o")),  # depthwise
-    (32, 64, 2, 8, None),       # grouped: left to TVM
-    (12, 12, 12, 8, None),      # depthwise, channels not a multiple of 8
+    (32, 64, 2, 8, PLAIN),      # grouped: left to TVM
+    (12, 12, 12, 8, PLAIN),     # depthwise, channels not a multiple of 8
     # AVX-512: blocks of 16 where the channels divide, of 8 where only 8 does
     (64, 64, 1, 16, ("NCHW16c", "OIHW16i16o")), (3, 64, 1, 16, ("NCHW3c", "OIHW3i16o")),
     (24, 64, 1, 16, ("NCHW8c", "OIHW8i16o")), (64, 24, 1, 16, ("NCHW16c", "OIHW16i8o")),
-    (12, 64, 1, 16, None), (64, 20, 1, 16, None),
+    (12, 64, 1, 16, ("NCHW12c", "OIHW12i16o")), (64, 20, 1, 16, PLAIN),
     (32, 32, 32, 16, ("NCHW16c", "OIHW1i16o")), (24, 24, 24, 16, ("NCHW8c", "OIHW1i8o")),
 ])
 def test_which_convolutions_get_blocked(c, oc, groups, widest, blocked):
@@ -122,7 +139,8 @@ def test_which_convolutions_get_blocked(c, oc, groups, widest, blocked):
     relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(
         e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
     layouts = cpu_conv.conv_layout(calls[0], widest=widest)
-    assert (tuple(layouts["relax.nn.conv2d"][:2]) if layouts else None) == blocked
+    # a conv left in NCHW names it: without, TVM infers its layout from a blocked input's
+    assert tuple(layouts["relax.nn.conv2d"][:2]) == blocked
 
 
 @pytest.mark.parametrize("arch,widest", [("x86-64-v4", 16), ("sapphirerapids", 16),
