@@ -43,9 +43,10 @@ def main() -> None:
         onnx_path, _, bundles = pair.partition("=")
         session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
         spec = session.get_inputs()[0]
-        shape = [d if isinstance(d, int) else 1 for d in spec.shape]
-        x = np.random.default_rng(0).random(shape, dtype=np.float32)
         models = [(b, LocalModel(b)) for b in bundles.split(",")]
+        # the bundle's shape: the file's may leave more than the batch open (--input-shape)
+        shape = [1, *models[0][1].manifest.inputs[0].sample_shape]
+        x = np.random.default_rng(0).random(shape, dtype=np.float32)
         for r in range(1, args.rounds + 1):
             ref = median_ms(lambda: session.run(None, {spec.name: x}), args.runs)
             cells = []

@@ -68,7 +68,12 @@ def conv_layout(call, widest: int = BLOCK) -> dict[str, list[str]]:
     are blocked: plain ones (groups=1) with output channels in a `channel_block` (see
     `pad_conv_channels` for the rest) and input channels in one too, or all at once where none
     divides them; depthwise ones (one filter per channel) in their channels' block."""
-    if getattr(call.op, "name", "") != "relax.nn.conv2d":
+    op = getattr(call.op, "name", "")
+    if op == "relax.nn.conv2d_transpose":  # not blocked, so pinned (see `plain` below)
+        attrs = call.attrs
+        return {op: [attrs.data_layout, attrs.kernel_layout,
+                     attrs.out_layout or attrs.data_layout]}
+    if op != "relax.nn.conv2d":
         return {}
     attrs = call.attrs
     if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW":

@@ -247,17 +247,19 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
 
         from cw.compile import cpu_conv
         # before lifting, so that the weights' relayout is lifted with the rest
+        plain = mod
         try:
             mod, _ = cpu_conv.clip_as_relax_ops(mod)
             mod, padded = cpu_conv.pad_conv_channels(mod, conv_block)
+            layout = functools.partial(cpu_conv.conv_layout, widest=conv_block)
+            mod = relax.transform.ConvertLayout({}, layout_cb=layout)(mod)
             if padded:
                 onnx_model.notes.append(
                     f"{padded} convolution{'s' * (padded != 1)} with output channels in no "
                     "block of 8: computed blocked on filters padded with zeros, the extra "
                     "channels dropped")
-            layout = functools.partial(cpu_conv.conv_layout, widest=conv_block)
-            mod = relax.transform.ConvertLayout({}, layout_cb=layout)(mod)
         except Exception as e:  # TVM's layout inference fails on some operators after a conv
+            mod = plain  # (padded filters would only cost time in plain NCHW)
             first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
             onnx_model.notes.append("convolutions kept in NCHW, without cw's NCHWc schedule: "
                                     f"TVM's layout conversion failed ({first[:120]})")
