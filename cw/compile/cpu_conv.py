@@ -267,7 +267,7 @@ def pad_conv_channels(mod, widest: int = BLOCK):
     tens of times slower than the blocked schedule, far more than the padded channels cost.
     The padding is weight-only math, lifted out with the rest (the bundle stores padded
     filters). Returns (module, convs padded)."""
-    tvm = load_tvm()
+    load_tvm()
     from tvm import relax
 
     def replacement(call):
@@ -291,25 +291,7 @@ def pad_conv_channels(mod, widest: int = BLOCK):
                                   out_dtype=attrs.out_dtype)
         return relax.op.strided_slice(conv, axes=[1], begin=[0], end=[out_c])
 
-    padded_calls = []
-
-    @relax.expr_functor.mutator
-    class Rewriter(relax.PyExprMutator):
-        def visit_call_(self, call):
-            call = self.visit_expr_post_order(call)
-            new = replacement(call)
-            if new is None:
-                return call
-            padded_calls.append(call)
-            return new
-
-    main_gv = mod.get_global_var("main")
-    new_main = Rewriter(mod).visit_expr(mod["main"])
-    if not padded_calls:
-        return mod, 0
-    functions = dict(mod.functions)
-    functions[main_gv] = new_main
-    return tvm.IRModule(functions, attrs=mod.attrs), len(padded_calls)
+    return _rewrite_calls(mod, replacement)
 
 
 def clip_as_relax_ops(mod):
@@ -340,7 +322,19 @@ def clip_as_relax_ops(mod):
             return None
         return ops[kind][0](args[0], args[1])
 
-    rewritten_calls = []
+    rewritten, count = _rewrite_calls(mod, replacement)
+    if not count:
+        return mod, 0
+    return relax.transform.DeadCodeElimination(["main"])(rewritten), count
+
+
+def _rewrite_calls(mod, replacement):
+    """`mod` with each call in its main function that `replacement` gives an expression for
+    replaced by it (None: kept); and how many were."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    replaced = []
 
     @relax.expr_functor.mutator
     class Rewriter(relax.PyExprMutator):
@@ -349,14 +343,12 @@ def clip_as_relax_ops(mod):
             new = replacement(call)
             if new is None:
                 return call
-            rewritten_calls.append(call)
+            replaced.append(call)
             return new
 
-    main_gv = mod.get_global_var("main")
     new_main = Rewriter(mod).visit_expr(mod["main"])
-    if not rewritten_calls:
+    if not replaced:
         return mod, 0
     functions = dict(mod.functions)
-    functions[main_gv] = new_main
-    rewritten = tvm.IRModule(functions, attrs=mod.attrs)
-    return relax.transform.DeadCodeElimination(["main"])(rewritten), len(rewritten_calls)
+    functions[mod.get_global_var("main")] = new_main
+    return tvm.IRModule(functions, attrs=mod.attrs), len(replaced)
