@@ -260,6 +260,26 @@ def schedule_convs(mod):
     return mod, len(updates)
 
 
+def count_grouped_convs(mod) -> int:
+    """Convolutions in `mod`'s main function with groups that are neither 1 nor one per channel
+    (depthwise): `conv_layout` leaves them in NCHW."""
+    from tvm import relax
+
+    grouped = []
+
+    def visit(e):
+        if (isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d"
+                and e.attrs.groups != 1):
+            shape = getattr(e.args[1].ty, "shape", None)
+            depthwise = (shape is not None and len(shape) == 4 and _int(shape[1]) == 1
+                         and _int(shape[0]) == e.attrs.groups)
+            if not depthwise:
+                grouped.append(e)
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return len(grouped)
+
+
 def pad_conv_channels(mod, widest: int = BLOCK):
     """Convolutions whose output channels no block divides (a 9-channel conv before
     DepthToSpace, a detector's 1- or 4-channel heads) run with their filters padded with zero

@@ -79,6 +79,32 @@ def _slim(onnx_model: OnnxModel, say) -> None:
     onnx_model.model = slimmed
 
 
+def _sums_as_adds(onnx_model: OnnxModel, say) -> None:
+    """ONNX `Sum` (old exports' residual adds) as a chain of `Add`s, which broadcast alike.
+    TVM imports Sum as stack-then-sum, a 5-D tensor whose layout its NCHWc conversion cannot
+    infer: every convolution of the model then stayed in plain NCHW on the CPU."""
+    from onnx import helper
+
+    graph = onnx_model.model.graph
+    nodes, rewritten = [], 0
+    for node in graph.node:
+        if node.op_type != "Sum" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            nodes.append(node)
+            continue
+        rewritten += 1
+        acc = node.input[0]
+        for i, term in enumerate(node.input[1:], start=1):
+            last = i == len(node.input) - 1
+            out = node.output[0] if last else f"{node.output[0]}__cw_sum{i}"
+            nodes.append(helper.make_node("Add", [acc, term], [out],
+                                          name=f"{node.name or node.output[0]}__cw_add{i}"))
+            acc = out
+    if rewritten:
+        del graph.node[:]
+        graph.node.extend(nodes)
+        say(f"{rewritten} Sum node{'s' * (rewritten != 1)} as Add")
+
+
 def _reporter(onnx_model: OnnxModel, progress):
     def say(text: str) -> None:
         onnx_model.notes.append(f"normalize: {text}")
@@ -94,4 +120,6 @@ def convert_version(onnx_model: OnnxModel, progress=lambda event, info: None) ->
 def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
     """Step 2, in place, once the batch dimension is settled (folding shapes of a graph still
     fixed at batch 1 would bake that 1 into constants and defeat rebatching)."""
-    _slim(onnx_model, _reporter(onnx_model, progress))
+    say = _reporter(onnx_model, progress)
+    _sums_as_adds(onnx_model, say)
+    _slim(onnx_model, say)
