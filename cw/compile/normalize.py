@@ -105,6 +105,40 @@ def _sums_as_adds(onnx_model: OnnxModel, say) -> None:
         say(f"{rewritten} Sum node{'s' * (rewritten != 1)} as Add")
 
 
+def _c_safe_names(onnx_model: OnnxModel, say) -> None:
+    """Tensor names that are not C identifiers ("gpu_0/data_0", the ONNX Model Zoo's Caffe2
+    exports) renamed: TVM's CUDA code generator writes them into kernel signatures as they are,
+    and nvcc rejects them. The manifest keeps the inputs' and outputs' own names (read before
+    this step); weights are bound by position."""
+    import re
+
+    graph = onnx_model.model.graph
+    kept = {o.name for o in graph.output}  # (outputs keep theirs: nothing passes them in)
+    names = {v for n in graph.node for v in (*n.input, *n.output)}
+    names |= {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    taken = set(names)
+    renamed = {}
+    for name in sorted(names - kept):
+        if not name or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            continue
+        new = re.sub(r"[^A-Za-z0-9_]", "_", name)
+        new = new if new[:1].isalpha() or new[:1] == "_" else f"t_{new}"
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        renamed[name] = new
+    if not renamed:
+        return
+    for n in graph.node:
+        n.input[:] = [renamed.get(v, v) for v in n.input]
+        n.output[:] = [renamed.get(v, v) for v in n.output]
+    for seq in (graph.input, graph.initializer, graph.value_info):
+        for item in seq:
+            item.name = renamed.get(item.name, item.name)
+    say(f"{len(renamed)} tensor name(s) that are not C identifiers renamed (e.g. "
+        f"{next(iter(renamed))} → {next(iter(renamed.values()))})")
+
+
 def _reporter(onnx_model: OnnxModel, progress):
     def say(text: str) -> None:
         onnx_model.notes.append(f"normalize: {text}")
@@ -121,5 +155,6 @@ def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
     """Step 2, in place, once the batch dimension is settled (folding shapes of a graph still
     fixed at batch 1 would bake that 1 into constants and defeat rebatching)."""
     say = _reporter(onnx_model, progress)
+    _c_safe_names(onnx_model, say)
     _sums_as_adds(onnx_model, say)
     _slim(onnx_model, say)

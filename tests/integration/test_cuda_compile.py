@@ -33,3 +33,29 @@ def test_an_arch_nvcc_cannot_compile_for_is_refused_before_the_compile(cli, zoo_
     r = cli("compile", zoo_onnx("mlp"), "-o", out, "--target", "cuda", "--arch", "sm_12")
     assert r.code == 2 and "nvcc cannot compile for it" in r.err and "sm_90" in r.err, r.err
     assert not out.exists()
+
+
+def test_tensor_names_that_are_not_c_identifiers_compile_for_cuda(cli, tmp_path):
+    """The ONNX Model Zoo's Caffe2 exports name tensors "gpu_0/data_0": TVM's CUDA code
+    generator wrote them into kernel signatures and nvcc failed. The bundle keeps the names."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    problem = cuda_codegen_problem()
+    if problem:
+        pytest.skip(f"no CUDA compile here: {problem}")
+    w = numpy_helper.from_array(np.ones((16, 8), np.float32), "gpu_0/fc_w_0")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["gpu_0/data_0", "gpu_0/fc_w_0"], ["gpu_0/fc_1"]),
+         helper.make_node("Relu", ["gpu_0/fc_1"], ["gpu_0/out-1"])], "slashes",
+        [helper.make_tensor_value_info("gpu_0/data_0", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("gpu_0/out-1", TensorProto.FLOAT, ["N", 8])], [w])
+    src = tmp_path / "slashes.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    r = cli("compile", src, "-o", tmp_path / "b", "--target", "cuda", "--batch-sizes", "1")
+    assert r.code == 0, r.err
+    m = open_bundle(tmp_path / "b").manifest
+    assert [t.name for t in m.inputs] == ["gpu_0/data_0"]
+    assert [t.name for t in m.outputs] == ["gpu_0/out-1"]
+    assert any("not C identifiers renamed" in n for n in m.notes)
