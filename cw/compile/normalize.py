@@ -106,11 +106,10 @@ def _sums_as_adds(onnx_model: OnnxModel, say) -> None:
 
 
 def _c_safe_names(onnx_model: OnnxModel, say) -> None:
-    """Tensor names that are not C identifiers ("gpu_0/data_0", the ONNX Model Zoo's Caffe2
-    exports) renamed: TVM's CUDA code generator writes them into kernel signatures as they are,
-    and nvcc rejects them. The manifest keeps the inputs' and outputs' own names (read before
+    """Tensor names with a '/' ("gpu_0/data_0", the ONNX Model Zoo's Caffe2 exports) renamed:
+    TVM's CUDA code generator writes them into kernel signatures as they are, and nvcc rejects
+    them. The manifest keeps the inputs' and outputs' own names (read before
     this step); weights are bound by position."""
-    import re
 
     graph = onnx_model.model.graph
     kept = {o.name for o in graph.output}  # (outputs keep theirs: nothing passes them in)
@@ -119,10 +118,11 @@ def _c_safe_names(onnx_model: OnnxModel, say) -> None:
     taken = set(names)
     renamed = {}
     for name in sorted(names - kept):
-        if not name or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        # only '/': TVM makes other names (PyTorch's "layer1.0.weight") identifiers itself,
+        # and those stay as users know them in messages and the manifest
+        if "/" not in name:
             continue
-        new = re.sub(r"[^A-Za-z0-9_]", "_", name)
-        new = new if new[:1].isalpha() or new[:1] == "_" else f"t_{new}"
+        new = name.replace("/", "_")
         while new in taken:
             new += "_"
         taken.add(new)
@@ -135,7 +135,7 @@ def _c_safe_names(onnx_model: OnnxModel, say) -> None:
     for seq in (graph.input, graph.initializer, graph.value_info):
         for item in seq:
             item.name = renamed.get(item.name, item.name)
-    say(f"{len(renamed)} tensor name(s) that are not C identifiers renamed (e.g. "
+    say(f"{len(renamed)} tensor name(s) with a '/' renamed for TVM's CUDA code (e.g. "
         f"{next(iter(renamed))} → {next(iter(renamed.values()))})")
 
 

@@ -58,4 +58,4 @@ def test_tensor_names_that_are_not_c_identifiers_compile_for_cuda(cli, tmp_path)
     m = open_bundle(tmp_path / "b").manifest
     assert [t.name for t in m.inputs] == ["gpu_0/data_0"]
     assert [t.name for t in m.outputs] == ["gpu_0/out-1"]
-    assert any("not C identifiers renamed" in n for n in m.notes)
+    assert any("with a '/' renamed" in n for n in m.notes)
