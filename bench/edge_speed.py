@@ -4,13 +4,15 @@
 
 For each ONNX file: onnxruntime (CPU, its default graph optimizations) and each bundle given for
 it (`cw compile MODEL.onnx -o BUNDLE --batch-sizes 1`; several: e.g. the same model compiled by
-older code), run in turn on one random input at batch 1, round after round; prints the median of
+older code), run in turn on one random input at batch 1, round after round (onnxruntime's session
+opened anew each round and closed before cw runs); prints the median of
 `--runs` runs per round and each bundle's time over onnxruntime's in the same round.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 
 import numpy as np
@@ -27,6 +29,15 @@ def median_ms(run, runs: int) -> float:
     return float(np.median(times)) * 1e3
 
 
+def onnxruntime_ms(onnx_path: str, options, x: np.ndarray, runs: int) -> float:
+    """onnxruntime's median on `x` in a session of its own, closed on return."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return median_ms(lambda: session.run(None, {name: x}), runs)
+
+
 def main() -> None:
     import onnxruntime as ort
 
@@ -41,19 +52,20 @@ def main() -> None:
     options.log_severity_level = 3  # (old exporters' initializer-as-input warnings, hundreds)
     for pair in args.pairs:
         onnx_path, _, bundles = pair.partition("=")
-        session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
-        spec = session.get_inputs()[0]
         models = [(b, LocalModel(b)) for b in bundles.split(",")]
         # the bundle's shape: the file's may leave more than the batch open (--input-shape)
         shape = [1, *models[0][1].manifest.inputs[0].sample_shape]
         x = np.random.default_rng(0).random(shape, dtype=np.float32)
         for r in range(1, args.rounds + 1):
-            ref = median_ms(lambda: session.run(None, {spec.name: x}), args.runs)
+            # a session per round, closed before cw runs: onnxruntime's idle threads spin,
+            # and on 2 cores they took the core TVM's pool waits for (mnist-8: 0.16 ms -> 5-7 ms)
+            ref = onnxruntime_ms(onnx_path, options, x, args.runs)
+            gc.collect()
             cells = []
             for name, m in models:
                 ms = median_ms(lambda m=m: m.run([x]), args.runs)
-                cells.append(f"{name} {ms:.1f} ms (×{ms / ref:.2f})")
-            print(f"{onnx_path} round {r}: onnxruntime {ref:.1f} ms; " + "; ".join(cells),
+                cells.append(f"{name} {ms:.2f} ms (×{ms / ref:.2f})")
+            print(f"{onnx_path} round {r}: onnxruntime {ref:.2f} ms; " + "; ".join(cells),
                   flush=True)
 
 

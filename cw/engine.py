@@ -64,13 +64,20 @@ def weights_host(bundle: Bundle) -> list[np.ndarray]:
     return out
 
 
-def read_aligned(path: Path, alignment: int = 256) -> np.ndarray:
-    """A file's bytes in a buffer whose start is `alignment`-aligned (numpy's own allocations
-    are not; TVM aliases memory only when it is 64-byte aligned)."""
-    size = path.stat().st_size
-    raw = np.empty(size + alignment, dtype=np.uint8)
+def aligned_empty(shape, dtype, alignment: int = 64) -> np.ndarray:
+    """An uninitialized array whose data starts `alignment`-aligned (numpy's own allocations
+    are not; TVM aliases host memory only when it is 64-byte aligned)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
     start = (-raw.ctypes.data) % alignment
-    buf = raw[start:start + size]
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def read_aligned(path: Path, alignment: int = 256) -> np.ndarray:
+    """A file's bytes in a buffer whose start is `alignment`-aligned."""
+    size = path.stat().st_size
+    buf = aligned_empty((size,), np.uint8, alignment)
     with open(path, "rb") as f:
         if f.readinto(memoryview(buf)) != size:
             raise BundleError(f"{path} is truncated", "compile the model again")
@@ -90,6 +97,7 @@ class LocalModel:
         self.bundle = open_bundle(path, verify=verify)
         self.manifest = self.bundle.manifest
         kind, index = parse_device(device)
+        self.kind = kind
         check_target(self.manifest, kind, str(path), index)
         self.tvm = load_tvm()
         self.device = tvm_device(kind, index)
@@ -122,6 +130,13 @@ class LocalModel:
         size = self.manifest.kernel_for(n).batch_size
         padded = []
         for x in inputs:
+            if self.kind == "cpu":  # the kernels read an aligned copy
+                # in place (tvm.runtime.tensor took twice as long: 44 us for 8 KiB)
+                host = aligned_empty((size, *x.shape[1:]), x.dtype)
+                host[:n] = x
+                host[n:] = 0
+                padded.append(self.tvm.runtime.from_dlpack(host))
+                continue
             if size != n:
                 pad = np.zeros((size - n, *x.shape[1:]), dtype=x.dtype)
                 x = np.concatenate([x, pad])

@@ -21,6 +21,9 @@ from __future__ import annotations
 PARALLEL_MIN_ELEMENTS = 1 << 14
 # an innermost loop up to this long is vectorized whole (a channel block of 8 or 16, a row)
 MAX_VECTOR_LOOP = 64
+# rows of x per tile of a matrix product: a tile's sums (ROW_TILE x 64 floats, 8 KiB) stay in
+# the L1 cache while W's rows stream past them
+ROW_TILE = 32
 
 
 def schedule_elementwise(func):
@@ -98,9 +101,11 @@ def fuse_epilogue(sch, block, loop) -> bool:
 
 
 def schedule_matmul(func):
-    """`x @ W (+ elementwise epilogue)` with x M x K, W K x N (a classifier: M is the batch):
-    parallel over chunks of N, then for each k one row of W in vectors times x[i, k] for every
-    i, so W is read once, row by row, however large M. None for any other kernel."""
+    """`x @ W (+ elementwise epilogue)` with x [..., M, K] and one W K x N (a classifier, where
+    M is the batch; a transformer's linear layers, where the rows are every token of every
+    sample): parallel over chunks of N (and over tiles of ROW_TILE rows where there are more),
+    then for each k one row of W in vectors times x[i, k] for every row i of the tile, so W is
+    read once per tile, row by row. None for any other kernel."""
     from tvm import s_tir, tirx
 
     sch = s_tir.Schedule(func)
@@ -111,27 +116,42 @@ def schedule_matmul(func):
     loops = sch.get_loops(matmul)
     block = sch.get(matmul)
     kinds = [iv.iter_type for iv in block.iter_vars]
-    if len(loops) != 3 or kinds != [tirx.IterVar.DataPar] * 2 + [tirx.IterVar.CommReduce]:
+    if len(loops) < 3 or len(loops) != len(kinds) or \
+            kinds != [tirx.IterVar.DataPar] * (len(kinds) - 1) + [tirx.IterVar.CommReduce]:
         return None
     extents = [sch.get(loop).extent for loop in loops]
     if not all(isinstance(e, tirx.IntImm) for e in extents):
         return None
-    j_var, k_var = (iv.var for iv in block.iter_vars[1:])
-    # W read as W[k, j]: rows contiguous along N (not the transposed K-contiguous layout)
+    j_var, k_var = (iv.var for iv in block.iter_vars[-2:])
+    # one 2-D W read as W[k, j]: rows contiguous along N (not the transposed K-contiguous
+    # layout, nor attention's batched product, whose second operand has the batch too)
     if not any(len(r.region) == 2 and r.region[0].min.same_as(k_var)
                and r.region[1].min.same_as(j_var) for r in block.reads):
         return None
-    n = int(extents[1])
+    n = int(extents[-2])
+    rows = 1
+    for e in extents[:-2]:
+        rows *= int(e)
     chunk = next((c for c in (64, 32, 16, 8) if n % c == 0), None)
     if chunk is None:
         return None
-    i, j, k = loops
+    *lead, j, k = loops
+    i = sch.fuse(*lead) if len(lead) > 1 else lead[0]
     jo, ji = sch.split(j, [None, chunk])
-    sch.reorder(jo, k, i, ji)
-    if not fuse_epilogue(sch, matmul, jo):
+    # tiles that divide the rows exactly: a partial tile's guard made the loop 8x slower and
+    # TVM's reverse_compute_at then placed the epilogue wrongly (wrong results)
+    tile = next((t for t in range(ROW_TILE, 7, -1) if rows % t == 0), None)
+    if rows >= 2 * ROW_TILE and tile is not None:
+        io, ii = sch.split(i, [None, tile])
+        sch.reorder(jo, io, k, ii, ji)
+        outer = sch.fuse(jo, io)
+    else:
+        sch.reorder(jo, k, i, ji)
+        outer = jo
+    if not fuse_epilogue(sch, matmul, outer):
         return None
     # the order matters: TIR parallelizes and vectorizes a reduction before splitting its init
-    sch.parallel(jo)
+    sch.parallel(outer)
     sch.vectorize(ji)
     sch.decompose_reduction(matmul, k)
     return sch

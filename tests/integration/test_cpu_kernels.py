@@ -143,6 +143,57 @@ def test_a_classifiers_matmul_reads_its_weights_row_by_row(batch, k, n):
     np.testing.assert_allclose(y, x @ w + b, rtol=1e-5, atol=1e-5)
 
 
+def _linear(lead, k, n):
+    """A transformer's linear layer: relu(x @ W + b) with x [*lead, K], one W K x N."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((*lead, k), "float32"))
+    w = relax.Var("w", relax.TensorType((k, n), "float32"))
+    b = relax.Var("b", relax.TensorType((n,), "float32"))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.add(relax.op.matmul(x, w), b))
+            y = bb.emit_output(bb.emit(relax.op.nn.relu(y)))
+        bb.emit_func_output(y)
+    target = targets.tvm_target("cpu", targets.default_cpu_arch())
+    with target:
+        fused, _ = legalized(bb.get(), target)
+    return tvm, target, fused
+
+
+@pytest.mark.parametrize("lead,k,n,tile", [
+    ((1, 16), 128, 128, None),  # the tiny transformer's: 16 tokens, fewer than two tiles
+    ((2, 96), 64, 48, 32),      # 192 rows: tiles of 32
+    ((3, 37), 40, 24, None),    # 111 rows, no tile of 8-32 divides them: one tile of all
+    ((100,), 16, 32, 25),       # 100 rows: tiles of 25
+])
+def test_a_linear_layers_rows_share_each_row_of_its_weights(lead, k, n, tile):
+    from tvm import relax, tirx
+
+    tvm, target, fused = _linear(lead, k, n)
+    (func,) = [f for name, f in _kernels(fused).items() if "matmul" in name]
+    sch = cpu_kernels.schedule_matmul(func)
+    assert sch is not None
+    loops = sch.get_loops(sch.get_sblock("matmul_update"))
+    kinds = [sch.get(loop).kind for loop in loops]
+    extents = [int(sch.get(loop).extent) for loop in loops]
+    rows = int(np.prod(lead))
+    # (chunks of N x tiles of rows) in parallel, then k, then a tile's rows, then a chunk
+    assert kinds == [tirx.ForKind.PARALLEL, tirx.ForKind.SERIAL, tirx.ForKind.SERIAL,
+                     tirx.ForKind.VECTORIZED]
+    assert extents[1] == k and extents[2] == (tile or rows)
+    assert extents[0] * extents[3] == n * rows // (tile or rows)
+    scheduled, count = cpu_kernels.schedule_kernels(fused)
+    assert count == 1
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
+    rng = np.random.default_rng(2)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((*lead, k), (k, n), (n,)))
+    y = vm["main"](*[tvm.runtime.tensor(v) for v in (x, w, b)]).numpy()
+    np.testing.assert_allclose(y, np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-4)
+
+
 def test_other_matrix_products_are_left_to_tvm():
     """A batched product (attention's): not a classifier's shape."""
     load_tvm()
