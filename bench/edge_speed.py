@@ -1,10 +1,12 @@
 """CPU bundles of real-world ONNX files against onnxruntime on the same input, side by side.
 
     python bench/edge_speed.py MODEL.onnx=BUNDLE[,BUNDLE2...] [...] [--runs 10] [--rounds 2]
+                               [--batch 1]
 
 For each ONNX file: onnxruntime (CPU, its default graph optimizations) and each bundle given for
 it (`cw compile MODEL.onnx -o BUNDLE --batch-sizes 1`; several: e.g. the same model compiled by
-older code), run in turn on one random input at batch 1, round after round (onnxruntime's session
+older code), run in turn on one random input at batch `--batch` (a size the bundles compiled, or
+padded up to one), round after round (onnxruntime's session
 opened anew each round and closed before cw runs); prints the median of
 `--runs` runs per round and each bundle's time over onnxruntime's in the same round.
 """
@@ -41,21 +43,24 @@ def onnxruntime_ms(onnx_path: str, options, x: np.ndarray, runs: int) -> float:
 def main() -> None:
     import onnxruntime as ort
 
+    from cw.bundle import synthetic_input
     from cw.engine import LocalModel
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("pairs", nargs="+", metavar="MODEL.onnx=BUNDLE[,BUNDLE...]")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1)
     args = ap.parse_args()
     options = ort.SessionOptions()
     options.log_severity_level = 3  # (old exporters' initializer-as-input warnings, hundreds)
     for pair in args.pairs:
         onnx_path, _, bundles = pair.partition("=")
         models = [(b, LocalModel(b)) for b in bundles.split(",")]
-        # the bundle's shape: the file's may leave more than the batch open (--input-shape)
-        shape = [1, *models[0][1].manifest.inputs[0].sample_shape]
-        x = np.random.default_rng(0).random(shape, dtype=np.float32)
+        # the bundle's shape: the file's may leave more than the batch open (--input-shape);
+        # values valid for it (token ids within the vocabulary)
+        x = synthetic_input(models[0][1].manifest.inputs[0], args.batch,
+                            np.random.default_rng(0))
         for r in range(1, args.rounds + 1):
             # a session per round, closed before cw runs: onnxruntime's idle threads spin,
             # and on 2 cores they took the core TVM's pool waits for (mnist-8: 0.16 ms -> 5-7 ms)
@@ -65,7 +70,7 @@ def main() -> None:
             for name, m in models:
                 ms = median_ms(lambda m=m: m.run([x]), args.runs)
                 cells.append(f"{name} {ms:.2f} ms (×{ms / ref:.2f})")
-            print(f"{onnx_path} round {r}: onnxruntime {ref:.2f} ms; " + "; ".join(cells),
+            print(f"{onnx_path} batch {args.batch} round {r}: onnxruntime {ref:.2f} ms; " + "; ".join(cells),
                   flush=True)
 
 

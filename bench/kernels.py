@@ -25,6 +25,7 @@ TVM_NUM_THREADS to compare.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import statistics
@@ -112,8 +113,6 @@ def cpu_main(args) -> None:
     for name in args.models.split(","):
         onnx_path = out / f"{name}.onnx"
         model_zoo.export(name, onnx_path)
-        session = ort_session(onnx_path)
-        input_name = session.get_inputs()[0].name
         models = {}
         for v in variants:
             bundle = out / f"{name}-{v}"
@@ -132,7 +131,12 @@ def cpu_main(args) -> None:
             errors = {v: max(max_relative_error(y, r) for y, r in zip(m.run([x]), ref))
                       for v, (m, _) in models.items()}
             for _ in range(args.rounds):
-                times["ort"] += time_ort(session, input_name, x, args.runs)
+                # a session per round, closed before cw runs: onnxruntime's idle threads spin
+                # on the cores TVM's pool waits for (a 0.16 ms model took 5-7 ms beside one)
+                session = ort_session(onnx_path)
+                times["ort"] += time_ort(session, session.get_inputs()[0].name, x, args.runs)
+                del session
+                gc.collect()
                 for v, (m, _) in models.items():
                     times[v] += time_cw(m, x, args.runs)
             ort_ms = median_ms(times["ort"])

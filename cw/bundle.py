@@ -51,6 +51,9 @@ class TensorSpec(msgspec.Struct, frozen=True):
     dtype: str
     sample_shape: list[int]  # shape without the batch dimension
     sample_bytes: int
+    # an integer input that indexes a table (token ids): its values must be in
+    # [-index_limit, index_limit); 0 where it indexes nothing
+    index_limit: int = 0
 
 
 def check_model_inputs(model: str, specs, batch_sizes: list[int], inputs) -> int:
@@ -76,6 +79,10 @@ def check_model_inputs(model: str, specs, batch_sizes: list[int], inputs) -> int
             raise UsageError(f"input '{spec.name}' has shape {list(x.shape)}, {model} expects "
                              f"[{', '.join(map(str, expected))}]",
                              "B is the batch size; add a leading axis for a single sample")
+        problem = index_problem(spec, x)
+        if problem:
+            raise UsageError(problem, "indices (token ids) must come from the model's own range, "
+                                      "e.g. its tokenizer's vocabulary")
         if batch is not None and x.shape[0] != batch:
             raise UsageError("inputs disagree on the batch size",
                              "give every input the same leading dimension")
@@ -85,6 +92,40 @@ def check_model_inputs(model: str, specs, batch_sizes: list[int], inputs) -> int
     if batch > max(batch_sizes):
         raise batch_too_large(batch, max(batch_sizes), model)
     return batch
+
+
+def synthetic_input(spec, batch: int, rng):
+    """A made-up input of `batch` samples for `spec` (a TensorSpec or TensorInfo), valid for
+    the model: normal floats, indices within the table they index (random token ids), zeros
+    for any other integers or booleans. What profiling and `cw infer --random` send; the
+    kernels' time does not depend on the values."""
+    import numpy as np
+
+    shape = (batch, *spec.sample_shape)
+    dtype = np.dtype(spec.dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    limit = getattr(spec, "index_limit", 0)
+    if dtype.kind in "iu" and limit:
+        return rng.integers(0, limit, shape).astype(dtype)
+    return np.zeros(shape, dtype)
+
+
+def index_problem(spec, values) -> str | None:
+    """Why `values` (a numpy array of `spec`'s input, any shape) cannot index the table it
+    indexes (`spec.index_limit`, a TensorSpec's or the protocol's TensorInfo's), or None: the
+    first value out of range, where it is, and the range."""
+    import numpy as np
+
+    limit = getattr(spec, "index_limit", 0)
+    if not limit or values.size == 0:
+        return None
+    bad = (values < -limit) | (values >= limit)
+    if not bad.any():
+        return None
+    where = np.unravel_index(int(np.argmax(bad)), values.shape)
+    return (f"input '{spec.name}' holds {values[where]} at {list(map(int, where))}: it indexes "
+            f"a table of {limit} rows (values {-limit}..{limit - 1})")
 
 
 def batch_too_large(batch: int, largest: int, model: str) -> UsageError:

@@ -16,6 +16,7 @@ import onnx
 
 from cw.errors import UsageError, cannot_write
 
+from .bert import bert
 from .densenet import densenet121
 from .inception import inception_v3
 from .mobilenet import mobilenet_v2
@@ -36,6 +37,12 @@ class ZooEntry:
     # The simulated runtime falls back to these where a bundle has no profile of its own.
     paper_load_ms: float | None = None
     paper_exec_ms: tuple[float, ...] | None = None
+    input_dtype: str = "float32"
+    # what a simulated worker answers (the ImageNet classifiers'; the tiny models' 10 were
+    # simulated as 1,000 too)
+    output_shape: tuple[int, ...] = (1000,)
+    # token ids: the vocabulary's size (the input's values are in [0, index_limit))
+    index_limit: int = 0
 
 
 _TABLE1 = "Clockwork (OSDI'20) Table 1"
@@ -60,9 +67,16 @@ MODELS: dict[str, ZooEntry] = {e.name: e for e in [
     ZooEntry("inception_v3", inception_v3, (3, 299, 299), "Inception v3 (no aux head)", 95.3,
              _TABLE1,
              paper_load_ms=7.77, paper_exec_ms=(4.46, 6.85, 10.99, 16.45, 26.17)),
+    ZooEntry("bert_base", partial(bert, 12, 768, 12, 128, 30522, "bert_base"), (128,),
+             "BERT-base encoder, 128 token ids, 2-way classifier", 437.9,
+             "Hugging Face bert-base-uncased: 109,482,240 parameters",
+             input_dtype="int64", index_limit=30522, output_shape=(2,)),
     ZooEntry("mlp", mlp, (64,), "tiny MLP 64-128-128-10 (tests)"),
     ZooEntry("small_cnn", small_cnn, (3, 32, 32), "tiny CNN, 2 conv layers (tests)"),
     ZooEntry("late_cnn", late_cnn, (64, 7, 7), "tiny CNN, 2 wide convs on 7x7 (tests: split-K)"),
+    ZooEntry("small_bert", partial(bert, 2, 128, 2, 32, 1000, "small_bert"), (32,),
+             "2-layer BERT, hidden 128, 32 token ids of 1,000 (tests)",
+             input_dtype="int64", index_limit=1000, output_shape=(2,)),
 ]}
 
 

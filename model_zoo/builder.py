@@ -123,10 +123,10 @@ class GraphBuilder:
 
     # Model ----------------------------------------------------------------------------------
     def finish(self, x_name: str, input_shape: tuple[int, ...], y: str, output_shape: tuple,
-               batch: int | None = None) -> onnx.ModelProto:
+               batch: int | None = None, input_dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
         """Wrap up as a model; `batch=None` leaves the leading dimension symbolic ("N")."""
         lead = BATCH_DIM if batch is None else batch
-        inp = helper.make_tensor_value_info(x_name, TensorProto.FLOAT, [lead, *input_shape])
+        inp = helper.make_tensor_value_info(x_name, input_dtype, [lead, *input_shape])
         self.nodes.append(helper.make_node("Identity", [y], ["output"], name="output"))
         out = helper.make_tensor_value_info("output", TensorProto.FLOAT, [lead, *output_shape])
         graph = helper.make_graph(self.nodes, self.model_name, [inp], [out], self.initializers)

@@ -29,10 +29,11 @@ def demo_cmd(
     Example: [bold]cw demo[/]   ([bold]cw demo --model mlp[/] for a quick one)
     """
     import model_zoo
+    from cw.bundle import open_bundle, synthetic_input
     from cw.engine import run_bundle
     from cw.errors import creating
 
-    entry = model_zoo.get(model)
+    model_zoo.get(model)  # an unknown name fails here, before anything is written
     # before minutes of export and compilation, not after
     largest = max(parse_batch_sizes(batch_sizes))
     if not 1 <= batch <= largest:
@@ -52,7 +53,7 @@ def demo_cmd(
                 conv_layout="nchwc", precision="fp32", conv_split="auto", conv_algo="direct",
                 force=True, as_json=False, verbose=False)
     out.rule(f"3/4 cw run {bundle} --input x.npy --verify {onnx_path}")
-    x = np.random.default_rng(0).standard_normal((batch, *entry.input_shape)).astype(np.float32)
+    x = synthetic_input(open_bundle(bundle).manifest.inputs[0], batch, np.random.default_rng(0))
     np.save(workdir / "x.npy", x)
     result = run_bundle(bundle, [x], "cpu", onnx_path)
     out.print(f"batch {result.batch} (padded to {result.padded_to}) in "

@@ -373,7 +373,7 @@ def infer_cmd(
     """
     import numpy as np
 
-    from cw.bundle import check_model_inputs
+    from cw.bundle import check_model_inputs, synthetic_input
     from cw.client import Client, RequestFailed
     from cw.engine import arrange_inputs, check_output_path, read_arrays, save_outputs
     from cw.errors import UsageError
@@ -425,8 +425,7 @@ def infer_cmd(
             check_output_path(output, info.outputs)
         if random:
             rng = np.random.default_rng(0)
-            xs = [rng.standard_normal((1, *spec.sample_shape)).astype(spec.dtype)
-                  for spec in info.inputs]
+            xs = [synthetic_input(spec, 1, rng) for spec in info.inputs]
         elif data is None:
             raise UsageError("no input", "give --input X.npy (X.npz for several inputs) or "
                              "--random")

@@ -23,7 +23,8 @@ def zoo_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     """
     import model_zoo
 
-    rows = [{"name": e.name, "input": list(e.input_shape), "description": e.description,
+    rows = [{"name": e.name, "input": list(e.input_shape), "input_dtype": e.input_dtype,
+             "description": e.description,
              "published_mb": e.published_mb, "published_source": e.published_source}
             for e in model_zoo.MODELS.values()]
     if as_json:
@@ -33,7 +34,8 @@ def zoo_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     for col in ("name", "input", "published weights", "description"):
         table.add_column(col)
     for r in rows:
-        shape = "N×" + "×".join(map(str, r["input"]))
+        shape = "N×" + "×".join(map(str, r["input"])) + (
+            f" {r['input_dtype']}" if r["input_dtype"] != "float32" else "")
         mb = f"{r['published_mb']} MB" if r["published_mb"] else "-"
         table.add_row(r["name"], shape, mb, r["description"])
     console().print(table)

@@ -171,7 +171,7 @@ def choose_target(config: CompileConfig, onnx_model, imported, batch_sizes):
     database = tuning.load_database(sources)
     if config.target != "cpu" or config.arch is not None or arch in (None, targets.GENERIC_CPU):
         return arch, sources, database
-    tuned_total = convs_total = total = 0
+    tuned_total = convs_total = matmuls_total = total = 0
     target = targets.tvm_target(config.target, arch)
     for batch in batch_sizes:
         mod = bind_batch(imported.mod, onnx_model, batch)
@@ -181,22 +181,25 @@ def choose_target(config: CompileConfig, onnx_model, imported, batch_sizes):
             fused, _ = legalized(mod, target, fuse=False)
         with target:
             fused, tuned, n = tuning.apply_database(fused, database)
-            _, convs = cpu_conv.schedule_convs(fused)
+            fused, convs = cpu_conv.schedule_convs(fused)
+            matmuls_total += cpu_kernels.count_matmuls(fused)
         tuned_total, convs_total, total = tuned_total + tuned, convs_total + convs, total + n
     # cw's convolutions dominate a CNN's time and need AVX2 (mobilenet_v2 at batch 1: 29 ms as
-    # x86-64-v3, 38 ms as plain x86-64 with 60 of its 138 kernels scheduled)
-    if total and (convs_total or tuned_total * 2 >= total):
+    # x86-64-v3, 38 ms as plain x86-64 with 60 of its 138 kernels scheduled); so do its matrix
+    # products a transformer's time (the tiny transformer: x86-64-v3 1.6-1.9x faster)
+    if total and (convs_total or matmuls_total or tuned_total * 2 >= total):
         return arch, sources, database
     generic = tuning.sources_for(targets.target_key("cpu", targets.GENERIC_CPU), config.tune_dbs,
                                  config.use_committed_records)
     onnx_model.notes.append(f"CPU code for {targets.GENERIC_CPU}: tuning records cover "
-                            f"{tuned_total} of {total} kernels and none is a convolution cw "
-                            "schedules; TVM's untuned kernels run faster without AVX2 (tune "
+                            f"{tuned_total} of {total} kernels and none is a convolution or "
+                            "matrix product cw schedules; TVM's untuned kernels run faster without AVX2 (tune "
                             f"with `cw tune`, or force --arch {arch})")
     return targets.GENERIC_CPU, generic, tuning.load_database(generic)
 
 
-def _tensor_specs(struct_info, batch_size: int, names: list[str]) -> list[TensorSpec]:
+def _tensor_specs(struct_info, batch_size: int, names: list[str],
+                  index_limits: dict[str, int] | None = None) -> list[TensorSpec]:
     from tvm import relax
 
     fields = list(struct_info.fields) if isinstance(struct_info, relax.TupleType) else [struct_info]
@@ -212,8 +215,9 @@ def _tensor_specs(struct_info, batch_size: int, names: list[str]) -> list[Tensor
         if shape[0] != batch_size:
             raise ModelError(f"output {i} has leading dimension {shape[0]} at batch size "
                              f"{batch_size}", "cw needs outputs batched along the first axis")
-        specs.append(TensorSpec(plain(names[i]) if i < len(names) else f"output{i}", dtype, sample,
-                                sample_bytes))
+        name = plain(names[i]) if i < len(names) else f"output{i}"
+        specs.append(TensorSpec(name, dtype, sample, sample_bytes,
+                                (index_limits or {}).get(name, 0)))
     return specs
 
 
@@ -348,6 +352,11 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
         batch_sizes = (fixed,)
     progress("stage", {"text": "folding constants and shapes (onnxslim)"})
     normalize.slim(onnx_model, progress)
+    # by position: normalization may have renamed an input, the manifest keeps its own name
+    limits = frontend.index_limits(onnx_model.model)
+    onnx_model.index_limits = {name: limits[graph_input.name] for (name, _, _), graph_input
+                               in zip(onnx_model.inputs, onnx_model.model.graph.input)
+                               if graph_input.name in limits}
     conv_block = 0
     if config.target == "cpu" and config.conv_layout == "nchwc":
         conv_block = cpu_conv.widest_block(targets.tvm_target("cpu", config.resolved_arch))
@@ -431,7 +440,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
             mod = bind_batch(imported.mod, onnx_model, batch)
             func = mod["main"]
             ins = _tensor_specs(relax.TupleType([p.ty for p in func.params[:imported.num_inputs]]),
-                                batch, input_names)
+                                batch, input_names, onnx_model.index_limits)
             outs = _tensor_specs(func.ret_ty, batch, output_names)
             try:
                 try:

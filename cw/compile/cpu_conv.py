@@ -19,6 +19,7 @@ block is chosen when the graph is imported, from the target's vector width (`wid
 from __future__ import annotations
 
 from cw.compile.cpu_kernels import fuse_epilogue
+from cw.compile.relax_rewrite import rewrite_calls
 from cw.tvm_env import load_tvm
 
 BLOCK = 8          # fp32 lanes of an AVX2 register: the narrowest channel block
@@ -311,7 +312,7 @@ def pad_conv_channels(mod, widest: int = BLOCK):
                                   out_dtype=attrs.out_dtype)
         return relax.op.strided_slice(conv, axes=[1], begin=[0], end=[out_c])
 
-    return _rewrite_calls(mod, replacement)
+    return rewrite_calls(mod, replacement)
 
 
 def clip_as_relax_ops(mod):
@@ -342,33 +343,7 @@ def clip_as_relax_ops(mod):
             return None
         return ops[kind][0](args[0], args[1])
 
-    rewritten, count = _rewrite_calls(mod, replacement)
+    rewritten, count = rewrite_calls(mod, replacement)
     if not count:
         return mod, 0
     return relax.transform.DeadCodeElimination(["main"])(rewritten), count
-
-
-def _rewrite_calls(mod, replacement):
-    """`mod` with each call in its main function that `replacement` gives an expression for
-    replaced by it (None: kept); and how many were."""
-    tvm = load_tvm()
-    from tvm import relax
-
-    replaced = []
-
-    @relax.expr_functor.mutator
-    class Rewriter(relax.PyExprMutator):
-        def visit_call_(self, call):
-            call = self.visit_expr_post_order(call)
-            new = replacement(call)
-            if new is None:
-                return call
-            replaced.append(call)
-            return new
-
-    new_main = Rewriter(mod).visit_expr(mod["main"])
-    if not replaced:
-        return mod, 0
-    functions = dict(mod.functions)
-    functions[mod.get_global_var("main")] = new_main
-    return tvm.IRModule(functions, attrs=mod.attrs), len(replaced)

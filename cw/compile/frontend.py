@@ -19,12 +19,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from cw.compile import relax_rewrite
 from cw.errors import ModelError, UsageError
 from cw.tvm_env import load_tvm
 
 BATCH_VAR = "cw_batch"
 CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
 _ONNX_DOMAINS = {"", "ai.onnx"}
+_INTEGER_TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+                  onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+                  onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
 
 
 @dataclass
@@ -39,6 +43,9 @@ class OnnxModel:
     # "x dim 2: 64 → 65" for each fixed dimension --input-shape changed: the first suspect when
     # TVM's importer then fails
     changed_dims: list[str] = field(default_factory=list)
+    # integer inputs that index a table (a Gather's indices: token ids): input -> rows, the
+    # values in [-rows, rows) (index_limits)
+    index_limits: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -183,6 +190,30 @@ def _check_operators(path: Path, model: onnx.ModelProto) -> None:
                              "export the model with standard ONNX operators")
 
 
+def index_limits(model: onnx.ModelProto) -> dict[str, int]:
+    """Integer graph inputs that a Gather uses as indices into a weight (an embedding's token
+    ids), each with the rows of the smallest such table: valid values are in [-rows, rows),
+    negative ones counting from the end as ONNX says. Read after folding (onnxslim), when
+    tables are initializers."""
+    tables = {t.name: list(t.dims) for t in model.graph.initializer}
+    integer = {i.name for i in model.graph.input
+               if i.type.tensor_type.elem_type in _INTEGER_TYPES}
+    limits: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type != "Gather" or node.domain not in _ONNX_DOMAINS or len(node.input) < 2:
+            continue
+        data, indices = node.input[0], node.input[1]
+        if indices not in integer or data not in tables:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        dims = tables[data]
+        if not -len(dims) <= axis < len(dims):
+            continue
+        rows = int(dims[axis])
+        limits[indices] = min(rows, limits.get(indices, rows))
+    return limits
+
+
 def import_model(onnx_model: OnnxModel, conv_block: int = 0,
                  fp16: bool = False, conv_algo: str = "direct",
                  page_size: int | None = None, tf32: bool = False) -> ImportedModel:
@@ -230,6 +261,7 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
     if len(onnx_names) == len(raw_names):  # the importer keeps initializer order
         raw_names = onnx_names
     mod = relax.transform.DecomposeOpsForInference()(mod)
+    mod, _ = relax_rewrite.bounded_takes(mod)
     if conv_algo == "cutlass":
         mod = _cutlass_layouts(mod, onnx_model, tf32)
     elif conv_algo != "direct":

@@ -51,7 +51,8 @@ def pack(names: list[str], sizes: list[int], page_size: int) -> PageLayout:
             need = needed_page_size(size)
             raise ModelError(f"weight tensor '{name}' ({size} bytes) is larger than a page "
                              f"({page_size} bytes)",
-                             f"use --page-size {need // MIB}MiB or larger")
+                             f"use --page-size {need // MIB}MiB or larger (a worker serves "
+                             "bundles of one page size: compile the others with it too)")
     order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
     used: list[int] = []
     placements: list[Placement | None] = [None] * len(sizes)

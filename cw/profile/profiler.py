@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 import cw
-from cw.bundle import (PROFILE_FILE, encode_json, open_bundle, profile_intact,
+from cw.bundle import (PROFILE_FILE, encode_json, open_bundle, profile_intact, synthetic_input,
                        replace_file_in_bundle)
 from cw.engine import check_target, parse_device, tvm_device
 from cw.errors import UsageError
@@ -238,7 +238,7 @@ def _measure_batches(runtime: Runtime, model: HostModel, batch_sizes: list[int],
         runtime.prepare(model, b)
         runtime.settle()  # with --exec-graphs: EXEC measured as its graph, not the VM's
         rng = np.random.default_rng(b)
-        inputs = [rng.standard_normal((b, *s.sample_shape)).astype(s.dtype) for s in m.inputs]
+        inputs = [synthetic_input(s, b, rng) for s in m.inputs]
         slot = runtime.acquire_slot(model, b)
         progress("phase", {"text": f"batch {b}: INPUT, EXEC, OUTPUT",
                            "total": config.warmup + config.iterations})

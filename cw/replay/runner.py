@@ -301,9 +301,13 @@ def _zoo_template(name: str, timings: str) -> tuple[ModelInfo, Estimates]:
 
     entry = model_zoo.get(name)
     model_id = name
-    sample = 4 * math.prod(entry.input_shape)
-    inputs = [TensorInfo("input", "float32", list(entry.input_shape), sample)]
-    outputs = [TensorInfo("output", "float32", [1000], 4000)]
+    import numpy as np
+
+    sample = np.dtype(entry.input_dtype).itemsize * math.prod(entry.input_shape)
+    inputs = [TensorInfo("input", entry.input_dtype, list(entry.input_shape), sample,
+                         entry.index_limit)]
+    outputs = [TensorInfo("output", "float32", list(entry.output_shape),
+                          4 * math.prod(entry.output_shape))]
     profile = zoo_profile(name) if timings == "measured" else None
     if profile is not None:
         # as for a bundle with a profile: the simulated worker takes the p50, the scheduler

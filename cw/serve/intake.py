@@ -5,7 +5,9 @@ controller goes on serving the others."""
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 
+from cw.bundle import index_problem
 from cw.serve import protocol as p
 from cw.serve.protocol import RequestStatus, describe_models
 from cw.serve.shm import ShmError, ShmReader, ShmRef
@@ -46,6 +48,11 @@ def request_problem(msg: p.InferRequest, scheduler, max_slo_ns: int,
             return RequestStatus.BAD_INPUT, (
                 f"input '{spec.name}' has {len(data)} bytes; {msg.n} sample(s) of "
                 f"{spec.dtype}{spec.sample_shape} are {msg.n * spec.sample_bytes}")
+        if spec.index_limit:  # (kernels clamp such indices; an answer from clamped ones is wrong)
+            problem = index_problem(spec, np.frombuffer(data, dtype=spec.dtype).reshape(
+                msg.n, *spec.sample_shape))
+            if problem:
+                return RequestStatus.BAD_INPUT, problem
     return None
 
 

@@ -125,6 +125,7 @@ class TensorInfo(msgspec.Struct, frozen=True):
     dtype: str
     sample_shape: list[int]
     sample_bytes: int
+    index_limit: int = 0  # as the manifest's TensorSpec: values in [-limit, limit) where > 0
 
 
 class ModelInfo(msgspec.Struct, frozen=True):

@@ -106,7 +106,8 @@ def model_info(model: HostModel) -> ModelInfo:
     est = bundle_estimates(model.bundle)
 
     def tensors(specs):
-        return [TensorInfo(s.name, s.dtype, list(s.sample_shape), s.sample_bytes) for s in specs]
+        return [TensorInfo(s.name, s.dtype, list(s.sample_shape), s.sample_bytes, s.index_limit)
+                for s in specs]
 
     return ModelInfo(model.model_id, m.name, m.weights.total_bytes, len(m.weights.pages),
                      list(m.batch_sizes), tensors(m.inputs), tensors(m.outputs), est.load_ns,

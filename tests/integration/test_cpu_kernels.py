@@ -194,21 +194,60 @@ def test_a_linear_layers_rows_share_each_row_of_its_weights(lead, k, n, tile):
     np.testing.assert_allclose(y, np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-4)
 
 
-def test_other_matrix_products_are_left_to_tvm():
-    """A batched product (attention's): not a classifier's shape."""
-    load_tvm()
-    from tvm import relax
+@pytest.mark.parametrize("a_shape,b_shape,scaled", [
+    ((4, 8, 16), (4, 16, 32), False),           # one product per sample
+    ((1, 2, 96, 64), (1, 2, 64, 96), True),     # attention's scores: per sample and head, / sqrt(d)
+])
+def test_attentions_batched_products_run_in_parallel_per_product(a_shape, b_shape, scaled):
+    tvm = load_tvm()
+    from tvm import relax, tirx
 
     bb = relax.BlockBuilder()
-    a = relax.Var("a", relax.TensorType((4, 8, 16), "float32"))
-    b = relax.Var("b", relax.TensorType((4, 16, 32), "float32"))
+    a = relax.Var("a", relax.TensorType(a_shape, "float32"))
+    b = relax.Var("b", relax.TensorType(b_shape, "float32"))
     with bb.function("main", [a, b]):
         with bb.dataflow():
-            y = bb.emit_output(bb.emit(relax.op.matmul(a, b)))
+            y = bb.emit(relax.op.matmul(a, b))
+            if scaled:
+                y = bb.emit(relax.op.divide(y, relax.const(8.0, "float32")))
+            y = bb.emit_output(y)
         bb.emit_func_output(y)
     target = targets.tvm_target("cpu", targets.default_cpu_arch())
     with target:
         fused, _ = legalized(bb.get(), target)
     (func,) = _kernels(fused).values()
-    assert cpu_kernels.schedule_matmul(func) is None
-    assert cpu_kernels.schedule_kernels(fused)[1] == 0
+    sch = cpu_kernels.schedule_matmul(func)
+    assert sch is not None
+    loops = sch.get_loops(sch.get_sblock("matmul_update"))
+    kinds = [sch.get(loop).kind for loop in loops]
+    assert kinds[0] == tirx.ForKind.PARALLEL and kinds[-1] == tirx.ForKind.VECTORIZED
+    products = int(np.prod(a_shape[:-2]))
+    assert int(sch.get(loops[0]).extent) % products == 0  # every product in the parallel loop
+    scheduled, count = cpu_kernels.schedule_kernels(fused)
+    assert count == 1
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal(a_shape).astype(np.float32), \
+        rng.standard_normal(b_shape).astype(np.float32)
+    y = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w)).numpy()
+    np.testing.assert_allclose(y, (x @ w) / (8.0 if scaled else 1.0), rtol=1e-5, atol=1e-4)
+
+
+def test_a_product_with_w_read_across_its_rows_is_left_to_tvm():
+    """W read as W[j, k] (K contiguous): vectors along N would gather; left to TVM."""
+    load_tvm()
+    from tvm import tirx
+    from tvm.script import tirx as T
+
+    @T.prim_func(private=True, s_tir=True)
+    def nt(x: T.Buffer((4, 16), "float32"), w: T.Buffer((32, 16), "float32"),
+           y: T.Buffer((4, 32), "float32")):
+        for i, j, k in T.grid(4, 32, 16):
+            with T.sblock("matmul"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    y[vi, vj] = T.float32(0)
+                y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vj, vk]
+
+    assert isinstance(nt, tirx.PrimFunc)
+    assert cpu_kernels.schedule_matmul(nt) is None

@@ -78,6 +78,19 @@ def test_zoo_models_run_in_onnxruntime_with_sane_outputs(name):
     assert not np.allclose(y[0], y[1])  # depends on the input
 
 
+def test_a_bert_takes_token_ids_and_its_answer_depends_on_them():
+    import onnxruntime as ort
+
+    entry = model_zoo.get("small_bert")
+    assert entry.input_dtype == "int64" and entry.index_limit == 1000
+    session = ort.InferenceSession(model_zoo.build("small_bert").SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    ids = np.random.default_rng(0).integers(0, entry.index_limit, (2, *entry.input_shape))
+    (y,) = session.run(None, {"input_ids": ids})
+    assert y.shape == (2, *entry.output_shape) and np.isfinite(y).all()
+    assert not np.allclose(y[0], y[1])
+
+
 def test_cw_zoo_list_names_every_model_with_its_input(cli):
     import json
 
@@ -87,10 +100,11 @@ def test_cw_zoo_list_names_every_model_with_its_input(cli):
     assert set(rows) == set(model_zoo.MODELS)
     assert rows["resnet50"]["input"] == [3, 224, 224]
     assert rows["inception_v3"]["input"] == [3, 299, 299]
+    assert rows["bert_base"]["input"] == [128] and rows["bert_base"]["input_dtype"] == "int64"
     table = cli("zoo", "list")
     assert table.code == 0
     assert all(name in table.out for name in model_zoo.MODELS)
-    assert "N×3×299×299" in table.out
+    assert "N×3×299×299" in table.out and "N×128 int64" in table.out
 
 
 @pytest.mark.parametrize("batch", ["0", "-1", "two"])

@@ -1,0 +1,56 @@
+"""Rewriting calls in a Relax graph, and the rewrites every target gets.
+
+Out-of-range indices: TVM lowers ONNX Gather to `take` in its "fast" mode, which reads
+`table[index]` unchecked. A token id past a BERT's vocabulary made `cw run` read beyond the
+embedding table and die of a segmentation fault (id 10^12) or answer garbage (id = vocabulary
+size); in a worker that is every model's requests lost, and on a GPU a dead CUDA context. So
+takes clamp their indices (mode "clip": a min and a max per index, nothing measurable), and
+the bundle's manifest carries each index input's range so that cw run, the client and the
+controller refuse such a request in one line before it reaches a kernel (frontend.index_limits).
+"""
+
+from __future__ import annotations
+
+from cw.tvm_env import load_tvm
+
+
+def rewrite_calls(mod, replacement):
+    """`mod` with each call in its main function that `replacement` gives an expression for
+    replaced by it (None: kept); and how many were."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    replaced = []
+
+    @relax.expr_functor.mutator
+    class Rewriter(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = self.visit_expr_post_order(call)
+            new = replacement(call)
+            if new is None:
+                return call
+            replaced.append(call)
+            return new
+
+    new_main = Rewriter(mod).visit_expr(mod["main"])
+    if not replaced:
+        return mod, 0
+    functions = dict(mod.functions)
+    functions[mod.get_global_var("main")] = new_main
+    return tvm.IRModule(functions, attrs=mod.attrs), len(replaced)
+
+
+def bounded_takes(mod):
+    """Every unchecked `take` (ONNX Gather) clamping its indices instead; and how many."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    take = tvm.ir.Op.get("relax.take")
+
+    def replacement(call):
+        if not isinstance(call, relax.Call) or not call.op.same_as(take) or \
+                str(call.attrs.mode) != "fast":
+            return None
+        return relax.op.take(call.args[0], call.args[1], axis=call.attrs.axis, mode="clip")
+
+    return rewrite_calls(mod, replacement)
