@@ -133,9 +133,6 @@ def schedule_matmul(func):
     if batch is None or batch == len(lead_vars):
         return None
     n = int(extents[-2])
-    rows = 1
-    for e in extents[batch:-2]:
-        rows *= int(e)
     chunk = next((c for c in (64, 32, 16, 8) if n % c == 0), None)
     if chunk is None:
         return None
@@ -150,10 +147,8 @@ def schedule_matmul(func):
     most = 8 if depth >= 256 else 4
     tile = next(t for t in range(most, 0, -1) if last % t == 0)
     if last >= REGISTER_TILE_MIN_ROWS and tile > 1:
-        scheduled = _register_tiled(sch, matmul, [*products, *row_loops[:-1]], row_loops[-1],
-                                    tile, j, k, n)
-        if scheduled is not None:
-            return scheduled
+        return _register_tiled(sch, matmul, [*products, *row_loops[:-1]], row_loops[-1], tile,
+                               j, k, n)
     i = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
     jo, ji = sch.split(j, [None, chunk])
     sch.reorder(*products, jo, k, i, ji)
@@ -173,16 +168,15 @@ def _register_tiled(sch, matmul, outer_loops, i, tile: int, j, k, n: int):
     load of W's vectors, a broadcast per row and one FMA per row and vector, the sums written
     once at the end (the schedule above loads and stores them for every k). Side by side on a
     2-core AVX2 EPYC: BERT-base's linear layers x0.66-0.71 of the time, attention's products
-    x0.54-0.59, a classifier at batch 16 x0.61 (docs/benchmarks.md)."""
+    x0.54-0.59, a classifier at batch 16 x0.61 (docs/benchmarks.md). None where the epilogue
+    does not fuse."""
     from tvm.target import Target
 
     from cw.compile.cpu_conv import widest_block
 
-    lanes = widest_block(Target.current(allow_none=True)) if Target.current(
-        allow_none=True) is not None else 8
-    chunk = next((c for c in (2 * lanes, lanes, 8) if n % c == 0), None)
-    if chunk is None:
-        return None
+    target = Target.current(allow_none=True)  # (cw compiles under its target)
+    lanes = widest_block(target) if target is not None else 8
+    chunk = next(c for c in (2 * lanes, lanes, 8) if n % c == 0)  # (the caller checked 8)
     io, ii = sch.split(i, [None, tile])
     jo, ji = sch.split(j, [None, chunk])
     sch.reorder(*outer_loops, jo, io, k, ii, ji)
