@@ -121,7 +121,7 @@ TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
                 ("small_cnn", (1, 4), "fp16"), ("late_cnn", (1, 4), "direct"),
                 ("small_cnn", (1, 4), "winograd2"), ("small_cnn", (1, 4), "winograd4"),
                 ("small_cnn", (1, 4), "cutlass"), ("late_cnn", (1, 4), "cutlass"),
-                ("small_cnn", (1, 4), "tf32")]
+                ("small_cnn", (1, 4), "tf32"), ("small_bert", (1, 4), "fp32")]
 
 
 def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
