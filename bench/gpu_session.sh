@@ -189,19 +189,32 @@ close_setup() {  # device_setup for the bundles of .gpuclose (stage-close), in $
 }
 
 step() {  # step SECONDS NAME CMD...: a hung step costs its own time, not the call's
-  local limit=$1 name=$2; shift 2
+  local limit=$1 name=$2 rc=0; shift 2
   if [ -n "${CALL_BUDGET:-}" ]; then  # the whole call's seconds: later steps get what is left
     local left=$(( CALL_BUDGET - SECONDS ))
     if [ "$left" -lt 15 ]; then echo "== $name: skipped, the call's time is spent" >&2; return 0; fi
     [ "$limit" -le "$left" ] || limit=$left
   fi
   echo "== $name ($(date -u +%T), at most ${limit}s)" >&2
-  timeout "$limit" "$@" || echo "== $name: exit $? (124: timed out)" >&2
+  timeout "$limit" "$@" || rc=$?
+  [ "$rc" = 0 ] || echo "== $name: exit $rc (124: timed out)" >&2
+  # a step that ran its course (passed or failed) is not run again by a resumed call
+  if [ -n "${DONE_FILE:-}" ] && [ "$rc" != 124 ]; then echo "$name" >> "$DONE_FILE"; fi
   pack_results
+}
+todo() {  # todo NAME: false (and says so) for a step done by an earlier call of a resumable
+  # command (DONE_FILE, kept in $W while the machine stays warm; DONE_FROM: a steps-done.txt
+  # brought back from an earlier machine). Checked before the step's line, whose redirections
+  # would otherwise empty that step's results
+  [ -n "${DONE_FILE:-}" ] || return 0
+  if grep -qxF -- "$1" "$DONE_FILE" ${DONE_FROM:-} 2>/dev/null; then
+    echo "== $1: done in an earlier call" >&2; return 1
+  fi
 }
 pack_results() {  # with PACK_TO: everything under $OUT as one file there (8 files come back,
   # 16 MiB each: past 15 MiB the gzipped CSVs stay out)
   if [ -n "${PACK_TO:-}" ]; then
+    [ -z "${DONE_FILE:-}" ] || [ ! -f "$DONE_FILE" ] || cp "$DONE_FILE" "$OUT/steps-done.txt"
     tar -czf "$PACK_TO/results.tgz.tmp" -C "$OUT" . && mv "$PACK_TO/results.tgz.tmp" \
       "$PACK_TO/results.tgz"
     if [ "$(stat -c %s "$PACK_TO/results.tgz")" -gt $(( 15 << 20 )) ]; then
@@ -213,12 +226,14 @@ pack_results() {  # with PACK_TO: everything under $OUT as one file there (8 fil
 
 # the steps `short` and `recheck` share (each takes its time limit first)
 gpu_tests() {  # -m gpu: tests/gpu and the contract tests' CUDA runtime, on the staged bundles
+  todo "pytest -m gpu" || return 0
   CW_TEST_CUDA_BUNDLES="$TESTS" step "$1" "pytest -m gpu" \
     python3 -m pytest -q -m gpu tests/contract tests/gpu -p no:cacheprovider -rs 2>&1 \
     | tee "$OUT/pytest-gpu.txt"
 }
 quick_profile() {  # resnet50's profile.json, which the worker bench and the replays read
   # (PROFILE_FLAGS=--exec-graphs: EXEC measured as its CUDA graph)
+  todo "cw profile resnet50 ${PROFILE_FLAGS:-}" || return 0
   step "$1" "cw profile resnet50 ${PROFILE_FLAGS:-}" python3 -m cw profile "$KERNELS/resnet50" \
     --device cuda:0 --iterations 300 --max-time 10s --load-iterations 20 ${PROFILE_FLAGS:-} \
     --json > "$OUT/profile-resnet50${PROFILE_FLAGS:+-graphs}.json" || true
@@ -241,6 +256,7 @@ real_accuracy() {  # real_accuracy LIMIT [BUNDLE...]: `cw run --verify` (onnxrun
   # weights (BUNDLE: a zoo name, or NAME-fp16 / NAME-tf32; the three CUTLASS ones by default)
   local limit=$1; shift
   [ $# -gt 0 ] || set -- resnet50 resnet18 densenet121
+  todo "accuracy on real weights" || return 0
   step "$limit" "accuracy on real weights" bash -c '
     k=$1; shift
     for m in "$@"; do
@@ -265,6 +281,7 @@ exec_tails() {  # exec_tails MODEL:BATCH:LIMIT...: EXEC p99.99/p50 over up to 10
   case " ${PROFILE_FLAGS:-} " in *" --back-to-back "*) tag+=-b2b share=2 ;; esac
   for spec in "$@"; do
     m=${spec%%:*} rest=${spec#*:}; b=${rest%%:*} limit=${rest#*:}
+    todo "p99.99 $m batch $b ${PROFILE_FLAGS:-}" || continue
     # the measuring fits what `step` will allow: a run it stops prints no JSON at all
     if [ -n "${CALL_BUDGET:-}" ] && [ $(( CALL_BUDGET - SECONDS )) -lt "$limit" ]; then
       limit=$(( CALL_BUDGET - SECONDS ))
@@ -535,16 +552,22 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
   #    isolated and back to back (the tail of a GPU returning from idle?). GPU tests of
   #    the graphs passed on 2026-11-28 (24).
   #  - last, with what is left: Fig. 5 at 10 ms planning 2 ms ahead (goodput; stop 53).
+  # Resumable: run it again while the machine is warm (~30 s) and it goes on with the steps the
+  # last call did not reach (its results stay in $W/close-out and come back with the new ones);
+  # on a fresh machine, DONE_FROM=FILE (the steps-done.txt an earlier results.tgz holds, carried
+  # in the working tree) skips those steps
   CALL_BUDGET=${CALL_BUDGET:-570}
-  PACK_TO=$OUT OUT=$W/close-out
+  PACK_TO=$OUT OUT=$W/close-out DONE_FILE=$W/close-done.txt
   close_setup
   host_facts
   quick_profile 30
   pkill -f "cw (serve|replay)" || true
-  SLOS="10ms 25ms 50ms" VARIANTS=0 AZURE=0 CW="python3 -m cw" step 170 "fig5" \
-    bash bench/live_gpu.sh "$LIVE" "$W/close-fig5" cuda 15s 2>&1 | tee "$OUT/live.txt"
-  slim_fig5 "$W/close-fig5/live.tgz" "$OUT/fig5"
-  pack_results
+  if todo "fig5"; then
+    SLOS="10ms 25ms 50ms" VARIANTS=0 AZURE=0 CW="python3 -m cw" step 170 "fig5" \
+      bash bench/live_gpu.sh "$LIVE" "$W/close-fig5" cuda 15s 2>&1 | tee "$OUT/live.txt"
+    slim_fig5 "$W/close-fig5/live.tgz" "$OUT/fig5"
+    pack_results
+  fi
   # answers still late by the client's count at 10 ms (all of stop 47's left the controller in
   # time): the same run with the scheduler planning each answer to reach its client, not only
   # to leave, by the deadline (`clockwork:way-back=1`: the way back the client reports comes
@@ -553,7 +576,8 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
   # the SLO (stop 51, 2 cores: ×20-60 late). It takes the last step's time (the VM's tails,
   # measured before on 2026-11-27). (`way-back=2`, stop 52, keeps the deadline where the earlier
   # one cannot be met: the A/B after this one, if goodput at 10 ms falls far.)
-  if [ "$(late_by_client "$OUT/fig5/fig5-10ms/summary.json")" != 0 ]; then
+  late10=$(late_by_client "$OUT/fig5/fig5-10ms/summary.json")
+  if [ "$late10" != 0 ] && todo "fig5 10 ms, way-back=1"; then
     SLOS=10ms VARIANTS=0 AZURE=0 REPLAY_FLAGS="--scheduler clockwork:way-back=1" \
       CW="python3 -m cw" step 75 "fig5 10 ms, way-back=1" \
       bash bench/live_gpu.sh "$LIVE" "$W/close-wayback" cuda 15s 2>&1 | tee "$OUT/live-wayback.txt"
@@ -577,10 +601,26 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
   # this GPU's own resnet50 profile, every horizon under 5 ms served x1.5-1.85 the 5 ms one's
   # 1,490 r/s at 10 ms, and none differed at 25 ms; stop 53, docs/benchmarks.md "The
   # simulator against the GPU". Live, the controller's own delays may eat a short horizon)
-  SLOS=10ms VARIANTS=0 AZURE=0 REPLAY_FLAGS="--scheduler clockwork:ahead=2ms" \
-    CW="python3 -m cw" step 60 "fig5 10 ms, ahead=2ms" \
-    bash bench/live_gpu.sh "$LIVE" "$W/close-ahead" cuda 15s 2>&1 | tee "$OUT/live-ahead.txt"
-  slim_fig5 "$W/close-ahead/live.tgz" "$OUT/fig5-ahead"
+  if todo "fig5 10 ms, ahead=2ms"; then
+    SLOS=10ms VARIANTS=0 AZURE=0 REPLAY_FLAGS="--scheduler clockwork:ahead=2ms" \
+      CW="python3 -m cw" step 60 "fig5 10 ms, ahead=2ms" \
+      bash bench/live_gpu.sh "$LIVE" "$W/close-ahead" cuda 15s 2>&1 | tee "$OUT/live-ahead.txt"
+    slim_fig5 "$W/close-ahead/live.tgz" "$OUT/fig5-ahead"
+  fi
+  # answers late by the client's count at 10 ms: the other remedies, one run each, with what
+  # is left (a resumed call's): four sender processes (`cw replay --senders 4`: the closed loop
+  # no longer one Python process taking ~13,000 answers a second), answers through the client's
+  # lane (`--answer-lane`), each burst sent at once (`--send-at-once`)
+  if [ "$late10" != 0 ]; then
+    for run in "senders4 CW_SENDERS=4" "lane CW_ANSWER_LANE=1" "atonce CW_SEND_AT_ONCE=1"; do
+      label=${run%% *} var=${run#* }
+      todo "fig5 10 ms, $label" || continue
+      SLOS=10ms VARIANTS=0 AZURE=0 CW="env $var python3 -m cw" step 60 "fig5 10 ms, $label" \
+        bash bench/live_gpu.sh "$LIVE" "$W/close-$label" cuda 15s 2>&1 \
+        | tee "$OUT/live-$label.txt"
+      slim_fig5 "$W/close-$label/live.tgz" "$OUT/fig5-$label"
+    done
+  fi
   host_facts
   pack_results
   ;;
