@@ -624,6 +624,34 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
   host_facts
   pack_results
   ;;
+after-close)  # device, carry [".device", ".gpuclose"], timeout 240, ~3.5 min: after `close` on
+  # 2026-11-29 (stop 61). The GPU test that failed there (it asked a bundle of batch 1 and 4 for
+  # batch 16), then Fig. 5's remedies for answers late by the client's count, combined: there
+  # `way-back=1` left 11 late at 10 ms (of them 10 late only in the client's own Python, after
+  # its I/O thread took them in) and the client's lane 9 (the way back and the time in the
+  # client shorter); both at once at 10 ms, way-back=1 at 25 ms (61 late without it: what does
+  # it cost there?), way-back=2 at 10 ms (the earlier deadline only where it can be met)
+  CALL_BUDGET=${CALL_BUDGET:-220}
+  PACK_TO=$OUT OUT=$W/after-out
+  close_setup
+  CW_TEST_CUDA_BUNDLES="$TESTS" step 60 "pytest back to back" python3 -m pytest -q -m gpu \
+    tests/gpu/test_cuda_runtime.py -k back_to_back -p no:cacheprovider -rs 2>&1 \
+    | tee "$OUT/pytest-gpu.txt"
+  quick_profile 30
+  pkill -f "cw (serve|replay)" || true
+  for run in "10ms wayback1-lane clockwork:way-back=1 CW_ANSWER_LANE=1" \
+             "25ms wayback1 clockwork:way-back=1 CW_NONE=1" \
+             "10ms wayback2 clockwork:way-back=2 CW_NONE=1" \
+             "25ms wayback1-lane clockwork:way-back=1 CW_ANSWER_LANE=1"; do
+    read -r slo label sched var <<< "$run"
+    SLOS=$slo VARIANTS=0 AZURE=0 REPLAY_FLAGS="--scheduler $sched" CW="env $var python3 -m cw" \
+      step 60 "fig5 $slo, $label" bash bench/live_gpu.sh "$LIVE" "$W/after-$label-$slo" cuda 15s \
+      2>&1 | tee "$OUT/live-$label-$slo.txt"
+    slim_fig5 "$W/after-$label-$slo/live.tgz" "$OUT/fig5-$label-$slo"
+  done
+  host_facts
+  pack_results
+  ;;
 fig5)  # device, carry [".device", ".gpucheck"] (or ".gpuclose"), ~45 s a run: Fig. 5 at $SLOS
   # (all five unless set) with this code. ALT=DIR (a folder in the working tree holding another cw package):
   # then at $ALT_SLOS (10ms unless set) with that code and again with this one: an A/B on one

@@ -68,7 +68,7 @@ def test_exec_back_to_back_on_gpu_keeps_it_busy_and_is_reported_not_stored(cli, 
     it waits for the host's sync, output copy and next launch)."""
     bundle = cuda_bundle("small_cnn")
     r = cli("profile", bundle, "--device", "cuda:0", "--iterations", "300", "--warmup", "10",
-            "--load-iterations", "2", "--batch-sizes", "16", "--back-to-back", "--json")
+            "--load-iterations", "2", "--batch-sizes", "4", "--back-to-back", "--json")
     assert r.code == 0, r.err
     out = json.loads(r.out)
     (isolated,) = out["profile"]["batches"]
