@@ -14,6 +14,7 @@ import contextlib
 import fnmatch
 import gc
 import heapq
+import logging
 import queue
 import shutil
 import sys
@@ -30,7 +31,8 @@ from cw.errors import CwError, HostError, UsageError
 from cw.replay.answers import answers_of, client_rows, client_view, lateness_ms, no_answer
 from cw.replay.workloads import ClosedLoop
 from cw.serve.protocol import ModelInfo, describe_models
-from cw.serve.stalls import cpu_cores, host_cpu_counters, host_cpu_delta, process_cpu_ns
+from cw.serve.stalls import (StallWatch, cpu_cores, host_cpu_counters, host_cpu_delta,
+                             process_cpu_ns)
 from cw.serve.telemetry import ActionRow, RequestRow, read_csv
 
 TIME_FIELDS_REQUEST = ("arrival_ns", "deadline_ns", "completion_ns")
@@ -42,6 +44,7 @@ TIME_FIELDS_ACTION = ("sent_ns", "earliest_ns", "latest_ns", "expected_end_ns", 
 ANSWER_WAIT_NS = 10 * 1_000_000_000
 PROGRESS_EVERY_NS = 100_000_000  # a closed loop's progress report, at most this often
 SENDER_SWITCH_INTERVAL_S = 0.0002  # sys.setswitchinterval while a sender runs (below)
+CLIENT_STALLS_LOG = "client.log"  # the replay's own stall lines, beside its processes' logs
 
 
 def shift(rows, fields, origin_ns: int):
@@ -319,9 +322,36 @@ def wait_for(futures, timeout_s: float, stop=None) -> None:
                 pass
 
 
+@contextlib.contextmanager
+def client_stalls(threshold_ns: int | None, log_dir: Path | None):
+    """With --log-stalls, this process's stalls too, as "client stall: ..." lines in
+    log_dir/client.log (collect_stalls counts them as the client's): its I/O thread takes the
+    answers in under the same GIL as the sender, on the same machine. On the H200 (stop 61)
+    the answers late by the client's count were late mostly before that thread took them in,
+    with spikes of 5-7 ms on that way, which neither the controller's lines nor the workers'
+    can explain. The watch thread wakes every millisecond (a few % of a core); with --senders
+    the sender processes are not watched."""
+    if threshold_ns is None or log_dir is None:
+        yield None
+        return
+    logger = logging.getLogger("cw.replay.client-stalls")
+    handler = logging.FileHandler(log_dir / CLIENT_STALLS_LOG)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))  # as the controller's
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False  # not onto the replay's console
+    watch = StallWatch("client", threshold_ns, logger.warning).start()
+    try:
+        yield watch
+    finally:
+        watch.stop()
+        logger.removeHandler(handler)
+        handler.close()
+
+
 def collect_stalls(log_dir: Path, into: Path) -> dict:
-    """The stall lines of a replay's controller (its stalls.log) and workers (their logs), in
-    time order, into one file; how many each reported."""
+    """The stall lines of a replay's controller (its stalls.log), workers (their logs) and own
+    client (client.log), in time order, into one file; how many each reported."""
     from cw.serve.launch import STALLS_LOG
 
     lines, counts = [], {}
@@ -396,29 +426,30 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
             # whether this machine's processes had cores to run on (stalls answer late)
             cpu_before, cpu_since_ns = host_cpu_counters(), time.perf_counter_ns()
             client_before = process_cpu_ns()
-            if isinstance(arr, ClosedLoop) and config.senders > 1:
-                from cw.replay.senders import send_closed_loop_in_processes
+            with client_stalls(config.log_stalls_ns, telemetry_dir):
+                if isinstance(arr, ClosedLoop) and config.senders > 1:
+                    from cw.replay.senders import send_closed_loop_in_processes
 
-                answers, start, client_cpu = send_closed_loop_in_processes(
-                    address, config.key_file, config.shared_memory, arr, inputs,
-                    config.slo_ns / 1e6, config.senders, advance, gone,
-                    config.send_at_once, config.answer_lane)
-                extra["senders"] = config.senders
-            else:
-                if isinstance(arr, ClosedLoop):
-                    futures, sent, chosen, start = send_closed_loop(
-                        client, arr, inputs, config.slo_ns / 1e6, advance, gone,
-                        config.send_at_once)
+                    answers, start, client_cpu = send_closed_loop_in_processes(
+                        address, config.key_file, config.shared_memory, arr, inputs,
+                        config.slo_ns / 1e6, config.senders, advance, gone,
+                        config.send_at_once, config.answer_lane)
+                    extra["senders"] = config.senders
                 else:
-                    chosen = [arr.models[i] for i in arr.model_index]
-                    futures, sent, lateness, start = send_open_loop(
-                        client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6, advance,
-                        gone)
-                    extra["send_lateness_ms"] = lateness_ms(lateness)
-                wait_for(futures, (config.slo_ns + ANSWER_WAIT_NS) / 1e9, gone)
-                client_cpu = [cpu_cores(client_before, process_cpu_ns(),
-                                        time.perf_counter_ns() - cpu_since_ns)]
-                answers = answers_of(futures, sent, chosen)
+                    if isinstance(arr, ClosedLoop):
+                        futures, sent, chosen, start = send_closed_loop(
+                            client, arr, inputs, config.slo_ns / 1e6, advance, gone,
+                            config.send_at_once)
+                    else:
+                        chosen = [arr.models[i] for i in arr.model_index]
+                        futures, sent, lateness, start = send_open_loop(
+                            client, arr.times_ns, chosen, inputs, config.slo_ns / 1e6, advance,
+                            gone)
+                        extra["send_lateness_ms"] = lateness_ms(lateness)
+                    wait_for(futures, (config.slo_ns + ANSWER_WAIT_NS) / 1e9, gone)
+                    client_cpu = [cpu_cores(client_before, process_cpu_ns(),
+                                            time.perf_counter_ns() - cpu_since_ns)]
+                    answers = answers_of(futures, sent, chosen)
             # a client process busy ~one core in Python (its GIL's limit) is the bottleneck: its
             # answers wait to be taken in, and count late by its own clock (cli: a warning)
             extra["client_cpu"] = {k: [c[k] for c in client_cpu] for k in client_cpu[0]}

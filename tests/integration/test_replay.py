@@ -411,8 +411,9 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     assert 0 <= client["late_when_taken_in"] <= client["late_that_left_in_time"]
     assert 0 < client["way_to_client_thread_ms"]["p50"] <= client["way_back_ms"]["p50"], client
     assert client["in_client_ms"]["p50"] >= 0
-    # --log-stalls: the controller's and both workers' stall lines, gathered and counted
-    assert set(summary["stalls"]) == {"controller", "worker-0", "worker-1"}
+    # --log-stalls: the controller's, both workers' and the replay's own client's stall lines,
+    # gathered and counted
+    assert set(summary["stalls"]) == {"controller", "worker-0", "worker-1", "client"}
     stall_lines = (out / "stalls.log").read_text().splitlines()
     assert len(stall_lines) == sum(summary["stalls"].values())
     assert stall_lines == sorted(stall_lines) and all(" stall: " in x for x in stall_lines)

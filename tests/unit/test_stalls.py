@@ -233,3 +233,30 @@ def test_a_loop_that_reports_its_polls_needs_no_watch_thread():
         "process's other threads hardly ran: no core, a late wake-up or the hypervisor, not "
         "the GIL; the process's other threads ran 0.10 ms meanwhile)"]
     assert watch.stalls == 6 and watch._on_gc not in gc.callbacks
+
+
+def test_a_replays_client_reports_its_own_stalls_to_a_log_of_its_own(tmp_path):
+    """`cw replay --log-stalls`: the replay's client process is watched too (its answers count
+    late by its own clock), into client.log, which collect_stalls counts as the client's."""
+    from cw.replay.live import CLIENT_STALLS_LOG, client_stalls, collect_stalls
+
+    with client_stalls(None, tmp_path) as watch:  # without --log-stalls: nothing
+        assert watch is None
+    assert not (tmp_path / CLIENT_STALLS_LOG).exists()
+    with client_stalls(20 * MS, tmp_path) as watch:
+        t0 = time.perf_counter()
+        total = sum(range(30_000_000))  # one call into C: the GIL is not let go meanwhile
+        held_ms = (time.perf_counter() - t0) * 1e3
+        time.sleep(0.05)
+    assert total > 0 and held_ms > 60, held_ms
+    assert not watch._thread.is_alive() and watch._on_gc not in gc.callbacks
+    lines = (tmp_path / CLIENT_STALLS_LOG).read_text().splitlines()
+    # timestamped as the controller's lines, so that the gathered file sorts by time
+    assert any(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} client stall: Python could not "
+                        r"run for \d+\.\d\d ms", line) for line in lines), lines
+    (tmp_path / "worker-0.log").write_text("2026-01-01 00:00:00,000 cw.stalls WARNING worker "
+                                           "local-0 stall: a loop iteration was busy 3 ms\n")
+    counts = collect_stalls(tmp_path, tmp_path / "all.txt")
+    assert counts == {"client": len(lines), "worker-0": 1}
+    gathered = (tmp_path / "all.txt").read_text().splitlines()
+    assert gathered[0].endswith("busy 3 ms") and len(gathered) == len(lines) + 1
