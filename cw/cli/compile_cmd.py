@@ -45,7 +45,9 @@ def compile_cmd(
                                   help="fp32; tf32 (CUDA, sm_80+): convolutions on tensor "
                                        "cores with TF32 operands, fp32 sums (CUTLASS); or fp16: "
                                        "convolutions and matmuls with fp16 weights and inputs, "
-                                       "fp32 sums. Check either with `cw run --verify`."),
+                                       "fp32 sums (half the weight bytes; on sm_80+ slower than "
+                                       "fp32, whose convolutions are CUTLASS's). Check either "
+                                       "with `cw run --verify`."),
     conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split",
                                    help="CUDA convolutions too small to fill the GPU: auto "
                                         "(split their reduction across thread blocks) or off."),
