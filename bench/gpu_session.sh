@@ -19,7 +19,17 @@
 # and the kernel table after a fix.
 # After editing this script, rehearse a command here (`bash bench/gpu_session_dry.sh close`, ~30 s:
 # every step reached, results.tgz packed and read by close_digest.py) before spending device time.
-# What is left to measure (as of 2026-11-29, stop 53), in 15 minutes of device time. Since stop
+# Stop 61 (2026-11-29, H200) ran `close` and `after-close` (below; docs/benchmarks.md has the
+# results): issue 7's tails and precisions are measured. What is left, in order:
+#   A. `client-stalls` (below; carry [".device", ".gpuclose"], timeout 300, ~3.5 min): Fig. 5 at
+#      10 and 25 ms, as it is and with `clockwork:way-back=1`, now with the replay's own client
+#      watched by --log-stalls ("client stall" lines): are the 3-7 ms spikes on the answers' way
+#      to the client's I/O thread, which left 8-61 answers late by the client's count, the
+#      client process's (GIL, a collection, no core) or not?
+#   B. `kernels-measured` (step 2 below; `stage-cutlass` here first): the measured CUTLASS plans
+#      against the guessed ones side by side (resnet50's batch-16 EXEC: 4.05 ms on 11-27 with the
+#      guess, 3.26 ms on 11-29 with the plans, not in one call).
+# The steps as they stood before stop 61 (as of 2026-11-29, stop 53), in 15 minutes of device time. Since stop
 # 57 `cw profile` times EXEC on the model's weights; every profile and EXEC tail before it ran
 # on the bytes of a fresh pinned buffer (docs/benchmarks.md), so `close`'s tails are the first
 # on the weights: compare them with the older ones knowing that.
@@ -621,6 +631,28 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
       slim_fig5 "$W/close-$label/live.tgz" "$OUT/fig5-$label"
     done
   fi
+  host_facts
+  pack_results
+  ;;
+client-stalls)  # device, carry [".device", ".gpuclose"], timeout 300, ~3.5 min: Fig. 5 at 10 and
+  # 25 ms, as it is and planning for the client's way back, with the replay's own client watched
+  # (--log-stalls: "client stall" lines in each run's stalls.log, counted as `client`). On
+  # 2026-11-29 the answers late by the client's count were mostly late before its I/O thread
+  # took them in, on a way of ~1 ms at p99 and 3-7.6 ms at its maximum: whose spikes?
+  CALL_BUDGET=${CALL_BUDGET:-280}
+  PACK_TO=$OUT OUT=$W/stalls-out
+  close_setup
+  host_facts
+  quick_profile 30
+  pkill -f "cw (serve|replay)" || true
+  for run in "10ms default clockwork" "25ms default clockwork" \
+             "25ms wayback1 clockwork:way-back=1" "10ms wayback1 clockwork:way-back=1"; do
+    read -r slo label sched <<< "$run"
+    SLOS=$slo VARIANTS=0 AZURE=0 REPLAY_FLAGS="--scheduler $sched" CW="python3 -m cw" \
+      step 60 "fig5 $slo, $label" bash bench/live_gpu.sh "$LIVE" "$W/stalls-$label-$slo" cuda \
+      15s 2>&1 | tee "$OUT/live-$label-$slo.txt"
+    slim_fig5 "$W/stalls-$label-$slo/live.tgz" "$OUT/fig5-$label-$slo"
+  done
   host_facts
   pack_results
   ;;

@@ -16,6 +16,9 @@ from cw.serve.telemetry import RequestRow
 
 # the status of a request the controller never answered (the client's, not a RequestStatus)
 NO_ANSWER = "NO_ANSWER"
+# client_view lists this many of the answers late by the client's count (the first ones), each
+# with when it was sent and where its time went, to set against the runs' stall lines
+LATE_ANSWERS_LISTED = 100
 
 
 @dataclass
@@ -79,10 +82,13 @@ def client_rows(answers: Answers, slo_ns: int) -> list[RequestRow]:
     return rows
 
 
-def client_view(rows: list[RequestRow], answers: Answers | None = None) -> dict:
+def client_view(rows: list[RequestRow], answers: Answers | None = None,
+                origin_ns: int = 0) -> dict:
     """Lateness and latency as the client measured them, from its send to its receipt. With
     the `answers` (a controller on this host, whose answers say how long the request took
-    until the answer left: InferResponse.latency_ns), also what the way back took."""
+    until the answer left: InferResponse.latency_ns), also what the way back took, and the
+    first LATE_ANSWERS_LISTED late answers one by one (`sent_s`: seconds after `origin_ns`,
+    the replay's start on the rows' clock)."""
     from cw.replay.summary import percentiles_ms
 
     late = collections.Counter(r.status for r in rows if r.completion_ns > r.deadline_ns)
@@ -93,7 +99,7 @@ def client_view(rows: list[RequestRow], answers: Answers | None = None) -> dict:
     if answers is not None:
         received = answers.received_ns if answers.received_ns is not None \
             else np.zeros(len(rows), dtype=np.int64)
-        way_back, to_thread, in_client = [], [], []
+        way_back, to_thread, in_client, listed = [], [], [], []
         left_in_time = late_when_taken_in = 0
         for r, left_after_ns, received_ns in zip(rows, answers.left_after_ns.tolist(),
                                                  received.tolist()):
@@ -106,6 +112,13 @@ def client_view(rows: list[RequestRow], answers: Answers | None = None) -> dict:
                 to_thread.append(received_ns - r.arrival_ns - left_after_ns)
                 in_client.append(r.completion_ns - received_ns)
                 late_when_taken_in += late_on_the_way and received_ns > r.deadline_ns
+            if r.completion_ns > r.deadline_ns and len(listed) < LATE_ANSWERS_LISTED:
+                listed.append({
+                    "sent_s": round((r.arrival_ns - origin_ns) / 1e9, 6), "model": r.model,
+                    "status": r.status, "left_ms": round(left_after_ns / 1e6, 4),
+                    "taken_in_ms": round((received_ns - r.arrival_ns) / 1e6, 4)
+                    if received_ns > 0 else None,
+                    "answered_ms": round(r.latency_ns / 1e6, 4)})
         # the answer's way from the controller to the client's receipt (and the client's own
         # call before the send's stamp: microseconds); late answers that left in time were
         # late on this way alone: already when the client's I/O thread took them in (ZeroMQ,
@@ -113,6 +126,7 @@ def client_view(rows: list[RequestRow], answers: Answers | None = None) -> dict:
         # them in its poll, and the callbacks)
         view["way_back_ms"] = percentiles_ms(way_back)
         view["late_that_left_in_time"] = left_in_time
+        view["late_answers"] = listed
         if to_thread:
             view["way_to_client_thread_ms"] = percentiles_ms(to_thread)
             view["in_client_ms"] = percentiles_ms(in_client)

@@ -349,6 +349,15 @@ def client_stalls(threshold_ns: int | None, log_dir: Path | None):
         handler.close()
 
 
+def wall_clock_of(monotonic_ns: int) -> str:
+    """A time on this host's monotonic clock as the stall lines write theirs (logging's
+    asctime: local time, milliseconds after a comma)."""
+    wall_ns = time.time_ns() - (time.monotonic_ns() - monotonic_ns)
+    seconds, ns = divmod(wall_ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + \
+        f",{ns // 1_000_000:03d}"
+
+
 def collect_stalls(log_dir: Path, into: Path) -> dict:
     """The stall lines of a replay's controller (its stalls.log), workers (their logs) and own
     client (client.log), in time order, into one file; how many each reported."""
@@ -461,7 +470,11 @@ def run_live(config, generate_arrivals, progress, logs_to: Path | None = None):
                 # the controller's rows end when it sends an answer (and start at the client's
                 # send only where they share a clock): the way back, and any wait before the
                 # controller took a request in, show from the client's side alone
-                extra["client_view"] = client_view(client_rows(answers, config.slo_ns), answers)
+                extra["client_view"] = client_view(client_rows(answers, config.slo_ns), answers,
+                                                   start)
+            # the replay's time 0 as the stall lines write times: where its rows' times and
+            # client_view's late answers meet those lines
+            extra["clock_origin"] = wall_clock_of(start)
             extra["host_cpu"] = host_cpu_delta(cpu_before, host_cpu_counters(),
                                                time.perf_counter_ns() - cpu_since_ns)
         if ctl is not None:

@@ -407,6 +407,10 @@ def test_short_live_replay_over_zeromq_summary_matches_telemetry(cli, cpu_bundle
     # the way back: the client's latency less the controller's, from the same send
     assert 0 < client["way_back_ms"]["p50"] < client["latency_ms"]["p50"], client
     assert 0 <= client["late_that_left_in_time"] <= client["late"]
+    assert len(client["late_answers"]) <= min(client["late"], 100)
+    assert all(x["answered_ms"] > summary["slo_ms"] for x in client["late_answers"])
+    # the replay's time 0 as the stall lines write times (local time, milliseconds)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}", summary["clock_origin"])
     # split where the client's I/O thread took each answer in
     assert 0 <= client["late_when_taken_in"] <= client["late_that_left_in_time"]
     assert 0 < client["way_to_client_thread_ms"]["p50"] <= client["way_back_ms"]["p50"], client

@@ -159,6 +159,15 @@ def test_the_way_back_of_a_late_answer_splits_where_the_clients_thread_took_it_i
     assert view["late_when_taken_in"] == 1  # the second; the third was in time at intake
     assert view["way_to_client_thread_ms"]["max"] == 2.0
     assert view["in_client_ms"]["max"] == 1.0
+    # each late answer listed, sent relative to the replay's start, to set beside stall lines
+    view = client_view(client_rows(answers, slo), answers, origin_ns=-2 * MS)
+    assert view["late_answers"] == [
+        {"sent_s": 0.002, "model": "m", "status": "OK", "left_ms": 9.0, "taken_in_ms": 11.0,
+         "answered_ms": 11.2},
+        {"sent_s": 0.002, "model": "m", "status": "OK", "left_ms": 9.0, "taken_in_ms": 9.5,
+         "answered_ms": 10.5},
+        {"sent_s": 0.002, "model": "m", "status": "OK", "left_ms": 12.0, "taken_in_ms": 13.0,
+         "answered_ms": 13.1}]
     # a sender from before the stamp (or a merge with one): no split, the rest as before
     older = Answers(*[getattr(answers, f) for f in ("sent_ns", "done_ns", "status",
                                                    "batch_size", "simulated", "left_after_ns",
