@@ -18,9 +18,12 @@ import re
 import sys
 import tarfile
 import tempfile
+from datetime import datetime, timedelta
 from pathlib import Path
 
 TAIL_BAR = 1.01  # issue 7: EXEC p99.99 / p50
+STAMP = "%Y-%m-%d %H:%M:%S,%f"  # the stall lines' time, and a replay's `clock_origin`
+NEAR_MS = 10  # stall lines this close to a late answer's receipt are shown with it
 
 
 def _load(path: Path):
@@ -47,6 +50,39 @@ def fig5_rows(root: Path) -> list[dict]:
             "way_back_p99": (c.get("way_back_ms") or {}).get("p99"),
             "client_cores": max(cpu) if cpu else None})
     return rows
+
+
+def late_near_stalls(root: Path, shown: int = 8) -> list[str]:
+    """Each run's first late answers by the client's count (client_view's `late_answers`), each
+    with the stall lines (its stalls.log: controller, workers, the replay's own client) logged
+    within NEAR_MS of its receipt: what held it up, where a line says so."""
+    out = []
+    for f in sorted(root.glob("fig5*/fig5-*/summary.json")):
+        s = _load(f) or {}
+        late = (s.get("client_view") or {}).get("late_answers")
+        if not late or not s.get("clock_origin"):
+            continue
+        origin = datetime.strptime(s["clock_origin"], STAMP)
+        stalls = []
+        try:
+            text = (f.parent / "stalls.log").read_text(errors="replace")
+        except OSError:
+            text = ""
+        for line in text.splitlines():
+            try:
+                stalls.append((datetime.strptime(line[:23], STAMP), line[24:]))
+            except ValueError:
+                continue
+        out.append(f"{f.parent.parent.name}/{f.parent.name}: {len(late)} late answers listed "
+                   f"(stall lines within {NEAR_MS} ms of each receipt)")
+        for a in late[:shown]:
+            got = origin + timedelta(seconds=a["sent_s"], milliseconds=a["answered_ms"])
+            near = [text[:110] for when, text in stalls
+                    if abs((got - when).total_seconds()) * 1e3 <= NEAR_MS]
+            out.append(f"  sent {a['sent_s']:.3f} s {a['status']}: left {a['left_ms']} ms, "
+                       f"taken in {a['taken_in_ms']} ms, answered {a['answered_ms']} ms; "
+                       + ("; ".join(near) if near else "no stall line near"))
+    return out
 
 
 def _when(slowest: list[dict]) -> str:
@@ -115,6 +151,9 @@ def digest(root: Path, out=sys.stdout) -> dict:
               f"{_cell(r['late_client'])} | {_cell(r['left_in_time'])} | "
               f"{_cell(r['late_when_taken_in'])} | {_cell(r['way_back_p99'])} | "
               f"{_cell(r['client_cores'])} |", file=out)
+    near = late_near_stalls(root)
+    if near:
+        print("\n" + "\n".join(near), file=out)
     tails = tail_rows(root)
     print("\n| bundle | EXEC | batch | runs | p50 ms | p99.99 ms | p99.99 / p50 | busy | "
           "slowest (ms @ when) |", file=out)

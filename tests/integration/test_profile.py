@@ -303,7 +303,16 @@ def test_close_digest_reads_what_profile_and_replay_write(cli, bundle, tmp_path)
             "slo_ms": int(run[-4:-2]), "scheduler": "clockwork", "requests": 1000,
             "goodput_rps": 50.0, "late": 0, "client_cpu": {"python": [0.4], "zmq": [0.1]},
             "client_view": {"late": late_client, "late_that_left_in_time": late_client,
-                            "late_when_taken_in": 1, "way_back_ms": {"p99": 1.5}}}))
+                            "late_when_taken_in": 1, "way_back_ms": {"p99": 1.5},
+                            "late_answers": [{"sent_s": 2.0, "model": "m", "status": "OK",
+                                              "left_ms": 9.0, "taken_in_ms": 10.5,
+                                              "answered_ms": 10.6}][:late_client]},
+            "clock_origin": "2026-11-29 21:36:10,000"}))
+    # a stall of the replay's client 4 ms before that answer's receipt (21:36:12.0106), and one
+    # far from it
+    (results / "fig5/fig5-10ms/stalls.log").write_text(
+        "2026-11-29 21:36:12,007 client stall: Python could not run for 5.00 ms\n"
+        "2026-11-29 21:36:13,000 controller stall: a loop iteration was busy 1.2 ms\n")
     out = io.StringIO()
     assert close_digest.digest(results, out)["gpu_tests_passed"] is None  # (not run: no file)
     # pytest's own closing lines, as `pytest -q -rs` ends
@@ -327,6 +336,10 @@ def test_close_digest_reads_what_profile_and_replay_write(cli, bundle, tmp_path)
     assert close_digest.digest(results, io.StringIO())["gpu_tests_passed"] is None
     assert "device: a CPU, for the test" in text
     assert "| fig5/fig5-10ms | clockwork | 1,000 | 50.0 | 0 | 3 | 3 | 1 | 1.5 | 0.4 |" in text
+    # the late answer beside the stall line near its receipt, not the far one
+    assert ("  sent 2.000 s OK: left 9.0 ms, taken in 10.5 ms, answered 10.6 ms; client stall: "
+            "Python could not run for 5.00 ms") in text
+    assert "loop iteration was busy 1.2 ms" not in text
     # one late answer by the client's count at 10 ms: not none late (the way-back run apart)
     assert verdicts["issue5_none_late"] is False
     profile = json.loads(r.out)
