@@ -21,8 +21,8 @@
 # every step reached, results.tgz packed and read by close_digest.py) before spending device time.
 # Stop 61 (2026-11-29, H200) ran `close` and `after-close` (below; docs/benchmarks.md has the
 # results): issue 7's tails and precisions are measured. What is left, in order:
-#   A. `client-stalls` (below; carry [".device", ".gpuclose"], timeout 300, ~3.5 min): Fig. 5 at
-#      10 and 25 ms, as it is and with `clockwork:way-back=1`, now with the replay's own client
+#   A. `client-stalls` (below; carry [".device", ".gpuclose"], timeout 350, ~5 min): Fig. 5 at
+#      all five SLOs, then 10 and 25 ms with `clockwork:way-back=1`, now with the replay's own client
 #      watched by --log-stalls ("client stall" lines): are the 3-7 ms spikes on the answers' way
 #      to the client's I/O thread, which left 8-61 answers late by the client's count, the
 #      client process's (GIL, a collection, no core) or not?
@@ -634,18 +634,21 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
   host_facts
   pack_results
   ;;
-client-stalls)  # device, carry [".device", ".gpuclose"], timeout 300, ~3.5 min: Fig. 5 at 10 and
-  # 25 ms, as it is and planning for the client's way back, with the replay's own client watched
-  # (--log-stalls: "client stall" lines in each run's stalls.log, counted as `client`). On
-  # 2026-11-29 the answers late by the client's count were mostly late before its I/O thread
-  # took them in, on a way of ~1 ms at p99 and 3-7.6 ms at its maximum: whose spikes?
-  CALL_BUDGET=${CALL_BUDGET:-280}
+client-stalls)  # device, carry [".device", ".gpuclose"], timeout 350, ~5 min: Fig. 5 at all
+  # five SLOs with this code (100 and 500 ms last ran on 11-28), then 10 and 25 ms planning for
+  # the client's way back, with the replay's own client watched (--log-stalls: "client stall"
+  # lines in each run's stalls.log, counted as `client`; close_digest.py sets each late answer
+  # beside the lines near its receipt). On 2026-11-29 the answers late by the client's count
+  # were mostly late before its I/O thread took them in, on a way of ~1 ms at p99 and 3-7.6 ms
+  # at its maximum: whose spikes?
+  CALL_BUDGET=${CALL_BUDGET:-330}
   PACK_TO=$OUT OUT=$W/stalls-out
   close_setup
   host_facts
   quick_profile 30
   pkill -f "cw (serve|replay)" || true
-  for run in "10ms default clockwork" "25ms default clockwork" \
+  for run in "10ms default clockwork" "25ms default clockwork" "50ms default clockwork" \
+             "100ms default clockwork" "500ms default clockwork" \
              "25ms wayback1 clockwork:way-back=1" "10ms wayback1 clockwork:way-back=1"; do
     read -r slo label sched <<< "$run"
     SLOS=$slo VARIANTS=0 AZURE=0 REPLAY_FLAGS="--scheduler $sched" CW="python3 -m cw" \
