@@ -328,7 +328,7 @@ def client_stalls(threshold_ns: int | None, log_dir: Path | None):
     log_dir/client.log (collect_stalls counts them as the client's): its I/O thread takes the
     answers in under the same GIL as the sender, on the same machine. On the H200 (stop 61)
     the answers late by the client's count were late mostly before that thread took them in,
-    with spikes of 5-7 ms on that way, which neither the controller's lines nor the workers'
+    with spikes of 3-7.6 ms on that way, which neither the controller's lines nor the workers'
     can explain. The watch thread wakes every millisecond (a few % of a core); with --senders
     the sender processes are not watched."""
     if threshold_ns is None or log_dir is None:
