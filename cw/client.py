@@ -66,6 +66,11 @@ class RequestFailed(CwError):
         super().__init__(f"request {status.name.lower()}: {message}" if message
                          else f"request {status.name.lower()}", hint)
         self.status = status
+        self.reason = message  # the controller's own words
+
+    def __reduce__(self):
+        # whole across a process boundary (a process pool's worker, cw replay's senders)
+        return self.__class__, (self.status, self.reason)
 
 
 class NoAnswer(CwError):

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from cw.cli.app import app, console, print_json, progress_bar
 from cw.compile.compiler import (DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, CompileConfig,
+                                 MAX_AUTO_JOBS,
                                  compile_model)
 from cw.units import format_bytes, parse_batch_sizes, parse_size
 
@@ -59,6 +60,9 @@ def compile_cmd(
                                        "products; weights stored 1.8x / 4x larger; fp32); or "
                                        "cutlass (CUDA, sm_80+: CUTLASS implicit GEMMs on tensor "
                                        "cores, 3xTF32 for fp32 accuracy, NHWC)."),
+    jobs: int = typer.Option(_DEFAULTS.jobs, "--jobs", "-j",
+                             help="Batch sizes built at once (0: one per CPU, at most "
+                                  f"{MAX_AUTO_JOBS}; 1: one at a time, the least memory)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing bundle."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
     verbose: bool = typer.Option(False, "-v", "--verbose",
@@ -79,7 +83,8 @@ def compile_cmd(
                            input_shapes=parse_input_shapes(input_shape or []),
                            tune_dbs=tuple(str(p) for p in tune_db or ()),
                            use_committed_records=not untuned, conv_layout=conv_layout,
-                           precision=precision, conv_split=conv_split, conv_algo=conv_algo)
+                           precision=precision, conv_split=conv_split, conv_algo=conv_algo,
+                           jobs=jobs)
     out = console()
     progress = progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                             TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),

@@ -51,7 +51,7 @@ def demo_cmd(
     compile_cmd(model=onnx_path, output=bundle, target="cpu", arch=None, batch_sizes=batch_sizes,
                 page_size="16MiB", name=model, input_shape=[], tune_db=[], untuned=False,
                 conv_layout="nchwc", precision="fp32", conv_split="auto", conv_algo="direct",
-                force=True, as_json=False, verbose=False)
+                jobs=0, force=True, as_json=False, verbose=False)
     out.rule(f"3/4 cw run {bundle} --input x.npy --verify {onnx_path}")
     x = synthetic_input(open_bundle(bundle).manifest.inputs[0], batch, np.random.default_rng(0))
     np.save(workdir / "x.npy", x)

@@ -240,3 +240,62 @@ def test_demo_compiles_verifies_and_replays(cli, tmp_path):
     assert summary["simulated"] and summary["requests"] > 1000 and summary["late"] == 0
     assert (tmp_path / "demo" / "replay" / "report.html").stat().st_size > 10_000
     assert (tmp_path / "demo" / "mlp" / "manifest.json").is_file()
+
+
+def test_batch_sizes_built_at_once_make_the_bundle_built_one_at_a_time(zoo_onnx, tmp_path):
+    """`--jobs`: kernel libraries built on threads, in any order, are the same bytes as one at a
+    time, listed in batch order; the progress reports each batch size once, in order."""
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = zoo_onnx("small_cnn")
+    events = {}
+    for jobs in (1, 3):
+        seen = events[jobs] = []
+        compile_model(src, tmp_path / f"j{jobs}", CompileConfig(batch_sizes=(1, 2, 4),
+                                                                jobs=jobs),
+                      lambda e, i: seen.append((e, i.get("batch_size") or
+                                                i["kernel"].batch_size))
+                      if e in ("batch_start", "batch_done") else None)
+    one, three = (open_bundle(tmp_path / f"j{j}").manifest for j in (1, 3))
+    assert [k.batch_size for k in three.kernels] == [1, 2, 4] == three.batch_sizes
+    for a, b in zip(one.kernels, three.kernels):
+        assert (tmp_path / "j1" / a.kernel_file).read_bytes() == \
+            (tmp_path / "j3" / b.kernel_file).read_bytes()
+    assert one.files == three.files  # every file's checksum
+    assert events[1] == [(e, b) for b in (1, 2, 4) for e in ("batch_start", "batch_done")]
+    assert [b for e, b in events[3] if e == "batch_done"] == [1, 2, 4]
+    assert [b for e, b in events[3] if e == "batch_start"] == [1, 2, 4]
+
+
+def test_a_build_that_fails_among_others_leaves_nothing(zoo_onnx, tmp_path, monkeypatch):
+    """One batch size's build failing on its thread: one ModelError naming it, the builds under
+    way end before the call returns, and no bundle is left."""
+    import threading
+
+    from cw.compile.compiler import CompileConfig, compile_model
+    from cw.errors import ModelError, UsageError
+    from cw.tvm_env import load_tvm
+
+    tvm = load_tvm()
+    compile_for_real, builds = tvm.compile, []
+
+    def batch_2_fails(mod, *args, **kwargs):
+        if threading.current_thread().name.startswith("cw-compile"):
+            batch = int(mod["main"].params[0].ty.shape[0])
+            builds.append(batch)
+            if batch == 2:
+                raise RuntimeError("injected: LLVM ran out of something")
+        return compile_for_real(mod, *args, **kwargs)
+
+    monkeypatch.setattr(tvm, "compile", batch_2_fails)
+    with pytest.raises(ModelError) as failed:
+        compile_model(zoo_onnx("small_cnn"), tmp_path / "b",
+                      CompileConfig(batch_sizes=(1, 2, 4), jobs=2))
+    assert "at batch size 2: injected: LLVM ran out of something" in failed.value.message
+    assert 1 in builds and 2 in builds  # (and 4 too where it was lowered before the failure)
+    assert not (tmp_path / "b").exists()
+    assert not [t for t in threading.enumerate() if t.name.startswith("cw-compile")]
+    with pytest.raises(UsageError, match="--jobs -1"):
+        CompileConfig(jobs=-1)
+    assert CompileConfig(batch_sizes=(1, 4), jobs=8).build_jobs() == 2
+    assert CompileConfig(batch_sizes=(1, 4), jobs=1).build_jobs() == 1

@@ -76,3 +76,27 @@ def test_how_a_process_ended_in_words():
     assert ended_how(-15) == "was killed by SIGTERM"
     assert ended_how(-9).startswith("was killed by SIGKILL (the out-of-memory killer")
     assert ended_how(-99) == "was killed by signal 99" and ended_how(None) == "is still running"
+
+
+def test_errors_cross_a_process_boundary_whole():
+    """A process pool's worker, or cw replay's sender processes, hand errors back pickled: the
+    class, the message, the hint and a failed request's status must all survive."""
+    import pickle
+
+    from cw.client import NoAnswer, RequestFailed
+    from cw.errors import UsageError
+    from cw.serve.protocol import RequestStatus
+
+    failed = RequestFailed(RequestStatus.UNKNOWN_MODEL, "no worker serves 'resnet50' yet")
+    for error in (failed, RequestFailed(RequestStatus.REJECTED, ""),
+                  UsageError("--slo 0ms: not a duration", "give an SLO like 100ms"),
+                  NoAnswer("no answer within 30 s", "is `cw serve` running there?"),
+                  HostError("disk full", None)):
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error)
+        assert (back.message, back.hint, back.one_line()) == \
+            (error.message, error.hint, error.one_line())
+        assert back.exit_code == error.exit_code
+    back = pickle.loads(pickle.dumps(failed))
+    assert back.status is RequestStatus.UNKNOWN_MODEL
+    assert "retry once its workers have joined" in back.hint  # worked out again, the same
