@@ -21,10 +21,11 @@
 # every step reached, results.tgz packed and read by close_digest.py) before spending device time.
 # Stop 61 (2026-11-29, H200) ran `close` and `after-close` (below; docs/benchmarks.md has the
 # results): issue 7's tails and precisions are measured. What is left, in order:
-#   A. `client-stalls` (below; carry [".device", ".gpuclose"], timeout 350, ~5 min): Fig. 5 at
-#      all five SLOs, then 10 and 25 ms with `clockwork:way-back=1`, now with the replay's own client
-#      watched by --log-stalls ("client stall" lines): are the 3-7 ms spikes on the answers' way
-#      to the client's I/O thread, which left 8-61 answers late by the client's count, the
+#   A. `client-stalls` (below; carry [".device", ".gpuclose"], timeout 380, ~5.5 min): the
+#      Winograd GPU tests (stop 62 changed the input transform), then Fig. 5 at all five SLOs,
+#      then 10 and 25 ms with `clockwork:way-back=1`, now with the replay's own client watched
+#      by --log-stalls ("client stall" lines): are the 3-7 ms spikes on the answers' way to the
+#      client's I/O thread, which left 8-61 answers late by the client's count, the
 #      client process's (GIL, a collection, no core) or not?
 #   B. `kernels-measured` (step 2 below; `stage-cutlass` here first): the measured CUTLASS plans
 #      against the guessed ones side by side (resnet50's batch-16 EXEC: 4.05 ms on 11-27 with the
@@ -634,17 +635,21 @@ close)  # device, carry [".device", ".gpuclose"] (stage-close), timeout 590, ~9.
   host_facts
   pack_results
   ;;
-client-stalls)  # device, carry [".device", ".gpuclose"], timeout 350, ~5 min: Fig. 5 at all
+client-stalls)  # device, carry [".device", ".gpuclose"], timeout 380, ~5.5 min: Fig. 5 at all
   # five SLOs with this code (100 and 500 ms last ran on 11-28), then 10 and 25 ms planning for
   # the client's way back, with the replay's own client watched (--log-stalls: "client stall"
   # lines in each run's stalls.log, counted as `client`; close_digest.py sets each late answer
   # beside the lines near its receipt). On 2026-11-29 the answers late by the client's count
   # were mostly late before its I/O thread took them in, on a way of ~1 ms at p99 and 3-7.6 ms
-  # at its maximum: whose spikes?
-  CALL_BUDGET=${CALL_BUDGET:-330}
+  # at its maximum: whose spikes? First the Winograd GPU tests: stop 62 rewrote the input
+  # transform's bounds checks (the same arithmetic, checked on the CPU; not yet on a GPU).
+  CALL_BUDGET=${CALL_BUDGET:-360}
   PACK_TO=$OUT OUT=$W/stalls-out
   close_setup
   host_facts
+  CW_TEST_CUDA_BUNDLES="$TESTS" step 45 "pytest winograd" python3 -m pytest -q -m gpu \
+    tests/gpu/test_cuda_runtime.py -k winograd -p no:cacheprovider -rs 2>&1 \
+    | tee "$OUT/pytest-gpu.txt"
   quick_profile 30
   pkill -f "cw (serve|replay)" || true
   for run in "10ms default clockwork" "25ms default clockwork" "50ms default clockwork" \
