@@ -17,8 +17,8 @@ from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKern
                        check_model_name, model_name_from,
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
 from cw.compile import (cpu_conv, cpu_kernels, cuda_conv, cutlass_build, cutlass_conv,
-                        cutlass_plans, fast_tvmscript, frontend, normalize, paging, rebatch,
-                        targets, tuning)
+                        cutlass_plans, fast_math, fast_tvmscript, frontend, normalize, paging,
+                        rebatch, targets, tuning)
 from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
                                  check_device_binary)
 from cw.compile.memory import memory_plan
@@ -280,7 +280,7 @@ def legalized(mod, target, fuse: bool = True, conv_split: bool = True, cutlass: 
     names = [_pass_name(p) for p in passes]
     if target.kind.name == "llvm" and "LegalizeOps" in names:
         passes[names.index("LegalizeOps")] = relax.transform.LegalizeOps(
-            {"relax.nn.conv2d": cpu_conv.legalize_conv2d})
+            {"relax.nn.conv2d": cpu_conv.legalize_conv2d, **fast_math.legalizers()})
     if target.kind.name == "cuda" and conv_split and "LegalizeOps" in names:
         sms = cuda_conv.sm_count(str(target.attrs.get("arch", "")))
         passes[names.index("LegalizeOps")] = relax.transform.LegalizeOps(

@@ -291,9 +291,14 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         plain = mod
         try:
             mod, _ = cpu_conv.clip_as_relax_ops(mod)
+            mod, transposed = cpu_conv.transposed_convs_as_convs(mod)
             mod, padded = cpu_conv.pad_conv_channels(mod, conv_block)
             layout = functools.partial(cpu_conv.conv_layout, widest=conv_block)
             mod = relax.transform.ConvertLayout({}, layout_cb=layout)(mod)
+            if transposed:
+                onnx_model.notes.append(
+                    f"{transposed} transposed convolution{'s' * (transposed != 1)} as "
+                    "convolutions and a depth-to-space")
             if padded:
                 onnx_model.notes.append(
                     f"{padded} convolution{'s' * (padded != 1)} with output channels in no "

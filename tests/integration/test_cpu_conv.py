@@ -304,3 +304,51 @@ def test_relu6_between_convs_keeps_the_blocked_layout(tmp_path, computed_bound):
     x = random_input((1, 8, 12, 12), seed=4) * 3
     out = LocalModel(tmp_path / "b").run([x])[0]
     assert max_relative_error(out, onnx_reference(onnx_path, [x])[0]) < 1e-5
+
+
+def _conv_transpose_onnx(path, c, oc, k, stride, pad=0, groups=1, bias=True):
+    """Conv (so that the transposed conv's input comes blocked) -> ConvTranspose -> ReLU."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(random_input((c, c, 3, 3), seed=1), "w0"),
+             numpy_helper.from_array(random_input((c, oc // groups, k, k), seed=2), "w")]
+    inputs = ["c0", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(random_input((oc,), seed=3), "b"))
+        inputs.append("b")
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("ConvTranspose", inputs, ["t"], strides=[stride, stride],
+                              pads=[pad] * 4, group=groups),
+             helper.make_node("Relu", ["t"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "upsample", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                          ["N", c, 10, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("c,oc,k,stride,pad,groups,bias,rewritten", [
+    (24, 24, 2, 2, 0, 1, True, True),     # PP-OCR DBNet's 2x upsampling
+    (16, 5, 3, 3, 0, 1, False, True),     # output channels in no block, a 3x3 filter
+    (16, 8, 4, 2, 1, 1, True, True),      # overlapping windows (GAN and U-Net decoders)
+    (8, 8, 3, 2, 1, 1, True, True),       # a filter no multiple of the stride
+    (8, 16, 5, 1, 2, 1, False, True),     # stride 1: a plain conv with its filter flipped
+    (16, 16, 2, 2, 0, 2, True, False),    # grouped: TVM's own loops
+])
+def test_transposed_convolutions_agree_with_onnxruntime(tmp_path, c, oc, k, stride, pad, groups,
+                                                        bias, rewritten):
+    onnx_path = _conv_transpose_onnx(tmp_path / "m.onnx", c, oc, k, stride, pad, groups, bias)
+    m = compile_model(onnx_path, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    notes = [n for n in m.notes if "transposed convolution" in n]
+    assert notes == (["1 transposed convolution as convolutions and a depth-to-space"]
+                     if rewritten else []), m.notes
+    assert not any("kept in NCHW" in n for n in m.notes), m.notes
+    model = LocalModel(tmp_path / "b")
+    for batch in (1, 3):
+        x = random_input((batch, c, 10, 12), seed=batch)
+        out = model.run([x])[0]
+        assert out.shape == (batch, oc, 9 * stride + k - 2 * pad, 11 * stride + k - 2 * pad)
+        assert max_relative_error(out, onnx_reference(onnx_path, [x])[0]) < 1e-5

@@ -1,0 +1,111 @@
+"""Vectorized exp, sigmoid, tanh, erf and softmax for CPU kernels.
+
+TVM lowers these float32 functions on LLVM targets to libm calls (`expf`, `erff`; tanh and
+sigmoid through `expf`), one scalar call per element even inside a vectorized loop: LLVM has no
+vector libm to call. YOLOX-Nano's 110 SiLUs (`x * sigmoid(x)`, fused into its convolutions'
+epilogues) made its 1x1 convolutions several times slower than their multiply-adds, and every
+softmax of a transformer paid the same per score. TVM's topi has polynomial versions made of
+multiply-adds and bit shifts (Cephes' exp, Eigen's rational tanh and erf), which LLVM vectorizes
+with the rest of the kernel; onnxruntime's CPU kernels use approximations of the same kind.
+Their error is a few units in the last place (tests/unit/test_fast_math.py measures it against
+numpy's float64 over the whole float32 range that matters).
+
+Applied when the graph is legalized for a CPU target (compiler.legalized), so that `cw tune`
+extracts and measures the very kernels that `cw compile` builds. CUDA keeps TVM's lowering:
+its `expf` is a fast device function already. Other dtypes keep TVM's lowering too.
+"""
+
+from __future__ import annotations
+
+FUNCTIONS = ("relax.exp", "relax.sigmoid", "relax.tanh", "relax.erf", "relax.nn.softmax")
+
+
+def _float32(call) -> bool:
+    return getattr(call.args[0].ty, "dtype", None) == "float32"
+
+
+def _instantiate(expr, placeholder, value):
+    """`expr`, a topi function's value at one element of `placeholder`, with the reads of that
+    element replaced by `value` (reads of the function's own intermediate tensors followed).
+    topi's functions take whole tensors, and their formulas read the input several times: in
+    a fused kernel, whatever computes the input is inlined at each read (ultraface's box
+    decoder of slices, transposes and a concatenation went from 0.3 to 0.8 ms that way)."""
+    from tvm import tirx
+    from tvm.tirx import expr as E
+
+    if isinstance(expr, (E.FloatImm, E.IntImm)):
+        return expr
+    if isinstance(expr, E.Cast):
+        return tirx.Cast(str(expr.ty), _instantiate(expr.value, placeholder, value))
+    if isinstance(expr, E.BinaryOpExpr):
+        return type(expr)(_instantiate(expr.a, placeholder, value),
+                          _instantiate(expr.b, placeholder, value))
+    if isinstance(expr, E.Select):
+        return tirx.Select(*(_instantiate(e, placeholder, value) for e in
+                             (expr.condition, expr.true_value, expr.false_value)))
+    op = getattr(getattr(expr, "op", None), "name", None)
+    if op == "te.tensor_load":
+        tensor = expr.args[0]
+        if tensor.same_as(placeholder):
+            return value
+        return _instantiate(tensor.op.body[0], placeholder, value)
+    if op is not None:
+        return tirx.call_intrin(str(expr.ty), expr.op,
+                                *(_instantiate(a, placeholder, value) for a in expr.args))
+    raise TypeError(f"fast_math: unexpected {type(expr).__name__} in a topi formula")
+
+
+def _formula(topi_fn):
+    """value -> `topi_fn`'s formula at `value` (a float32 expression)."""
+    from tvm import te
+
+    placeholder = te.placeholder((1,), "float32", "x")
+    body = topi_fn(placeholder).op.body[0]
+    return lambda value: _instantiate(body, placeholder, value)
+
+
+def _elementwise(formula, name: str):
+    """A TE function computing `formula` (float32 expression -> expression) per element, with
+    its input read once (bound by a Let)."""
+    from tvm import te, tirx
+
+    def compute(x):
+        def element(*i):
+            v = tirx.Var("v", "float32")
+            return tirx.Let(v, x(*i), formula(v))
+        return te.compute(x.shape, element, name=name)
+    return compute
+
+
+def legalizers() -> dict:
+    """LegalizeOps' custom map: float32 calls of these functions as vectorizable kernels, the
+    rest (fp16 after --precision fp16, float64) as TVM legalizes them."""
+    from tvm import tirx, topi
+    from tvm.ir import Op
+
+    default = {name: Op.get(name).get_attr("FLegalize") for name in FUNCTIONS}
+    exp, tanh, erf = (_formula(f) for f in (topi.fast_exp, topi.fast_tanh, topi.fast_erf))
+    # sigmoid as 1 / (1 + e^-v): e^-v is inf for v < -88 (1 / inf = 0) and 0 for large v.
+    # erf's formula clamps v to [-4, 4] first, which would turn NaN into a number.
+    unary = {"relax.exp": exp, "relax.sigmoid": lambda v: 1.0 / (1.0 + exp(-v)),
+             "relax.tanh": tanh, "relax.erf": lambda v: tirx.Select(tirx.isnan(v), v, erf(v))}
+
+    def make_unary(name):
+        hint = name.removeprefix("relax.")
+        te_fn = _elementwise(unary[name], hint)
+
+        def legalize(bb, call):
+            if not _float32(call):
+                return default[name](bb, call)
+            return bb.call_te(te_fn, call.args[0], primfunc_name_hint=hint)
+        return legalize
+
+    def softmax(bb, call):
+        if not _float32(call):
+            return default["relax.nn.softmax"](bb, call)
+        return bb.call_te(topi.nn.fast_softmax, call.args[0], int(call.attrs.axis),
+                          primfunc_name_hint="softmax")
+
+    table = {name: make_unary(name) for name in unary}
+    table["relax.nn.softmax"] = softmax
+    return table
