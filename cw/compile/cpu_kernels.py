@@ -25,6 +25,10 @@ MAX_VECTOR_LOOP = 64
 # from this many rows on, a product's sums are kept in registers (_register_tiled); below, a
 # classifier at batch 1-4 ran 5-12 % slower that way
 REGISTER_TILE_MIN_ROWS = 8
+# K per block of a product by a packed W (_register_tiled): 256 x 2 AVX2 vectors = 16 KiB of
+# panel, half of L1. 128 x 768 x 3072 on 2 EPYC cores, 4-row tiles: 81-86 GFLOP/s unblocked,
+# 93-97 in blocks of 128, 97-107 of 256, 84-85 of 512 (onnxruntime's MLAS: 124)
+K_BLOCK = 256
 
 
 def schedule_elementwise(func):
@@ -111,10 +115,17 @@ def schedule_matmul(func):
     (_register_tiled). None for any other kernel."""
     from tvm import s_tir, tirx
 
+    from cw.compile.cpu_matmul import PACKED_BLOCK
+
     sch = s_tir.Schedule(func)
-    try:
-        matmul = sch.get_sblock("matmul")
-    except s_tir.ScheduleError:
+    matmul = packed = None
+    for name in ("matmul", PACKED_BLOCK):
+        try:
+            matmul, packed = sch.get_sblock(name), name == PACKED_BLOCK
+            break
+        except s_tir.ScheduleError:
+            continue
+    if matmul is None:
         return None
     loops = sch.get_loops(matmul)
     block = sch.get(matmul)
@@ -129,12 +140,15 @@ def schedule_matmul(func):
     j_var, k_var = (iv.var for iv in block.iter_vars[-2:])
     # W read as W[b..., k, j]: rows contiguous along N (not the transposed K-contiguous layout),
     # its b... a prefix of the loops (the batch of products); the rest of the loops are rows
-    batch = _weight_batch(block, lead_vars, k_var, j_var)
-    if batch is None or batch == len(lead_vars):
-        return None
     n = int(extents[-2])
-    chunk = next((c for c in (64, 32, 16, 8) if n % c == 0), None)
-    if chunk is None:
+    if packed:  # W in panels [N / b, K, b] (cpu_matmul): tiles of exactly one panel's columns
+        widths = [int(r.source.shape[-1]) for r in block.reads
+                  if len(r.region) == 3 and r.region[1].min.same_as(k_var)]
+        batch, chunk = 0, (widths[0] if len(widths) == 1 else None)
+    else:
+        batch = _weight_batch(block, lead_vars, k_var, j_var)
+        chunk = next((c for c in (64, 32, 16, 8) if n % c == 0), None)
+    if batch is None or batch == len(lead_vars) or chunk is None:
         return None
     *lead, j, k = loops
     products, row_loops = lead[:batch], lead[batch:]
@@ -142,13 +156,18 @@ def schedule_matmul(func):
     # TVM then ran the epilogue over rows not yet summed (wrong results); and exact tiles (a
     # guarded partial one made the loop 8x slower)
     last, depth = int(extents[-3]), int(extents[-1])
-    # up to 16 sums (AVX2's registers, all of them; LLVM keeps them there): 8 rows x 2 vectors
-    # where K is long enough to pay for them, else 4 (attention's K of 64: 4 rows faster)
-    most = 8 if depth >= 256 else 4
+    if packed:
+        most = _packed_tile_rows()
+    else:
+        # up to 16 sums: 8 rows x 2 vectors where K is long enough to pay for them, else 4
+        # (attention's K of 64: 4 rows faster)
+        most = 8 if depth >= 256 else 4
     tile = next(t for t in range(most, 0, -1) if last % t == 0)
     if last >= REGISTER_TILE_MIN_ROWS and tile > 1:
         return _register_tiled(sch, matmul, [*products, *row_loops[:-1]], row_loops[-1], tile,
-                               j, k, n)
+                               j, k, n, chunk if packed else None,
+                               K_BLOCK if packed and depth > K_BLOCK and depth % K_BLOCK == 0
+                               else None)
     i = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
     jo, ji = sch.split(j, [None, chunk])
     sch.reorder(*products, jo, k, i, ji)
@@ -162,25 +181,52 @@ def schedule_matmul(func):
     return sch
 
 
-def _register_tiled(sch, matmul, outer_loops, i, tile: int, j, k, n: int):
+def _packed_tile_rows() -> int:
+    """Rows of a tile over a packed W's panel (two vectors wide): 8 where AVX-512's 32 vector
+    registers hold their 16 sums, else 4. AVX2 has 16 registers: 16 sums left none for W's two
+    vectors and the broadcast, and LLVM kept 4 of them on the stack (a load and a store each
+    per k; 128 x 768 x 3072 on 2 EPYC cores: 80-83 GFLOP/s in 8-row tiles, 97-107 in 4-row)."""
+    from tvm.target import Target
+
+    from cw.compile.cpu_conv import WIDE_BLOCK, widest_block
+
+    target = Target.current(allow_none=True)
+    return 8 if target is not None and widest_block(target) == WIDE_BLOCK else 4
+
+
+def _register_tiled(sch, matmul, outer_loops, i, tile: int, j, k, n: int,
+                    chunk: int | None = None, k_block: int | None = None):
     """`i` in tiles of `tile` rows whose sums stay in registers: rows x one or two vectors of N
     (of `n`), run in parallel with `outer_loops` and the chunks of N; for each k one
     load of W's vectors, a broadcast per row and one FMA per row and vector, the sums written
     once at the end (the schedule above loads and stores them for every k). Side by side on a
     2-core AVX2 EPYC: BERT-base's linear layers x0.66-0.71 of the time, attention's products
     x0.54-0.59, a classifier at batch 16 x0.61 (docs/benchmarks.md). None where the epilogue
-    does not fuse."""
+    does not fuse.
+
+    `k_block` (a packed W, cpu_matmul): K in blocks of that many, each block's part of the
+    panel (k_block x 2 vectors: 16 KiB for AVX2) read by every tile of rows while it stays in
+    L1, the tiles' sums kept in a local buffer across blocks (as MLAS and BLIS do). Without it,
+    each tile streamed the whole panel from L2 (BERT-base's 3072 x 768: 192 KiB)."""
     from tvm.target import Target
 
     from cw.compile.cpu_conv import widest_block
 
-    target = Target.current(allow_none=True)  # (cw compiles under its target)
-    lanes = widest_block(target) if target is not None else 8
-    chunk = next(c for c in (2 * lanes, lanes, 8) if n % c == 0)  # (the caller checked 8)
+    if chunk is None:  # (a packed W's panel sets it)
+        target = Target.current(allow_none=True)  # (cw compiles under its target)
+        lanes = widest_block(target) if target is not None else 8
+        chunk = next(c for c in (2 * lanes, lanes, 8) if n % c == 0)  # (the caller checked 8)
     io, ii = sch.split(i, [None, tile])
     jo, ji = sch.split(j, [None, chunk])
-    sch.reorder(*outer_loops, jo, io, k, ii, ji)
-    outer = sch.fuse(*outer_loops, jo, io)
+    if k_block:
+        ko, ki = sch.split(k, [None, k_block])
+        sch.reorder(*outer_loops, jo, ko, io, ki, ii, ji)
+        outer = sch.fuse(*outer_loops, jo)
+        first_k = ko
+    else:
+        sch.reorder(*outer_loops, jo, io, k, ii, ji)
+        outer = sch.fuse(*outer_loops, jo, io)
+        first_k = k
     sums = sch.cache_write(matmul, 0, "local")
     sch.reverse_compute_at(sums, outer)
     if not fuse_epilogue(sch, sums, outer):
@@ -188,7 +234,7 @@ def _register_tiled(sch, matmul, outer_loops, i, tile: int, j, k, n: int):
     sch.parallel(outer)
     sch.unroll(ii)
     sch.vectorize(ji)
-    sch.decompose_reduction(matmul, k)
+    sch.decompose_reduction(matmul, first_k)
     return sch
 
 

@@ -309,6 +309,12 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
             first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
             onnx_model.notes.append("convolutions kept in NCHW, without cw's NCHWc schedule: "
                                     f"TVM's layout conversion failed ({first[:120]})")
+    if conv_block and not fp16:
+        from cw.compile import cpu_matmul
+
+        # after the layout conversion (a product by a packed matrix is a kernel call it cannot
+        # see through), before lifting (the packing is lifted)
+        mod, packed = cpu_matmul.pack_weights(mod, conv_block)
     if fp16:
         # before lifting: the weights' casts to fp16 are then lifted with the rest, so the
         # bundle stores fp16 weights (half the bytes to LOAD) instead of casting on every run

@@ -14,9 +14,10 @@ from __future__ import annotations
 from cw.tvm_env import load_tvm
 
 
-def rewrite_calls(mod, replacement):
+def rewrite_calls(mod, replacement, with_builder: bool = False):
     """`mod` with each call in its main function that `replacement` gives an expression for
-    replaced by it (None: kept); and how many were."""
+    replaced by it (None: kept); and how many were. `with_builder`: `replacement(call,
+    builder)`, for replacements that add kernels (builder.call_te)."""
     tvm = load_tvm()
     from tvm import relax
 
@@ -26,18 +27,19 @@ def rewrite_calls(mod, replacement):
     class Rewriter(relax.PyExprMutator):
         def visit_call_(self, call):
             call = self.visit_expr_post_order(call)
-            new = replacement(call)
+            new = replacement(call, self.builder_) if with_builder else replacement(call)
             if new is None:
                 return call
             replaced.append(call)
             return new
 
-    new_main = Rewriter(mod).visit_expr(mod["main"])
+    rewriter = Rewriter(mod)
+    new_main = rewriter.visit_expr(mod["main"])
     if not replaced:
         return mod, 0
-    functions = dict(mod.functions)
-    functions[mod.get_global_var("main")] = new_main
-    return tvm.IRModule(functions, attrs=mod.attrs), len(replaced)
+    # the builder's module: mod's functions and any kernel a replacement added
+    rewriter.builder_.update_func(mod.get_global_var("main"), new_main)
+    return tvm.IRModule(dict(rewriter.builder_.get().functions), attrs=mod.attrs), len(replaced)
 
 
 def bounded_takes(mod):
