@@ -144,10 +144,13 @@ def test_a_classifiers_matmul_reads_its_weights_row_by_row(batch, k, n):
     np.testing.assert_allclose(y, x @ w + b, rtol=1e-5, atol=1e-5)
 
 
-def _linear(lead, k, n):
-    """A transformer's linear layer: relu(x @ W + b) with x [*lead, K], one W K x N."""
+def _linear(lead, k, n, packed=False):
+    """A transformer's linear layer: relu(x @ W + b) with x [*lead, K], one W K x N; with
+    `packed`, W in panels (cw/compile/cpu_matmul.py, for AVX2's 8 lanes)."""
     tvm = load_tvm()
     from tvm import relax
+
+    from cw.compile import cpu_matmul
 
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((*lead, k), "float32"))
@@ -158,10 +161,29 @@ def _linear(lead, k, n):
             y = bb.emit(relax.op.add(relax.op.matmul(x, w), b))
             y = bb.emit_output(bb.emit(relax.op.nn.relu(y)))
         bb.emit_func_output(y)
+    mod = bb.get()
+    if packed:
+        mod, count = cpu_matmul.pack_weights(mod, lanes=8)
+        assert count == 1
     target = targets.tvm_target("cpu", targets.default_cpu_arch())
     with target:
-        fused, _ = legalized(bb.get(), target)
+        fused, _ = legalized(mod, target)
     return tvm, target, fused
+
+
+def _loop_kinds_and_extents(sch, block: str):
+    loops = sch.get_loops(sch.get_sblock(block))
+    return [sch.get(loop).kind for loop in loops], [int(sch.get(loop).extent) for loop in loops]
+
+
+def _assert_computes_the_linear_layer(tvm, target, scheduled, lead, k, n, seed):
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
+    rng = np.random.default_rng(seed)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((*lead, k), (k, n), (n,)))
+    y = vm["main"](*[tvm.runtime.tensor(v) for v in (x, w, b)]).numpy()
+    np.testing.assert_allclose(y, np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("lead,k,n,tile,chunk", [
@@ -174,15 +196,13 @@ def _linear(lead, k, n):
     ((16,), 32, 24, 4, 8),       # a classifier at batch 16
 ])
 def test_a_linear_layers_sums_stay_in_registers(lead, k, n, tile, chunk):
-    from tvm import relax, tirx
+    from tvm import tirx
 
     tvm, target, fused = _linear(lead, k, n)
     (func,) = [f for name, f in _kernels(fused).items() if "matmul" in name]
     sch = cpu_kernels.schedule_matmul(func)
     assert sch is not None
-    loops = sch.get_loops(sch.get_sblock("matmul_update"))
-    kinds = [sch.get(loop).kind for loop in loops]
-    extents = [int(sch.get(loop).extent) for loop in loops]
+    kinds, extents = _loop_kinds_and_extents(sch, "matmul_update")
     rows = int(np.prod(lead))
     # (chunks of N x tiles of rows) in parallel, then k, then a tile's rows unrolled, then a
     # chunk in vectors (AVX2's 8 lanes: the test schedules outside a target); the sums in a
@@ -198,11 +218,7 @@ def test_a_linear_layers_sums_stay_in_registers(lead, k, n, tile, chunk):
         assert '"local"' in sch.mod["main"].script()
     scheduled, count = cpu_kernels.schedule_kernels(fused)
     assert count == 1
-    vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
-    rng = np.random.default_rng(2)
-    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((*lead, k), (k, n), (n,)))
-    y = vm["main"](*[tvm.runtime.tensor(v) for v in (x, w, b)]).numpy()
-    np.testing.assert_allclose(y, np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-4)
+    _assert_computes_the_linear_layer(tvm, target, scheduled, lead, k, n, seed=2)
 
 
 @pytest.mark.parametrize("a_shape,b_shape,scaled", [
@@ -274,33 +290,17 @@ def test_a_packed_weight_matrix_is_read_one_panel_at_a_time(lead, k, n, width, t
     """W [K, N] as panels [N / b, K, b] (cw/compile/cpu_matmul.py): the product is scheduled
     as the row-major one is, each tile's columns one panel (4 rows: the test schedules outside
     a target, so for AVX2), K in blocks where it is long, and computes x @ W."""
-    from tvm import relax, tirx
+    from tvm import tirx
 
     from cw.compile import cpu_matmul
 
-    tvm = load_tvm()
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((*lead, k), "float32"))
-    w = relax.Var("w", relax.TensorType((k, n), "float32"))
-    b = relax.Var("b", relax.TensorType((n,), "float32"))
-    with bb.function("main", [x, w, b]):
-        with bb.dataflow():
-            y = bb.emit(relax.op.add(relax.op.matmul(x, w), b))
-            y = bb.emit_output(bb.emit(relax.op.nn.relu(y)))
-        bb.emit_func_output(y)
-    packed, count = cpu_matmul.pack_weights(bb.get(), lanes=8)
-    assert count == 1
-    target = targets.tvm_target("cpu", targets.default_cpu_arch())
-    with target:
-        fused, _ = legalized(packed, target)
+    tvm, target, fused = _linear(lead, k, n, packed=True)
     (func,) = [f for name, f in _kernels(fused).items() if "matmul" in name]
     shapes = [tuple(int(d) for d in param.shape) for param in func.params]
     assert (n // width, k, width) in shapes  # the panels
     sch = cpu_kernels.schedule_matmul(func)
     assert sch is not None
-    loops = sch.get_loops(sch.get_sblock(cpu_matmul.PACKED_BLOCK + "_update"))
-    kinds = [sch.get(loop).kind for loop in loops]
-    extents = [int(sch.get(loop).extent) for loop in loops]
+    kinds, extents = _loop_kinds_and_extents(sch, cpu_matmul.PACKED_BLOCK + "_update")
     rows = int(np.prod(lead))
     if tile is None:
         assert kinds == [tirx.ForKind.PARALLEL, tirx.ForKind.SERIAL, tirx.ForKind.SERIAL,
@@ -318,11 +318,7 @@ def test_a_packed_weight_matrix_is_read_one_panel_at_a_time(lead, k, n, width, t
                          tirx.ForKind.VECTORIZED]
         assert extents == [(n // width) * (rows // tile), k, tile, width]
     scheduled, _ = cpu_kernels.schedule_kernels(fused)
-    vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
-    rng = np.random.default_rng(4)
-    xv, wv, bv = (rng.standard_normal(s).astype(np.float32) for s in ((*lead, k), (k, n), (n,)))
-    y = vm["main"](*[tvm.runtime.tensor(v) for v in (xv, wv, bv)]).numpy()
-    np.testing.assert_allclose(y, np.maximum(xv @ wv + bv, 0), rtol=1e-5, atol=1e-4)
+    _assert_computes_the_linear_layer(tvm, target, scheduled, lead, k, n, seed=4)
 
 
 def test_bundles_store_weight_matrices_in_panels(tmp_path):
@@ -356,3 +352,73 @@ def test_bundles_store_weight_matrices_in_panels(tmp_path):
         x = rng.standard_normal((batch, 12, 64)).astype(np.float32)
         out = model.run([x])[0]
         assert max_relative_error(out, onnx_reference(path, [x])[0]) < 1e-5
+
+
+@pytest.mark.parametrize("op,shape,rows", [
+    ("softmax", (12, 128, 128), 12 * 128),   # BERT-base's attention scores
+    ("layer_norm", (1, 128, 768), 128),
+    ("mean", (1, 12, 160, 160, 8), 12 * 8),  # a global average pool over NCHW8c (PP-OCR's SE)
+    ("max_pool", (1, 16, 13, 13, 8), 16),    # padded: rows stop at the channel blocks
+    ("softmax", (4, 100), None),             # 400 values: one thread
+    ("mean", (1, 160, 7, 7, 8), None),       # MobileNetV2's global average pool at batch 1
+])
+def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
+    """Kernels no other schedule takes keep TVM's loops, every step computed at the rows of
+    the last (the leading loops all steps share), rows in parallel; and still compute what
+    numpy does."""
+    from tvm import relax, tirx
+
+    tvm = load_tvm()
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    params = [x]
+    if op == "layer_norm":
+        gamma = relax.Var("g", relax.TensorType(shape[-1:], "float32"))
+        beta = relax.Var("b", relax.TensorType(shape[-1:], "float32"))
+        params += [gamma, beta]
+    with bb.function("main", params):
+        with bb.dataflow():
+            if op == "softmax":
+                y = relax.op.nn.softmax(x, axis=-1)
+            elif op == "layer_norm":
+                y = relax.op.nn.layer_norm(x, gamma, beta, axes=[-1])
+            elif op == "mean":
+                y = relax.op.mean(x, axis=[2, 3], keepdims=True)
+            else:
+                y = relax.op.nn.max_pool2d(x, pool_size=5, strides=1, padding=2,
+                                           layout="NCHW8c")
+            y = bb.emit_output(bb.emit(y))
+        bb.emit_func_output(y)
+    target = targets.tvm_target("cpu", targets.default_cpu_arch())
+    with target:
+        fused, _ = legalized(bb.get(), target)
+    (func,) = _kernels(fused).values()
+    sch = cpu_kernels.schedule_rows(func)
+    assert (sch is not None) == (rows is not None)
+    scheduled, count = cpu_kernels.schedule_kernels(fused)
+    assert count == (rows is not None)
+    if rows is not None:
+        steps = sch.get_child_blocks(sch.get_sblock("root"))
+        outers = [sch.get(sch.get_loops(step)[0]) for step in steps]
+        assert len(steps) >= 2 and all(o.same_as(outers[0]) for o in outers)  # one loop nest
+        assert outers[0].kind == tirx.ForKind.PARALLEL and int(outers[0].extent) == rows
+    rng = np.random.default_rng(6)
+    values = [rng.standard_normal(shape).astype(np.float32)]
+    if op == "layer_norm":
+        values += [rng.standard_normal(shape[-1:]).astype(np.float32) for _ in range(2)]
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
+    y = vm["main"](*[tvm.runtime.tensor(v) for v in values]).numpy()
+    v = values[0].astype(np.float64)
+    if op == "softmax":
+        e = np.exp(v - v.max(axis=-1, keepdims=True))
+        ref = e / e.sum(axis=-1, keepdims=True)
+    elif op == "layer_norm":
+        ref = (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-5) \
+            * values[1] + values[2]
+    elif op == "mean":
+        ref = v.mean(axis=(2, 3), keepdims=True)
+    else:
+        padded = np.pad(v, ((0, 0), (0, 0), (2, 2), (2, 2), (0, 0)), constant_values=-np.inf)
+        ref = np.max([padded[:, :, i:i + 13, j:j + 13] for i in range(5) for j in range(5)],
+                     axis=0)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
