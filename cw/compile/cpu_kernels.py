@@ -35,16 +35,24 @@ ROWS_MIN_ITERATIONS = 1 << 17
 K_BLOCK = 256
 
 
+def _steps(func):
+    """A schedule of `func` and its steps (the blocks under its root; none where it has no
+    root block)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    try:
+        return sch, sch.get_child_blocks(sch.get_sblock("root"))
+    except s_tir.ScheduleError:
+        return sch, []
+
+
 def schedule_elementwise(func):
     """`func` scheduled as one parallel, vectorized pass, or None when it is not a kernel of
     static spatial blocks that inline into its last one."""
     from tvm import s_tir, tirx
 
-    sch = s_tir.Schedule(func)
-    try:
-        blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    except s_tir.ScheduleError:
-        return None
+    sch, blocks = _steps(func)
     if not blocks:
         return None
     for block in blocks:
@@ -268,11 +276,7 @@ def schedule_rows(func):
     where no such rows exist or the kernel is too small to pay for the thread pool."""
     from tvm import s_tir, tirx
 
-    sch = s_tir.Schedule(func)
-    try:
-        blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    except s_tir.ScheduleError:
-        return None
+    sch, blocks = _steps(func)
     if not blocks:
         return None
     leads, total = [], 0
