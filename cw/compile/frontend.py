@@ -315,6 +315,9 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         # after the layout conversion (a product by a packed matrix is a kernel call it cannot
         # see through), before lifting (the packing is lifted)
         mod, packed = cpu_matmul.pack_weights(mod, conv_block)
+        if packed:
+            onnx_model.notes.append(f"{packed} weight matri{'ces' if packed != 1 else 'x'} "
+                                    "stored in column panels for the CPU's matrix products")
     if fp16:
         # before lifting: the weights' casts to fp16 are then lifted with the rest, so the
         # bundle stores fp16 weights (half the bytes to LOAD) instead of casting on every run

@@ -345,6 +345,7 @@ def test_bundles_store_weight_matrices_in_panels(tmp_path):
                                 ir_version=8), path)
     m = compile_model(path, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
     shapes = sorted(tuple(t.shape) for t in m.weights.tensors)
+    assert "1 weight matrix stored in column panels for the CPU's matrix products" in m.notes
     # panels of 16 columns: two AVX2 vectors, or one AVX-512 vector (two do not divide 48)
     assert shapes == sorted([(3, 64, 16), (48, 10)]), shapes
     model = LocalModel(tmp_path / "b")
