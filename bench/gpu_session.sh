@@ -21,6 +21,10 @@
 # every step reached, results.tgz packed and read by close_digest.py) before spending device time.
 # Stop 61 (2026-11-29, H200) ran `close` and `after-close` (below; docs/benchmarks.md has the
 # results): issue 7's tails and precisions are measured. What is left, in order:
+#   0. Since stop 64 `stage-close`'s test bundles include mobilenetv2-12-int8 (CUDA, with
+#      its reference outputs beside it, ~4 MiB more): run `stage-close` again first; a
+#      .gpuclose older than 2026-11-30 06:00 UTC lacks it (`client-stalls`'s first step then
+#      fails that test for want of its bundle).
 #   A. `client-stalls` (below; carry [".device", ".gpuclose"], timeout 380, ~5.5 min): the
 #      Winograd GPU tests (stop 62 changed the input transform), then Fig. 5 at all five SLOs,
 #      then 10 and 25 ms with `clockwork:way-back=1`, now with the replay's own client watched
@@ -647,8 +651,9 @@ client-stalls)  # device, carry [".device", ".gpuclose"], timeout 380, ~5.5 min:
   PACK_TO=$OUT OUT=$W/stalls-out
   close_setup
   host_facts
-  CW_TEST_CUDA_BUNDLES="$TESTS" step 45 "pytest winograd" python3 -m pytest -q -m gpu \
-    tests/gpu/test_cuda_runtime.py -k winograd -p no:cacheprovider -rs 2>&1 \
+  # (and the int8 model's integers on the GPU: stop 64)
+  CW_TEST_CUDA_BUNDLES="$TESTS" step 60 "pytest winograd, quantized" python3 -m pytest -q \
+    -m gpu tests/gpu/test_cuda_runtime.py -k "winograd or quantized" -p no:cacheprovider -rs 2>&1 \
     | tee "$OUT/pytest-gpu.txt"
   quick_profile 30
   pkill -f "cw (serve|replay)" || true

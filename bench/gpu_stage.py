@@ -121,7 +121,30 @@ TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
                 ("small_cnn", (1, 4), "fp16"), ("late_cnn", (1, 4), "direct"),
                 ("small_cnn", (1, 4), "winograd2"), ("small_cnn", (1, 4), "winograd4"),
                 ("small_cnn", (1, 4), "cutlass"), ("late_cnn", (1, 4), "cutlass"),
-                ("small_cnn", (1, 4), "tf32"), ("small_bert", (1, 4), "fp32")]
+                ("small_cnn", (1, 4), "tf32"), ("small_bert", (1, 4), "fp32"),
+                # a ../shared/models-edge file (the GPU machine has no ../shared: its
+                # reference outputs are staged beside it, see stage_reference)
+                ("edge:mobilenetv2-12-int8", (1, 4), "fp32")]
+# edge model -> the sample shape of its test inputs (tests/conftest.py's edge_inputs)
+EDGE_SAMPLE_SHAPES = {"edge:mobilenetv2-12-int8": (3, 224, 224)}
+EDGE_PREFIX = "edge:"
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def stage_reference(name: str, out: Path, batch_sizes) -> None:
+    """onnxruntime's outputs for the GPU test's inputs, beside the staged bundle."""
+    import numpy as np
+
+    from cw.verify import onnx_reference
+    from tests.conftest import bundle_dirname, edge_inputs
+
+    path = out.parent / f"{bundle_dirname(name, batch_sizes)}.reference.npz"
+    if path.is_file():
+        return
+    onnx_path = SHARED / "models-edge" / f"{name.removeprefix(EDGE_PREFIX)}.onnx"
+    outputs = [onnx_reference(onnx_path, x)[0] for x in edge_inputs(EDGE_SAMPLE_SHAPES[name])]
+    np.savez(path, **{str(i): y for i, y in enumerate(outputs)})
+    print(f"staged {path}")
 
 
 def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
@@ -136,10 +159,14 @@ def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
         print(f"{out} exists, kept")
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            onnx_path = Path(tmp) / f"{name}.onnx"
-            model_zoo.export(name, onnx_path)
+            if name.startswith(EDGE_PREFIX):
+                onnx_path = SHARED / "models-edge" / f"{name.removeprefix(EDGE_PREFIX)}.onnx"
+            else:
+                onnx_path = Path(tmp) / f"{name}.onnx"
+                model_zoo.export(name, onnx_path)
             compile_model(onnx_path, out, CompileConfig(target="cuda", arch=arch,
-                                                        batch_sizes=batch_sizes, name=name,
+                                                        batch_sizes=batch_sizes,
+                                                        name=name.removeprefix(EDGE_PREFIX),
                                                         precision=precision,
                                                         conv_split=conv_split,
                                                         conv_algo=conv_algo,
@@ -205,11 +232,14 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     if args.tests:
         for name, sizes, variant in TEST_BUNDLES:
-            suffix = "" if variant == "fp32" else f"-{variant}"
+            from tests.conftest import bundle_dirname
+
             algo = variant.startswith("winograd") or variant in ("cutlass", "direct")
-            stage(name, out / f"{name}-{'_'.join(map(str, sizes))}{suffix}", sizes, args.arch,
+            stage(name, out / bundle_dirname(name, sizes, variant), sizes, args.arch,
                   precision="fp32" if algo else variant,
                   conv_algo=variant if algo else "auto")
+            if name.startswith(EDGE_PREFIX):
+                stage_reference(name, out / bundle_dirname(name, sizes, variant), sizes)
     sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     split = ("" if args.conv_split == "auto" else "-nosplit") + ("-untuned" if args.untuned
                                                                   else "") \

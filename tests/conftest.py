@@ -63,9 +63,13 @@ def zoo_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def zoo_onnx(zoo_dir):
+    """`zoo_onnx(name)`: a zoo model's ONNX file, exported once; `edge:NAME` names a file of
+    ../shared/models-edge."""
     import model_zoo
 
     def export(name: str) -> Path:
+        if name.startswith(EDGE_PREFIX):
+            return SHARED / "models-edge" / f"{name.removeprefix(EDGE_PREFIX)}.onnx"
         path = zoo_dir / f"{name}.onnx"
         if not path.exists():
             model_zoo.export(name, path)
@@ -74,12 +78,37 @@ def zoo_onnx(zoo_dir):
     return export
 
 
+EDGE_PREFIX = "edge:"
+
+
 def bundle_dirname(name: str, batch_sizes, precision: str = "fp32") -> str:
     """As bench/gpu_stage.py --tests names the bundles it stages. `precision` also takes a
     convolution algorithm (winograd2, cutlass, direct: fp32 with `--conv-algo ...`; plain fp32
     is the default, CUTLASS's convolutions on sm_80+)."""
-    return f"{name}-{'_'.join(map(str, batch_sizes))}" + ("" if precision == "fp32"
-                                                            else f"-{precision}")
+    return f"{name.replace(':', '-')}-{'_'.join(map(str, batch_sizes))}" + (
+        "" if precision == "fp32" else f"-{precision}")
+
+
+def edge_inputs(sample_shape, batches=(1, 3)) -> list:
+    """The inputs (one list of arrays per batch) of a GPU test on a ../shared/models-edge file,
+    and of the reference bench/gpu_stage.py --tests stages for it."""
+    return [[random_input((b, *sample_shape), seed=b)] for b in batches]
+
+
+def staged_reference(name: str, batch_sizes, onnx_path: Path, inputs) -> list:
+    """onnxruntime's outputs for `inputs` (each a list of arrays): from the file
+    bench/gpu_stage.py --tests wrote beside the staged bundle (the GPU machine has no
+    ../shared), else computed from `onnx_path`; skips the test when neither is there."""
+    from cw.verify import onnx_reference
+
+    staged = os.environ.get("CW_TEST_CUDA_BUNDLES")
+    path = Path(staged or ".") / f"{bundle_dirname(name, batch_sizes)}.reference.npz"
+    if staged and path.is_file():
+        with np.load(path) as saved:
+            return [saved[str(i)] for i in range(len(inputs))]
+    if not onnx_path.is_file():
+        pytest.skip(f"neither {path} nor {onnx_path} is here")
+    return [onnx_reference(onnx_path, x)[0] for x in inputs]
 
 
 def compile_variant(precision: str) -> dict:

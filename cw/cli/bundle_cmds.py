@@ -84,13 +84,13 @@ def run_cmd(
 ):
     """Run one inference locally, no server: pads the batch up to the next compiled batch size,
     runs, unpads. With --verify, exits non-zero when the max relative error exceeds 1e-3
-    (1e-2 for tf32 and fp16 bundles).
+    (1e-2 for tf32 and fp16 bundles, 3e-2 for quantized models).
 
     Example: [bold]cw run r50 --input x.npy -o y.npy --verify r50.onnx[/]
     """
     from cw.bundle import read_manifest
     from cw.engine import check_output_path, load_inputs, run_bundle, save_outputs
-    from cw.verify import verify_tolerance
+    from cw.verify import is_quantized, verify_tolerance
 
     manifest = read_manifest(bundle)
     if output is not None:
@@ -99,7 +99,8 @@ def run_cmd(
     result = run_bundle(bundle, inputs, device, verify)
     if output is not None:
         save_outputs(output, manifest.outputs, result.outputs)
-    tolerance = verify_tolerance(manifest.target.precision)
+    quantized = verify is not None and is_quantized(verify)
+    tolerance = verify_tolerance(manifest.target.precision, quantized)
     failed = result.relative_error is not None and not result.relative_error <= tolerance
     if as_json:
         print_json(result.to_dict())
@@ -113,9 +114,10 @@ def run_cmd(
         if result.relative_error is not None:
             style = "red" if failed else "green"
             precision = manifest.target.precision
+            kind = " for a quantized model" if quantized else (
+                "" if precision == "fp32" else " for " + precision)
             out.print(f"[{style}]max relative error vs onnxruntime: "
-                      f"{result.relative_error:.3g}[/] (tolerance {tolerance:g}"
-                      f"{'' if precision == 'fp32' else ' for ' + precision})")
+                      f"{result.relative_error:.3g}[/] (tolerance {tolerance:g}{kind})")
     if failed:
         from cw.verify import non_finite_hint
 

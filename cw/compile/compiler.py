@@ -353,6 +353,13 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
     onnx_model = frontend.load_onnx(onnx_path, config.input_shapes)
     progress("stage", {"text": "normalizing the graph"})
     normalize.convert_version(onnx_model, progress)
+    normalize.dequantize(onnx_model, progress)
+    if onnx_model.quantized and config.precision == "fp16":
+        # fp16 holds the integers but not the requantization's multipliers: other integers
+        raise UsageError(f"--precision fp16 on {Path(onnx_path).name}, a quantized model: its "
+                         "integers would not be onnxruntime's",
+                         "compile it with --precision fp32 or tf32 (its integers are exact in "
+                         "both)")
     batch_sizes = tuple(config.batch_sizes)
     why = ""
     if onnx_model.fixed_batch == 1 and max(batch_sizes) > 1:
@@ -470,7 +477,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                 with target:  # nvcc/NVRTC read the arch from the current target (per thread)
                     executable = tvm.compile(lowered, target=target, relax_pipeline=None)
             except Exception as e:
-                raise _failed_at(name, batch, e) from None
+                raise _failed_at(name, batch, e) from e
             kernel_file = f"kernels/batch{batch}.so"
             # a new list each time: export_library appends its own files to `addons`
             executable.export_library(str(writer.path(kernel_file)),
@@ -544,7 +551,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                 except ModelError:
                     raise
                 except Exception as e:
-                    raise _failed_at(name, batch, e) from None
+                    raise _failed_at(name, batch, e) from e
                 building.append((pool.submit(build, batch, lowered, plan, scheduled, total, ins,
                                              outs, time.perf_counter() - start),
                                  scheduled, ins, outs))

@@ -108,6 +108,19 @@ def fuse_epilogue(sch, block, loop) -> bool:
     sinks = [b for b in epilogue if not sch.get_consumers(b)]
     if len(sinks) > 1:
         return False
+    # an elementwise side input of the epilogue (a quantized residual add's scaled skip
+    # connection) is computed where it is read: reverse_compute_at needs every producer of
+    # the sink under the loop
+    names = {sch.get(b).name_hint for b in epilogue} | {sch.get(block).name_hint}
+    side = [p for b in epilogue for p in sch.get_producers(b)
+            if sch.get(p).name_hint not in names]
+    while side:
+        producer = side.pop()
+        if sch.get(producer).name_hint in names:
+            continue
+        names.add(sch.get(producer).name_hint)
+        side += sch.get_producers(producer)
+        sch.compute_inline(producer)
     for b in epilogue:
         if b not in sinks:  # into all its consumers: a branch (SiLU's) joins again below
             sch.compute_inline(b)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from cw.compile import relax_rewrite
+from cw.compile import quantized, relax_rewrite
 from cw.errors import ModelError, UsageError
 from cw.tvm_env import load_tvm
 
@@ -46,6 +46,9 @@ class OnnxModel:
     # integer inputs that index a table (a Gather's indices: token ids): input -> rows, the
     # values in [-rows, rows) (index_limits)
     index_limits: dict[str, int] = field(default_factory=dict)
+    # quantized operators rewritten as float32 arithmetic on integers (cw/compile/quantized.py):
+    # graph rewrites that reassociate that arithmetic would no longer give the same integers
+    quantized: bool = False
 
 
 @dataclass
@@ -183,6 +186,8 @@ def _check_operators(path: Path, model: onnx.ModelProto) -> None:
             raise ModelError(f"{node.op_type} at {where}: data-dependent execution time; "
                              "cw schedules only static DNNs",
                              "export the model without control flow")
+        if quantized.is_rewritten(node):
+            continue
         if node.domain not in _ONNX_DOMAINS or node.op_type not in supported:
             domain = node.domain or "ai.onnx"
             raise ModelError(f"operator {node.op_type} (domain {domain}) at {where} is not "

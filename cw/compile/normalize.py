@@ -28,6 +28,8 @@ import onnx
 from cw.compile.frontend import OnnxModel
 
 TARGET_OPSET = 17
+# onnxslim's fusions that fold a Mul after a convolution or matrix product into its weights
+_PRODUCT_FOLDS = ("FusionConvMul", "FusionConvTransposeMul", "FusionGemmMul")
 MIN_OPSET = 13  # below this, convert
 
 
@@ -56,11 +58,14 @@ def _slim(onnx_model: OnnxModel, say) -> None:
 
     before = _op_counts(onnx_model.model)
     initializers = len(onnx_model.model.graph.initializer)
+    # folding a requantization's multiplier into the weights would round each product instead
+    # of the integer sum: other integers than onnxruntime's, wherever a value lies near .5
+    skipped = list(_PRODUCT_FOLDS) if onnx_model.quantized else None
     # onnxslim logs and prints tables; a compiler's output is its own progress
     logging.getLogger("onnxslim").setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            slimmed = onnxslim.slim(onnx_model.model)
+            slimmed = onnxslim.slim(onnx_model.model, skip_fusion_patterns=skipped)
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         say(f"graph left as exported: onnxslim failed ({first})")
@@ -137,11 +142,16 @@ def _squares_as_products(onnx_model: OnnxModel, say) -> None:
     say(f"{rewritten} Pow(x, 2) as Mul(x, x)")
 
 
+def _c_unsafe(name: str) -> bool:
+    """A name TVM's CUDA code generator would write into a kernel signature as it is and nvcc
+    reject: with a '/' ("gpu_0/data_0", the ONNX Model Zoo's Caffe2 exports) or a leading digit
+    ("474_quantized", onnxruntime's quantization tool)."""
+    return "/" in name or name[:1].isdigit()
+
+
 def _c_safe_names(onnx_model: OnnxModel, say) -> None:
-    """Tensor names with a '/' ("gpu_0/data_0", the ONNX Model Zoo's Caffe2 exports) renamed:
-    TVM's CUDA code generator writes them into kernel signatures as they are, and nvcc rejects
-    them. The manifest keeps the inputs' and outputs' own names (read before
-    this step); weights are bound by position."""
+    """Tensor names nvcc would reject (_c_unsafe) renamed. The manifest keeps the inputs' and
+    outputs' own names (read before this step); weights are bound by position."""
 
     graph = onnx_model.model.graph
     kept = {o.name for o in graph.output}  # (outputs keep theirs: nothing passes them in)
@@ -150,11 +160,11 @@ def _c_safe_names(onnx_model: OnnxModel, say) -> None:
     taken = set(names)
     renamed = {}
     for name in sorted(names - kept):
-        # only '/': TVM makes other names (PyTorch's "layer1.0.weight") identifiers itself,
+        # only these: TVM makes other names (PyTorch's "layer1.0.weight") identifiers itself,
         # and those stay as users know them in messages and the manifest
-        if "/" not in name:
+        if not _c_unsafe(name):
             continue
-        new = name.replace("/", "_")
+        new = ("t" if name[:1].isdigit() else "") + name.replace("/", "_")
         while new in taken:
             new += "_"
         taken.add(new)
@@ -167,7 +177,8 @@ def _c_safe_names(onnx_model: OnnxModel, say) -> None:
     for seq in (graph.input, graph.initializer, graph.value_info):
         for item in seq:
             item.name = renamed.get(item.name, item.name)
-    say(f"{len(renamed)} tensor name(s) with a '/' renamed for TVM's CUDA code (e.g. "
+    say(f"{len(renamed)} tensor name(s) with a '/' or a leading digit renamed for TVM's CUDA "
+        "code (e.g. "
         f"{next(iter(renamed))} → {next(iter(renamed.values()))})")
 
 
@@ -181,6 +192,17 @@ def _reporter(onnx_model: OnnxModel, progress):
 def convert_version(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
     """Step 1, in place: lift an old opset to a current one."""
     _convert_version(onnx_model, _reporter(onnx_model, progress))
+
+
+def dequantize(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
+    """Step 1b, in place, after the opset is lifted: quantized operators as float32 arithmetic
+    on their integers (cw/compile/quantized.py)."""
+    from cw.compile import quantized
+
+    note = quantized.rewrite(onnx_model.model, onnx_model.opset)
+    if note:
+        onnx_model.quantized = True
+        _reporter(onnx_model, progress)(note)
 
 
 def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:

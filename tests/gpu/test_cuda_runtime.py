@@ -10,7 +10,7 @@ import pytest
 from cw.bundle import open_bundle
 from cw.serve.runtime.host import HostModel, HostWeights
 from cw.verify import max_relative_error, onnx_reference
-from tests.conftest import random_input
+from tests.conftest import edge_inputs, random_input, staged_reference
 from tests.gpu import infer_once
 
 pytestmark = pytest.mark.gpu
@@ -159,6 +159,22 @@ def test_run_on_gpu_matches_onnxruntime(cuda_bundle, zoo_onnx):
     result = run_bundle(cuda_bundle("small_cnn"), [x], device="cuda:0",
                         verify_onnx=zoo_onnx("small_cnn"))
     assert result.relative_error < 1e-4 and result.outputs[0].shape == (2, 10)
+
+
+def test_quantized_model_on_gpu_gives_onnxruntimes_integers(cuda_bundle, zoo_onnx):
+    """mobilenetv2-12-int8 (QLinear operators as float32 arithmetic on their integers,
+    cw/compile/quantized.py): CUTLASS's 3xTF32 products hold integers below 2^11 exactly and
+    sum in fp32, and CUDA's nearbyintf rounds half to even, so the GPU gives onnxruntime's exact
+    integers as the CPU does."""
+    from cw.engine import LocalModel
+
+    name, sizes = "edge:mobilenetv2-12-int8", (1, 4)
+    inputs = edge_inputs((3, 224, 224))
+    expected = staged_reference(name, sizes, zoo_onnx(name), inputs)
+    model = LocalModel(cuda_bundle(name, sizes), "cuda:0")
+    for x, ref in zip(inputs, expected):
+        got = model.run(x)[0]
+        assert np.array_equal(got, ref), (x[0].shape, float(np.abs(got - ref).max()))
 
 
 @pytest.mark.parametrize("batch", [1, 3])

@@ -37,7 +37,8 @@ def test_an_arch_nvcc_cannot_compile_for_is_refused_before_the_compile(cli, zoo_
 
 def test_tensor_names_that_are_not_c_identifiers_compile_for_cuda(cli, tmp_path):
     """The ONNX Model Zoo's Caffe2 exports name tensors "gpu_0/data_0": TVM's CUDA code
-    generator wrote them into kernel signatures and nvcc failed. The bundle keeps the names."""
+    generator wrote them into kernel signatures and nvcc failed; so did a leading digit
+    (onnxruntime's quantization tool's "474_quantized"). The bundle keeps the names."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -46,11 +47,13 @@ def test_tensor_names_that_are_not_c_identifiers_compile_for_cuda(cli, tmp_path)
     if problem:
         pytest.skip(f"no CUDA compile here: {problem}")
     w = numpy_helper.from_array(np.ones((16, 8), np.float32), "gpu_0/fc_w_0")
+    scale = numpy_helper.from_array(np.full((1, 8), 0.5, np.float32), "474_scale")
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["gpu_0/data_0", "gpu_0/fc_w_0"], ["gpu_0/fc_1"]),
-         helper.make_node("Relu", ["gpu_0/fc_1"], ["gpu_0/out-1"])], "slashes",
+         helper.make_node("Mul", ["gpu_0/fc_1", "474_scale"], ["475"]),
+         helper.make_node("Relu", ["475"], ["gpu_0/out-1"])], "slashes",
         [helper.make_tensor_value_info("gpu_0/data_0", TensorProto.FLOAT, ["N", 16])],
-        [helper.make_tensor_value_info("gpu_0/out-1", TensorProto.FLOAT, ["N", 8])], [w])
+        [helper.make_tensor_value_info("gpu_0/out-1", TensorProto.FLOAT, ["N", 8])], [w, scale])
     src = tmp_path / "slashes.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
     r = cli("compile", src, "-o", tmp_path / "b", "--target", "cuda", "--batch-sizes", "1")
@@ -58,4 +61,4 @@ def test_tensor_names_that_are_not_c_identifiers_compile_for_cuda(cli, tmp_path)
     m = open_bundle(tmp_path / "b").manifest
     assert [t.name for t in m.inputs] == ["gpu_0/data_0"]
     assert [t.name for t in m.outputs] == ["gpu_0/out-1"]
-    assert any("with a '/' renamed" in n for n in m.notes)
+    assert any("with a '/' or a leading digit renamed" in n for n in m.notes)

@@ -75,9 +75,10 @@ def test_unbatchable_edge_model_refuses_larger_batches(cli, tmp_path):
     assert len(r.err.strip().splitlines()) == 1 and not (tmp_path / "b").exists()
 
 
+# (mobilenetv2-12-int8, refused until 2026-11-30 for its QLinear operators, compiles:
+# tests/integration/test_quantized.py)
 @pytest.mark.parametrize("name,text", [
     ("silero_vad_16k_op15", "data-dependent execution time; cw schedules only static DNNs"),
-    ("mobilenetv2-12-int8", "operator QLinearConv (domain ai.onnx) at node 'Conv_0_quant'"),
 ])
 def test_unpredictable_or_unsupported_models_refused_in_one_line(cli, tmp_path, name, text):
     src = EDGE / f"{name}.onnx"

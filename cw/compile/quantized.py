@@ -1,0 +1,365 @@
+"""Quantized ONNX graphs (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul and
+onnxruntime's QLinearAdd and QLinearGlobalAveragePool) as float32 arithmetic on their integer
+values, so that TVM compiles them with the float kernels cw schedules.
+
+TVM 0.27's importer has no QLinear operators (ONNX Model Zoo int8 models, onnxruntime's
+quantization tool's output). Rewritten, each quantized tensor keeps its name and holds the same
+integers, stored as float32; each operator computes what onnxruntime's integer kernels compute:
+
+- a convolution or matrix product sums (x - x_zero) * (w - w_zero) plus its int32 bias. Those
+  are integers, and float32 holds every integer below 2**24 exactly, so the sum is exact while
+  its partial sums stay below 16.7 million (an int8 layer's are usually below 10**6);
+- the sum is requantized as onnxruntime's MLAS does: times x_scale * w_scale / y_scale (those
+  float32 operations in that order), rounded half to even, plus y_zero, saturated to the type;
+- QLinearAdd adds (a - a_zero) * a_scale / c_scale and (b - b_zero) * b_scale / c_scale
+  (onnxruntime's scalar formula; its vector kernels fold the zero points into one term and
+  multiply-add, which can round a value at .5 the other way);
+- the average pool sums (x - x_zero) over each map and scales the sum by
+  x_scale / (y_scale * pixels), as MLAS does.
+
+Weights are folded to float32 here: a bundle holds 4x the bytes of the int8 file. What is
+gained is a model that runs, on the CPU and on the GPU, with the speed of its float
+counterpart; what a user sees of the quantization (the integers of each layer) is kept.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from cw.errors import ModelError
+
+_ONNX = ("", "ai.onnx")
+_MS = ("com.microsoft",)
+# (domains, operator): every one of these is rewritten; frontend's operator check lets them by
+REWRITTEN = {
+    "QuantizeLinear": _ONNX, "DequantizeLinear": _ONNX, "QLinearConv": _ONNX,
+    "QLinearMatMul": _ONNX, "QLinearAdd": _MS, "QLinearGlobalAveragePool": _MS,
+}
+MIN_OPSET = 11  # Round, and Clip taking its bounds as inputs
+_QUANTIZED_TYPES = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127),
+                    TensorProto.UINT16: (0, 65535), TensorProto.INT16: (-32768, 32767)}
+
+
+def is_rewritten(node: onnx.NodeProto) -> bool:
+    return node.domain in REWRITTEN.get(node.op_type, ())
+
+
+class _Rewriter:
+    def __init__(self, model: onnx.ModelProto, opset: int):
+        self.model, self.opset = model, opset
+        graph = model.graph
+        self.constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant" and node.domain in _ONNX and len(node.attribute) == 1 \
+                    and node.attribute[0].name == "value":
+                self.constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+            elif node.op_type == "Identity" and node.input[0] in self.constants:
+                self.constants[node.output[0]] = self.constants[node.input[0]]
+        self.ranks = _ranks(model)
+        self.types: dict[str, int] = {}  # quantized tensor -> its ONNX integer type
+        self.nodes: list[onnx.NodeProto] = []
+        self.new_initializers: list[onnx.TensorProto] = []
+        self.taken = {v for n in graph.node for v in (*n.input, *n.output)}
+        self.taken |= {t.name for t in graph.initializer} | {i.name for i in graph.input}
+        self.counter = 0
+        self.centered_names: dict[tuple, str] = {}
+
+    # --- emitting -------------------------------------------------------------------------
+
+    def fresh(self, hint: str) -> str:
+        while True:
+            self.counter += 1
+            name = f"{hint}__cwq{self.counter}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+
+    def const(self, value, hint: str) -> str:
+        name = self.fresh(hint)
+        self.new_initializers.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def emit(self, op: str, inputs: list[str], hint: str, out: str | None = None,
+             **attrs) -> str:
+        out = out or self.fresh(hint)
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def constant(self, node, index: int, what: str):
+        if index >= len(node.input) or not node.input[index]:
+            return None
+        name = node.input[index]
+        if name not in self.constants:
+            raise ModelError(f"{node.op_type} at node '{node.name}': its {what} ('{name}') is "
+                             "computed in the graph, not a constant",
+                             "quantize the model with constant scales and zero points")
+        return self.constants[name]
+
+    def scale(self, node, index: int) -> np.ndarray:
+        value = self.constant(node, index, "scale")
+        return np.asarray(value, dtype=np.float32)
+
+    def zero_point(self, node, index: int, default_type=TensorProto.UINT8):
+        """(zero point as a float32 array, the quantized type it declares)"""
+        value = self.constant(node, index, "zero point")
+        if value is None:
+            return np.zeros((), np.float32), default_type
+        onnx_type = helper.np_dtype_to_tensor_dtype(value.dtype)
+        # int32: a bias's (DequantizeLinear only, which needs no saturation)
+        if onnx_type not in _QUANTIZED_TYPES and onnx_type != TensorProto.INT32:
+            raise ModelError(f"{node.op_type} at node '{node.name}': zero point of type "
+                             f"{value.dtype}", "cw rewrites 8- and 16-bit quantization")
+        return value.astype(np.float32), onnx_type
+
+    def integers(self, name: str, hint: str) -> str:
+        """`name` as float32 holding its integers: a rewritten tensor as it is, a constant
+        converted here, anything else (an integer graph input) cast in the graph."""
+        if name in self.types:
+            return name
+        if name in self.constants:
+            return self.const(self.constants[name].astype(np.float32), hint)
+        return self.emit("Cast", [name], hint, to=TensorProto.FLOAT)
+
+    # --- arithmetic --------------------------------------------------------------------------
+
+    def centered(self, x: str, zero: np.ndarray, hint: str) -> str:
+        """x - zero, one node for all consumers of x with that zero point: a second would
+        make the kernel that computes x write both x and x - zero, and cw's convolution
+        schedule places an epilogue with one output only (12 of mobilenetv2-12-int8's
+        convolutions ran unscheduled, 60 of its 80 ms)."""
+        if not np.any(zero):
+            return x
+        key = (x, zero.shape, zero.tobytes())
+        if key not in self.centered_names:
+            self.centered_names[key] = self.emit("Sub", [x, self.const(zero, hint + "_zero")],
+                                                 hint)
+        return self.centered_names[key]
+
+    def requantize(self, acc: str, multiplier: np.ndarray, zero: np.ndarray, onnx_type: int,
+                   out: str, hint: str) -> None:
+        """Round half to even (ONNX Round; TVM lowers it to nearbyint on the CPU and the GPU),
+        add the zero point, saturate: MLAS's requantization of an int32 sum."""
+        scaled = self.emit("Mul", [acc, self.const(multiplier, hint + "_multiplier")], hint)
+        rounded = self.emit("Round", [scaled], hint)
+        if np.any(zero):
+            rounded = self.emit("Add", [rounded, self.const(zero, hint + "_zero")], hint)
+        self.saturate(rounded, onnx_type, out, hint)
+
+    def saturate(self, x: str, onnx_type: int, out: str, hint: str) -> None:
+        if onnx_type not in _QUANTIZED_TYPES:
+            raise ModelError(f"a quantized tensor '{out}' of ONNX type "
+                             f"{TensorProto.DataType.Name(onnx_type)}",
+                             "cw rewrites 8- and 16-bit quantization")
+        low, high = _QUANTIZED_TYPES[onnx_type]
+        self.emit("Clip", [x, self.const(np.float32(low), hint + "_low"),
+                           self.const(np.float32(high), hint + "_high")], hint, out=out)
+        self.types[out] = onnx_type
+
+    def per_channel(self, value: np.ndarray, axis: int, rank: int) -> np.ndarray:
+        """A 1-D per-channel value shaped to broadcast along `axis` of a rank-`rank` tensor, of
+        that rank: TVM's layout conversion cannot carry a [C, 1, 1] operand into NCHWc (every
+        requantization would then go back to NCHW and forth, 5 ms of mobilenetv2-12-int8's 17)."""
+        if value.ndim == 0 or value.size == 1:
+            return value.reshape(())
+        axis = axis % rank
+        return value.reshape([1] * axis + [-1] + [1] * (rank - 1 - axis))
+
+    # --- operators ---------------------------------------------------------------------------
+
+    def quantize_linear(self, node) -> None:
+        x = node.input[0]
+        scale = self.scale(node, 1)
+        zero, onnx_type = self.zero_point(node, 2)
+        rank = self.ranks.get(x, 4)
+        axis = _attr(node, "axis", 1)
+        scale, zero = self.per_channel(scale, axis, rank), self.per_channel(zero, axis, rank)
+        hint = node.output[0]
+        divided = self.emit("Div", [x, self.const(scale, hint + "_scale")], hint)
+        rounded = self.emit("Round", [divided], hint)
+        if np.any(zero):
+            rounded = self.emit("Add", [rounded, self.const(zero, hint + "_zero")], hint)
+        self.saturate(rounded, onnx_type, node.output[0], hint)
+
+    def dequantize_linear(self, node) -> None:
+        x, out = node.input[0], node.output[0]
+        scale = self.scale(node, 1)
+        zero, _ = self.zero_point(node, 2, default_type=TensorProto.INT32)
+        axis = _attr(node, "axis", 1)
+        if x in self.constants:
+            value = self.constants[x]
+            rank = value.ndim
+            centered = (value.astype(np.int64) - self.per_channel(zero, axis, rank)
+                        .astype(np.int64)).astype(np.float32)
+            folded = centered * self.per_channel(scale, axis, rank)
+            self.new_initializers.append(numpy_helper.from_array(folded, out))
+            self.constants[out] = folded
+            return
+        rank = self.ranks.get(x, 4)
+        centered = self.centered(self.integers(x, out), self.per_channel(zero, axis, rank), out)
+        self.emit("Mul", [centered, self.const(self.per_channel(scale, axis, rank), out + "_scale")],
+                  out, out=out)
+
+    def qlinear_conv(self, node) -> None:
+        out = node.output[0]
+        x_scale, w_scale, y_scale = self.scale(node, 1), self.scale(node, 4), self.scale(node, 6)
+        x_zero, _ = self.zero_point(node, 2)
+        w_zero, _ = self.zero_point(node, 5)
+        y_zero, y_type = self.zero_point(node, 7)
+        weight = self.constant(node, 3, "weight")
+        if weight is None:
+            raise ModelError(f"QLinearConv at node '{node.name}' has no weight", "fix the model")
+        rank = weight.ndim
+        centered_w = weight.astype(np.float32) - self.per_channel(w_zero, 0, rank)
+        x = self.centered(self.integers(node.input[0], out), x_zero, out)
+        inputs = [x, self.const(centered_w, out + "_weight")]
+        bias = self.constant(node, 8, "bias")
+        if bias is not None:
+            inputs.append(self.const(bias.astype(np.float32), out + "_bias"))
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        acc = self.emit("Conv", inputs, out, **attrs)
+        # onnxruntime: output_scales[i] = X_scale * W_scale[i] / Y_scale, in float32
+        multiplier = (x_scale * w_scale) / y_scale
+        self.requantize(acc, self.per_channel(multiplier, 1, rank), y_zero, y_type, out, out)
+
+    def qlinear_matmul(self, node) -> None:
+        out = node.output[0]
+        a_scale, b_scale, y_scale = self.scale(node, 1), self.scale(node, 4), self.scale(node, 6)
+        a_zero, _ = self.zero_point(node, 2)
+        b_zero, _ = self.zero_point(node, 5)
+        y_zero, y_type = self.zero_point(node, 7)
+        a = self.centered(self.integers(node.input[0], out), a_zero, out)
+        b_name = node.input[3]
+        if b_name in self.constants:
+            # per-column zero points and scales of a [K, N] matrix run along its last axis
+            b = self.const(self.constants[b_name].astype(np.float32) - b_zero, out + "_b")
+        else:
+            b = self.centered(self.integers(b_name, out), b_zero, out)
+        acc = self.emit("MatMul", [a, b], out)
+        self.requantize(acc, (a_scale * b_scale) / y_scale, y_zero, y_type, out, out)
+
+    def qlinear_add(self, node) -> None:
+        out = node.output[0]
+        a_scale, b_scale, c_scale = self.scale(node, 1), self.scale(node, 4), self.scale(node, 6)
+        a_zero, _ = self.zero_point(node, 2)
+        b_zero, _ = self.zero_point(node, 5)
+        c_zero, c_type = self.zero_point(node, 7)
+        terms = []
+        for name, zero, ratio in ((node.input[0], a_zero, a_scale / c_scale),
+                                  (node.input[3], b_zero, b_scale / c_scale)):
+            if name in self.constants:
+                terms.append(self.const(np.float32(ratio) * (self.constants[name].astype(
+                    np.float32) - zero), out + "_term"))
+            else:
+                centered = self.centered(self.integers(name, out), zero, out)
+                terms.append(self.emit("Mul", [centered, self.const(ratio, out + "_ratio")], out))
+        total = self.emit("Add", terms, out)
+        rounded = self.emit("Round", [total], out)
+        if np.any(c_zero):
+            rounded = self.emit("Add", [rounded, self.const(c_zero, out + "_zero")], out)
+        self.saturate(rounded, c_type, out, out)
+
+    def qlinear_global_average_pool(self, node) -> None:
+        out = node.output[0]
+        x_scale, y_scale = self.scale(node, 1), self.scale(node, 3)
+        x_zero, _ = self.zero_point(node, 2)
+        y_zero, y_type = self.zero_point(node, 4)
+        rank = self.ranks.get(node.input[0], 4)
+        channels_last = _attr(node, "channels_last", 0)
+        axes = list(range(1, rank - 1)) if channels_last else list(range(2, rank))
+        x = self.integers(node.input[0], out)
+        centered = self.centered(x, x_zero, out)
+        if self.opset >= 13:
+            acc = self.emit("ReduceSum", [centered, self.const(np.array(axes, np.int64),
+                                                               out + "_axes")], out, keepdims=1)
+        else:
+            acc = self.emit("ReduceSum", [centered], out, axes=axes, keepdims=1)
+        # MLAS: scale = x_scale / (y_scale * pixels), pixels from the input's shape (folded by
+        # onnxslim once shapes are known)
+        shape = self.emit("Shape", [x], out)
+        spatial = self.emit("Gather", [shape, self.const(np.array(axes, np.int64), out + "_ax")],
+                            out, axis=0)
+        pixels = self.emit("Cast", [self.emit("ReduceProd", [spatial], out, keepdims=0)], out,
+                           to=TensorProto.FLOAT)
+        denominator = self.emit("Mul", [self.const(y_scale, out + "_y_scale"), pixels], out)
+        multiplier = self.emit("Div", [self.const(x_scale, out + "_x_scale"), denominator], out)
+        scaled = self.emit("Mul", [acc, multiplier], out)
+        rounded = self.emit("Round", [scaled], out)
+        if np.any(y_zero):
+            rounded = self.emit("Add", [rounded, self.const(y_zero, out + "_zero")], out)
+        self.saturate(rounded, y_type, out, out)
+
+
+_HANDLERS = {
+    "QuantizeLinear": _Rewriter.quantize_linear, "DequantizeLinear": _Rewriter.dequantize_linear,
+    "QLinearConv": _Rewriter.qlinear_conv, "QLinearMatMul": _Rewriter.qlinear_matmul,
+    "QLinearAdd": _Rewriter.qlinear_add,
+    "QLinearGlobalAveragePool": _Rewriter.qlinear_global_average_pool,
+}
+
+
+def _attr(node, name: str, default):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _ranks(model: onnx.ModelProto) -> dict[str, int]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # a graph onnx cannot infer still gets default ranks
+        inferred = model
+    ranks = {}
+    for vi in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output):
+        if vi.type.tensor_type.HasField("shape"):
+            ranks[vi.name] = len(vi.type.tensor_type.shape.dim)
+    return ranks
+
+
+def rewrite(model: onnx.ModelProto, opset: int) -> str | None:
+    """Rewrite every quantized operator of `model` in place; a note saying what was rewritten,
+    or None when the graph has none."""
+    graph = model.graph
+    counts = collections.Counter(n.op_type for n in graph.node if is_rewritten(n))
+    if not counts:
+        return None
+    if opset < MIN_OPSET:
+        raise ModelError(f"a quantized model at opset {opset}: cw computes its operators with "
+                         f"Round, which needs opset {MIN_OPSET}",
+                         "convert it with onnx.version_converter to opset 13 or later")
+    r = _Rewriter(model, opset)
+    for node in graph.node:
+        if is_rewritten(node):
+            _HANDLERS[node.op_type](r, node)
+        else:
+            r.nodes.append(node)
+    # a quantized graph output keeps its type: cast back from the float32 integers
+    for output in graph.output:
+        if output.name in r.types:
+            inner = r.fresh(output.name)
+            for n in r.nodes:
+                n.output[:] = [inner if v == output.name else v for v in n.output]
+                n.input[:] = [inner if v == output.name else v for v in n.input]
+            r.nodes.append(helper.make_node("Cast", [inner], [output.name],
+                                            to=output.type.tensor_type.elem_type))
+    del graph.node[:]
+    graph.node.extend(r.nodes)
+    graph.initializer.extend(r.new_initializers)
+    # declared integer types of the rewritten tensors are float32 now; onnxslim infers again
+    stale = [vi for vi in graph.value_info if vi.name in r.types
+             or vi.type.tensor_type.elem_type in _QUANTIZED_TYPES]
+    for vi in stale:
+        graph.value_info.remove(vi)
+    used = {v for n in graph.node for v in n.input} | {o.name for o in graph.output}
+    for t in [t for t in graph.initializer if t.name not in used]:
+        graph.initializer.remove(t)
+    ops = ", ".join(f"{n} {op}" for op, n in counts.most_common())
+    return (f"{sum(counts.values())} quantized operators ({ops}) as float32 arithmetic on "
+            "their integers, rounded and saturated as onnxruntime does; weights stored as "
+            "float32")
