@@ -121,13 +121,33 @@ def exact_integer_model(model):
                 numpy_helper.from_array(value.astype(np.uint8), shifted[name]))
         return shifted[name]
 
+    # operator -> positions of (its int8 weight, the weight's zero point)
+    weight_inputs = {"QLinearConv": (3, 5), "QLinearMatMul": (3, 5), "MatMulInteger": (1, 3),
+                     "ConvInteger": (1, 3)}
     for node in model.graph.node:
-        if node.op_type not in ("QLinearConv", "QLinearMatMul") or len(node.input) < 6:
+        if node.op_type not in weight_inputs:
             continue
-        weight, zero = inits.get(node.input[3]), inits.get(node.input[5])
-        if weight is not None and zero is not None and \
-                weight.data_type == zero.data_type == onnx.TensorProto.INT8:
-            node.input[3], node.input[5] = uint8_copy(node.input[3]), uint8_copy(node.input[5])
+        w_at, zero_at = weight_inputs[node.op_type]
+        weight = inits.get(node.input[w_at])
+        if weight is None or weight.data_type != onnx.TensorProto.INT8:
+            continue
+        if len(node.input) <= zero_at or not node.input[zero_at]:
+            # an absent zero point is 0 of the weight's type
+            name = f"{node.input[w_at]}__zero"
+            if name not in inits:
+                inits[name] = numpy_helper.from_array(np.zeros((), np.int8), name)
+                model.graph.initializer.append(inits[name])
+            while len(node.input) <= zero_at:
+                node.input.append("")
+            node.input[zero_at] = name
+        zero = inits.get(node.input[zero_at])
+        if zero is not None and zero.data_type == onnx.TensorProto.INT8:
+            node.input[w_at] = uint8_copy(node.input[w_at])
+            node.input[zero_at] = uint8_copy(node.input[zero_at])
+    used = {v for n in model.graph.node for v in n.input}
+    for name in shifted:  # the int8 originals no product reads any more
+        if name not in used:
+            model.graph.initializer.remove(inits[name])
     return model
 
 

@@ -267,6 +267,9 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         raw_names = onnx_names
     mod = relax.transform.DecomposeOpsForInference()(mod)
     mod, _ = relax_rewrite.bounded_takes(mod)
+    # before any layout conversion (NCHWc on the CPU, NHWC for CUTLASS), which a stack of
+    # scalars crashes
+    mod, _ = relax_rewrite.scalar_stacks_as_concats(mod)
     if conv_algo == "cutlass":
         mod = _cutlass_layouts(mod, onnx_model, tf32)
     elif conv_algo != "direct":

@@ -1,5 +1,6 @@
-"""Quantized ONNX graphs (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul and
-onnxruntime's QLinearAdd and QLinearGlobalAveragePool) as float32 arithmetic on their integer
+"""Quantized ONNX graphs (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
+onnxruntime's QLinearAdd and QLinearGlobalAveragePool; dynamic quantization's
+DynamicQuantizeLinear, MatMulInteger and ConvInteger) as float32 arithmetic on their integer
 values, so that TVM compiles them with the float kernels cw schedules.
 
 TVM 0.27's importer has no QLinear operators (ONNX Model Zoo int8 models, onnxruntime's
@@ -15,11 +16,14 @@ integers, stored as float32; each operator computes what onnxruntime's integer k
   (onnxruntime's scalar formula; its vector kernels fold the zero points into one term and
   multiply-add, which can round a value at .5 the other way);
 - the average pool sums (x - x_zero) over each map and scales the sum by
-  x_scale / (y_scale * pixels), as MLAS does.
+  x_scale / (y_scale * pixels), as MLAS does;
+- DynamicQuantizeLinear follows ONNX's own definition (the range of x widened to hold 0,
+  divided by 255), MatMulInteger and ConvInteger give their int32 sums.
 
 Weights are folded to float32 here: a bundle holds 4x the bytes of the int8 file. What is
-gained is a model that runs, on the CPU and on the GPU, with the speed of its float
-counterpart; what a user sees of the quantization (the integers of each layer) is kept.
+gained is a model that runs, on the CPU and on the GPU, at about the speed of its float
+counterpart (mobilenet_v2 on the CPU: +12 % for the requantizations); what a user sees of the
+quantization (the integers of each layer) is kept.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ _MS = ("com.microsoft",)
 REWRITTEN = {
     "QuantizeLinear": _ONNX, "DequantizeLinear": _ONNX, "QLinearConv": _ONNX,
     "QLinearMatMul": _ONNX, "QLinearAdd": _MS, "QLinearGlobalAveragePool": _MS,
+    # onnxruntime's dynamic quantization (transformers): scales computed from each input
+    "DynamicQuantizeLinear": _ONNX, "MatMulInteger": _ONNX, "ConvInteger": _ONNX,
 }
 MIN_OPSET = 11  # Round, and Clip taking its bounds as inputs
 _QUANTIZED_TYPES = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127),
@@ -59,7 +65,7 @@ class _Rewriter:
                 self.constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
             elif node.op_type == "Identity" and node.input[0] in self.constants:
                 self.constants[node.output[0]] = self.constants[node.input[0]]
-        self.ranks = _ranks(model)
+        self.ranks, self.elem_types = _ranks_and_types(model)
         self.types: dict[str, int] = {}  # quantized tensor -> its ONNX integer type
         self.nodes: list[onnx.NodeProto] = []
         self.new_initializers: list[onnx.TensorProto] = []
@@ -67,6 +73,7 @@ class _Rewriter:
         self.taken |= {t.name for t in graph.initializer} | {i.name for i in graph.input}
         self.counter = 0
         self.centered_names: dict[tuple, str] = {}
+        self.dynamic = False  # a scale computed in the graph (from the batch's values)
 
     # --- emitting -------------------------------------------------------------------------
 
@@ -77,6 +84,10 @@ class _Rewriter:
             if name not in self.taken:
                 self.taken.add(name)
                 return name
+
+    def tensor(self, value, hint: str) -> str:
+        """A tensor's name as it is, a value as a new constant."""
+        return value if isinstance(value, str) else self.const(value, hint)
 
     def const(self, value, hint: str) -> str:
         name = self.fresh(hint)
@@ -91,31 +102,53 @@ class _Rewriter:
 
     # --- reading ---------------------------------------------------------------------------
 
-    def constant(self, node, index: int, what: str):
+    def constant(self, node, index: int, what: str, dynamic: bool = False):
+        """The constant value of input `index`, None where it is absent; with `dynamic`, the
+        name of a tensor computed in the graph (a dynamic quantization's scale) instead of an
+        error."""
         if index >= len(node.input) or not node.input[index]:
             return None
         name = node.input[index]
         if name not in self.constants:
+            if dynamic:
+                self.dynamic = self.dynamic or what == "scale"
+                return name
             raise ModelError(f"{node.op_type} at node '{node.name}': its {what} ('{name}') is "
                              "computed in the graph, not a constant",
                              "quantize the model with constant scales and zero points")
         return self.constants[name]
 
-    def scale(self, node, index: int) -> np.ndarray:
-        value = self.constant(node, index, "scale")
-        return np.asarray(value, dtype=np.float32)
+    def scale(self, node, index: int, dynamic: bool = False):
+        """A float32 array, or (with `dynamic`) the name of a scale computed in the graph."""
+        value = self.constant(node, index, "scale", dynamic)
+        return value if isinstance(value, str) else np.asarray(value, dtype=np.float32)
 
-    def zero_point(self, node, index: int, default_type=TensorProto.UINT8):
-        """(zero point as a float32 array, the quantized type it declares)"""
-        value = self.constant(node, index, "zero point")
+    def zero_point(self, node, index: int, default_type=TensorProto.UINT8,
+                   dynamic: bool = False):
+        """(zero point as a float32 array, or with `dynamic` the name of one computed in the
+        graph as float32; the quantized type it declares)"""
+        value = self.constant(node, index, "zero point", dynamic)
         if value is None:
             return np.zeros((), np.float32), default_type
+        if isinstance(value, str):
+            onnx_type = self.types.get(value) or self.elem_types.get(value, default_type)
+            return self.integers(value, value), onnx_type
         onnx_type = helper.np_dtype_to_tensor_dtype(value.dtype)
         # int32: a bias's (DequantizeLinear only, which needs no saturation)
         if onnx_type not in _QUANTIZED_TYPES and onnx_type != TensorProto.INT32:
             raise ModelError(f"{node.op_type} at node '{node.name}': zero point of type "
                              f"{value.dtype}", "cw rewrites 8- and 16-bit quantization")
         return value.astype(np.float32), onnx_type
+
+    def binary_operands(self, node):
+        """The quantization of a QLinear operator with two operands (inputs 0-7: a, its scale
+        and zero, b, its scale and zero, the output's scale and zero): (a scale, a zero,
+        b scale, b zero, y scale, y zero, y type)."""
+        a_zero, _ = self.zero_point(node, 2)
+        b_zero, _ = self.zero_point(node, 5)
+        y_zero, y_type = self.zero_point(node, 7)
+        return (self.scale(node, 1), a_zero, self.scale(node, 4), b_zero, self.scale(node, 6),
+                y_zero, y_type)
 
     def integers(self, name: str, hint: str) -> str:
         """`name` as float32 holding its integers: a rewritten tensor as it is, a constant
@@ -133,31 +166,34 @@ class _Rewriter:
         make the kernel that computes x write both x and x - zero, and cw's convolution
         schedule places an epilogue with one output only (12 of mobilenetv2-12-int8's
         convolutions ran unscheduled, 60 of its 80 ms)."""
-        if not np.any(zero):
+        if not _nonzero(zero):
             return x
-        key = (x, zero.shape, zero.tobytes())
+        key = (x, zero) if isinstance(zero, str) else (x, zero.shape, zero.tobytes())
         if key not in self.centered_names:
-            self.centered_names[key] = self.emit("Sub", [x, self.const(zero, hint + "_zero")],
+            self.centered_names[key] = self.emit("Sub", [x, self.tensor(zero, hint + "_zero")],
                                                  hint)
         return self.centered_names[key]
 
     def requantize(self, acc: str, multiplier: np.ndarray, zero: np.ndarray, onnx_type: int,
                    out: str, hint: str) -> None:
-        """Round half to even (ONNX Round; TVM lowers it to nearbyint on the CPU and the GPU),
-        add the zero point, saturate: MLAS's requantization of an int32 sum."""
+        """MLAS's requantization of an int32 sum: times the multiplier, rounded, plus the zero
+        point, saturated."""
         scaled = self.emit("Mul", [acc, self.const(multiplier, hint + "_multiplier")], hint)
-        rounded = self.emit("Round", [scaled], hint)
-        if np.any(zero):
-            rounded = self.emit("Add", [rounded, self.const(zero, hint + "_zero")], hint)
-        self.saturate(rounded, onnx_type, out, hint)
+        self.rounded(scaled, zero, onnx_type, out, hint)
 
-    def saturate(self, x: str, onnx_type: int, out: str, hint: str) -> None:
+    def rounded(self, value: str, zero: np.ndarray, onnx_type: int, out: str,
+                hint: str) -> None:
+        """`out` = value rounded half to even (ONNX Round; TVM lowers it to nearbyint on the
+        CPU and the GPU), plus the zero point, saturated to the type."""
         if onnx_type not in _QUANTIZED_TYPES:
             raise ModelError(f"a quantized tensor '{out}' of ONNX type "
                              f"{TensorProto.DataType.Name(onnx_type)}",
                              "cw rewrites 8- and 16-bit quantization")
         low, high = _QUANTIZED_TYPES[onnx_type]
-        self.emit("Clip", [x, self.const(np.float32(low), hint + "_low"),
+        result = self.emit("Round", [value], hint)
+        if _nonzero(zero):
+            result = self.emit("Add", [result, self.tensor(zero, hint + "_zero")], hint)
+        self.emit("Clip", [result, self.const(np.float32(low), hint + "_low"),
                            self.const(np.float32(high), hint + "_high")], hint, out=out)
         self.types[out] = onnx_type
 
@@ -165,6 +201,8 @@ class _Rewriter:
         """A 1-D per-channel value shaped to broadcast along `axis` of a rank-`rank` tensor, of
         that rank: TVM's layout conversion cannot carry a [C, 1, 1] operand into NCHWc (every
         requantization would then go back to NCHW and forth, 5 ms of mobilenetv2-12-int8's 17)."""
+        if isinstance(value, str):  # computed in the graph: per tensor
+            return value
         if value.ndim == 0 or value.size == 1:
             return value.reshape(())
         axis = axis % rank
@@ -174,24 +212,21 @@ class _Rewriter:
 
     def quantize_linear(self, node) -> None:
         x = node.input[0]
-        scale = self.scale(node, 1)
-        zero, onnx_type = self.zero_point(node, 2)
+        scale = self.scale(node, 1, dynamic=True)
+        zero, onnx_type = self.zero_point(node, 2, dynamic=True)
         rank = self.ranks.get(x, 4)
         axis = _attr(node, "axis", 1)
         scale, zero = self.per_channel(scale, axis, rank), self.per_channel(zero, axis, rank)
         hint = node.output[0]
-        divided = self.emit("Div", [x, self.const(scale, hint + "_scale")], hint)
-        rounded = self.emit("Round", [divided], hint)
-        if np.any(zero):
-            rounded = self.emit("Add", [rounded, self.const(zero, hint + "_zero")], hint)
-        self.saturate(rounded, onnx_type, node.output[0], hint)
+        divided = self.emit("Div", [x, self.tensor(scale, hint + "_scale")], hint)
+        self.rounded(divided, zero, onnx_type, node.output[0], hint)
 
     def dequantize_linear(self, node) -> None:
         x, out = node.input[0], node.output[0]
-        scale = self.scale(node, 1)
-        zero, _ = self.zero_point(node, 2, default_type=TensorProto.INT32)
+        scale = self.scale(node, 1, dynamic=True)
+        zero, _ = self.zero_point(node, 2, default_type=TensorProto.INT32, dynamic=True)
         axis = _attr(node, "axis", 1)
-        if x in self.constants:
+        if x in self.constants and not isinstance(scale, str) and not isinstance(zero, str):
             value = self.constants[x]
             rank = value.ndim
             centered = (value.astype(np.int64) - self.per_channel(zero, axis, rank)
@@ -202,15 +237,12 @@ class _Rewriter:
             return
         rank = self.ranks.get(x, 4)
         centered = self.centered(self.integers(x, out), self.per_channel(zero, axis, rank), out)
-        self.emit("Mul", [centered, self.const(self.per_channel(scale, axis, rank), out + "_scale")],
-                  out, out=out)
+        scale = self.tensor(self.per_channel(scale, axis, rank), out + "_scale")
+        self.emit("Mul", [centered, scale], out, out=out)
 
     def qlinear_conv(self, node) -> None:
         out = node.output[0]
-        x_scale, w_scale, y_scale = self.scale(node, 1), self.scale(node, 4), self.scale(node, 6)
-        x_zero, _ = self.zero_point(node, 2)
-        w_zero, _ = self.zero_point(node, 5)
-        y_zero, y_type = self.zero_point(node, 7)
+        x_scale, x_zero, w_scale, w_zero, y_scale, y_zero, y_type = self.binary_operands(node)
         weight = self.constant(node, 3, "weight")
         if weight is None:
             raise ModelError(f"QLinearConv at node '{node.name}' has no weight", "fix the model")
@@ -229,10 +261,7 @@ class _Rewriter:
 
     def qlinear_matmul(self, node) -> None:
         out = node.output[0]
-        a_scale, b_scale, y_scale = self.scale(node, 1), self.scale(node, 4), self.scale(node, 6)
-        a_zero, _ = self.zero_point(node, 2)
-        b_zero, _ = self.zero_point(node, 5)
-        y_zero, y_type = self.zero_point(node, 7)
+        a_scale, a_zero, b_scale, b_zero, y_scale, y_zero, y_type = self.binary_operands(node)
         a = self.centered(self.integers(node.input[0], out), a_zero, out)
         b_name = node.input[3]
         if b_name in self.constants:
@@ -245,10 +274,7 @@ class _Rewriter:
 
     def qlinear_add(self, node) -> None:
         out = node.output[0]
-        a_scale, b_scale, c_scale = self.scale(node, 1), self.scale(node, 4), self.scale(node, 6)
-        a_zero, _ = self.zero_point(node, 2)
-        b_zero, _ = self.zero_point(node, 5)
-        c_zero, c_type = self.zero_point(node, 7)
+        a_scale, a_zero, b_scale, b_zero, c_scale, c_zero, c_type = self.binary_operands(node)
         terms = []
         for name, zero, ratio in ((node.input[0], a_zero, a_scale / c_scale),
                                   (node.input[3], b_zero, b_scale / c_scale)):
@@ -259,10 +285,7 @@ class _Rewriter:
                 centered = self.centered(self.integers(name, out), zero, out)
                 terms.append(self.emit("Mul", [centered, self.const(ratio, out + "_ratio")], out))
         total = self.emit("Add", terms, out)
-        rounded = self.emit("Round", [total], out)
-        if np.any(c_zero):
-            rounded = self.emit("Add", [rounded, self.const(c_zero, out + "_zero")], out)
-        self.saturate(rounded, c_type, out, out)
+        self.rounded(total, c_zero, c_type, out, out)
 
     def qlinear_global_average_pool(self, node) -> None:
         out = node.output[0]
@@ -289,10 +312,52 @@ class _Rewriter:
         denominator = self.emit("Mul", [self.const(y_scale, out + "_y_scale"), pixels], out)
         multiplier = self.emit("Div", [self.const(x_scale, out + "_x_scale"), denominator], out)
         scaled = self.emit("Mul", [acc, multiplier], out)
-        rounded = self.emit("Round", [scaled], out)
-        if np.any(y_zero):
-            rounded = self.emit("Add", [rounded, self.const(y_zero, out + "_zero")], out)
-        self.saturate(rounded, y_type, out, out)
+        self.rounded(scaled, y_zero, y_type, out, out)
+
+
+    def dynamic_quantize_linear(self, node) -> None:
+        """ONNX's own definition (its function body): the range of x widened to hold 0, a
+        scale of range / 255 and the zero point that puts the range's low end at 0."""
+        self.dynamic = True
+        x = node.input[0]
+        names = list(node.output) + [""] * (3 - len(node.output))
+        out, scale_out, zero_out = (n or self.fresh(x + "_dq") for n in names)
+        hint = out
+        low = self.emit("Min", [self.emit("ReduceMin", [x], hint, keepdims=0),
+                                self.const(np.float32(0), hint + "_0")], hint)
+        high = self.emit("Max", [self.emit("ReduceMax", [x], hint, keepdims=0),
+                                 self.const(np.float32(0), hint + "_0")], hint)
+        self.emit("Div", [self.emit("Sub", [high, low], hint),
+                          self.const(np.float32(255), hint + "_255")], hint, out=scale_out)
+        shifted = self.emit("Neg", [self.emit("Div", [low, scale_out], hint)], hint)
+        self.rounded(shifted, np.zeros((), np.float32), TensorProto.UINT8, zero_out, hint)
+        divided = self.emit("Div", [x, scale_out], hint)
+        self.rounded(divided, zero_out, TensorProto.UINT8, out, hint)
+
+    def integer_product(self, node, op: str) -> None:
+        """MatMulInteger / ConvInteger: the int32 sums of (a - a_zero) * (b - b_zero)."""
+        out = node.output[0]
+        a_zero, _ = self.zero_point(node, 2, dynamic=True)
+        b_zero, _ = self.zero_point(node, 3, dynamic=True)
+        a = self.centered(self.integers(node.input[0], out), a_zero, out)
+        b_name = node.input[1]
+        if b_name in self.constants and not isinstance(b_zero, str):
+            value = self.constants[b_name].astype(np.float32)
+            # ConvInteger's per-channel zero points run along the filters (axis 0), a
+            # MatMulInteger's along the columns (the last axis)
+            b = self.const(value - (self.per_channel(b_zero, 0, value.ndim) if op == "Conv"
+                                    else b_zero), out + "_b")
+        else:
+            b = self.centered(self.integers(b_name, out), b_zero, out)
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        self.emit(op, [a, b], out, out=out, **attrs)
+        self.types[out] = TensorProto.INT32
+
+    def matmul_integer(self, node) -> None:
+        self.integer_product(node, "MatMul")
+
+    def conv_integer(self, node) -> None:
+        self.integer_product(node, "Conv")
 
 
 _HANDLERS = {
@@ -300,7 +365,14 @@ _HANDLERS = {
     "QLinearConv": _Rewriter.qlinear_conv, "QLinearMatMul": _Rewriter.qlinear_matmul,
     "QLinearAdd": _Rewriter.qlinear_add,
     "QLinearGlobalAveragePool": _Rewriter.qlinear_global_average_pool,
+    "DynamicQuantizeLinear": _Rewriter.dynamic_quantize_linear,
+    "MatMulInteger": _Rewriter.matmul_integer, "ConvInteger": _Rewriter.conv_integer,
 }
+
+
+def _nonzero(zero) -> bool:
+    """Whether a zero point needs subtracting: one computed in the graph (a name) always."""
+    return isinstance(zero, str) or bool(np.any(zero))
 
 
 def _attr(node, name: str, default):
@@ -310,16 +382,18 @@ def _attr(node, name: str, default):
     return default
 
 
-def _ranks(model: onnx.ModelProto) -> dict[str, int]:
+def _ranks_and_types(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:  # a graph onnx cannot infer still gets default ranks
         inferred = model
-    ranks = {}
+    ranks, types = {}, {}
     for vi in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output):
         if vi.type.tensor_type.HasField("shape"):
             ranks[vi.name] = len(vi.type.tensor_type.shape.dim)
-    return ranks
+        if vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    return ranks, types
 
 
 def rewrite(model: onnx.ModelProto, opset: int) -> str | None:
@@ -360,6 +434,11 @@ def rewrite(model: onnx.ModelProto, opset: int) -> str | None:
     for t in [t for t in graph.initializer if t.name not in used]:
         graph.initializer.remove(t)
     ops = ", ".join(f"{n} {op}" for op, n in counts.most_common())
-    return (f"{sum(counts.values())} quantized operators ({ops}) as float32 arithmetic on "
+    note = (f"{sum(counts.values())} quantized operators ({ops}) as float32 arithmetic on "
             "their integers, rounded and saturated as onnxruntime does; weights stored as "
             "float32")
+    if r.dynamic:
+        note += ("; scales computed from the inputs (dynamic quantization) span the whole "
+                 "batch: a request's outputs can move by a quantization step with the requests "
+                 "batched with it (zero padding moves nothing)")
+    return note

@@ -56,3 +56,24 @@ def bounded_takes(mod):
         return relax.op.take(call.args[0], call.args[1], axis=call.attrs.axis, mode="clip")
 
     return rewrite_calls(mod, replacement)
+
+
+def scalar_stacks_as_concats(mod):
+    """`stack` of 0-d tensors (TVM's import of ONNX's Min, Max, Sum and Mean of several
+    scalars: a dynamic quantization's range) as a concatenation of one-element vectors: TVM
+    0.27's layout conversion divides by the rank of a stack's operands and stops the whole
+    process with SIGFPE on a 0-d one, convolution or not. Returns (module, calls rewritten)."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    stack = tvm.ir.Op.get("relax.stack")
+
+    def replacement(call):
+        if call.op != stack or not isinstance(call.args[0], relax.Tuple):
+            return None
+        parts = list(call.args[0].fields)
+        if not parts or any(getattr(p.ty, "ndim", None) != 0 for p in parts):
+            return None
+        return relax.op.concat([relax.op.reshape(p, [1]) for p in parts], axis=0)
+
+    return rewrite_calls(mod, replacement)
