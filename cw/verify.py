@@ -122,8 +122,8 @@ def exact_integer_model(model):
         return shifted[name]
 
     # operator -> positions of (its int8 weight, the weight's zero point)
-    weight_inputs = {"QLinearConv": (3, 5), "QLinearMatMul": (3, 5), "MatMulInteger": (1, 3),
-                     "ConvInteger": (1, 3)}
+    weight_inputs = {"QLinearConv": (3, 5), "QLinearMatMul": (3, 5), "QGemm": (3, 5),
+                     "MatMulInteger": (1, 3), "ConvInteger": (1, 3)}
     for node in model.graph.node:
         if node.op_type not in weight_inputs:
             continue

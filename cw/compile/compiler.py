@@ -18,7 +18,7 @@ from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKern
                        Target, TensorSpec, WeightPage, Weights, WeightTensor)
 from cw.compile import (cpu_conv, cpu_kernels, cuda_conv, cutlass_build, cutlass_conv,
                         cutlass_plans, fast_math, fast_tvmscript, frontend, normalize, paging,
-                        rebatch, targets, tuning)
+                        rebatch, relax_rewrite, targets, tuning)
 from cw.compile.libcheck import (MAX_KERNEL_CONSTANT_BYTES, check_data_sections,
                                  check_device_binary)
 from cw.compile.memory import memory_plan
@@ -278,13 +278,14 @@ def legalized(mod, target, fuse: bool = True, conv_split: bool = True, cutlass: 
     pipeline = _pipeline(target)
     passes = pipeline.library_dispatch_passes(target) + pipeline.legalize_passes(target)
     names = [_pass_name(p) for p in passes]
-    if target.kind.name == "llvm" and "LegalizeOps" in names:
-        passes[names.index("LegalizeOps")] = relax.transform.LegalizeOps(
-            {"relax.nn.conv2d": cpu_conv.legalize_conv2d, **fast_math.legalizers()})
-    if target.kind.name == "cuda" and conv_split and "LegalizeOps" in names:
+    custom = {"relax.layout_transform": relax_rewrite.legalize_layout_transform}
+    if target.kind.name == "llvm":
+        custom |= {"relax.nn.conv2d": cpu_conv.legalize_conv2d, **fast_math.legalizers()}
+    if target.kind.name == "cuda" and conv_split:
         sms = cuda_conv.sm_count(str(target.attrs.get("arch", "")))
-        passes[names.index("LegalizeOps")] = relax.transform.LegalizeOps(
-            {"relax.nn.conv2d": cuda_conv.legalizer(target, sms)})
+        custom["relax.nn.conv2d"] = cuda_conv.legalizer(target, sms)
+    if "LegalizeOps" in names:
+        passes[names.index("LegalizeOps")] = relax.transform.LegalizeOps(custom)
     split = names.index("ApplyDefaultSchedule") if "ApplyDefaultSchedule" in names else len(passes)
     head, rest = passes[:split], passes[split:]
     if not fuse:

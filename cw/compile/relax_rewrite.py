@@ -77,3 +77,21 @@ def scalar_stacks_as_concats(mod):
         return relax.op.concat([relax.op.reshape(p, [1]) for p in parts], axis=0)
 
     return rewrite_calls(mod, replacement)
+
+
+def legalize_layout_transform(bb, call):
+    """A layout transform of a bool tensor as one of uint8s: TVM 0.27 legalizes it with a
+    float padding value, which its schedule then refuses for bool ("elements of type bool,
+    but the transformation fills padding with float32"). ONNX's Cast of floats to an integer
+    type imports as `where(logical_not(isfinite(x)), 0, x)`, and the layout conversion carries
+    that bool into the blocked layout of the convolution before it (a quantized model's uint8
+    output). Anything else: TVM's own legalization."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    default = tvm.ir.Op.get("relax.layout_transform").get_attr("FLegalize")
+    if getattr(call.args[0].ty, "dtype", None) != "bool":
+        return default(bb, call)
+    as_bytes = bb.normalize(relax.op.astype(call.args[0], "uint8"))
+    moved = bb.normalize(relax.op.layout_transform(as_bytes, call.attrs.index_map))
+    return relax.op.astype(default(bb, moved), "bool")

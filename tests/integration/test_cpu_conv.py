@@ -290,11 +290,11 @@ def _conv_relu6_conv_onnx(path, computed_bound=False):
 
 
 def test_a_scaled_skip_connection_stays_in_the_scheduled_epilogue():
-    """y = relu(conv2(a) + b + 0.5 * a) with a = relu(conv1(x)) (an int8 model's residual add, each side
-    scaled): the product of the skip connection is an elementwise block of conv2's kernel that
-    does not descend from its convolution; it is computed where the epilogue reads it. Before,
-    the schedule could not place the epilogue and the kernel ran in TVM's generic loops (10 ms
-    instead of 0.3 in mobilenetv2-12-int8)."""
+    """y = relu(conv2(a) + b + 0.5 * a) with a = relu(conv1(x)) (an int8 model's residual add,
+    each side scaled): the product of the skip connection is an elementwise block of conv2's
+    kernel that does not descend from its convolution; it is computed where the epilogue reads
+    it. Before, the schedule could not place the epilogue and the kernel ran in TVM's generic
+    loops (10 ms instead of 0.3 in mobilenetv2-12-int8)."""
     import functools
 
     tvm = load_tvm()
@@ -328,6 +328,31 @@ def test_a_scaled_skip_connection_stays_in_the_scheduled_epilogue():
     av = np.maximum(_reference(xv, w1v, np.zeros((1, 16, 1, 1), np.float32), 1, 0), 0)
     expected = _reference(av, w2v, bv, 1, 1, residual=0.5 * av, silu=False)
     assert np.allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_cast_to_integers_after_a_blocked_convolution_compiles(tmp_path):
+    """ONNX's Cast of floats to uint8 imports as where(not(isfinite(x)), 0, x) first, and the
+    layout conversion carries that bool tensor into the convolution's NCHW8c; TVM 0.27 then
+    failed to legalize its layout transform back ("elements of type bool, but the
+    transformation fills padding with float32": a quantized model whose output is a
+    convolution's)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(random_input((16, 8, 3, 3), seed=2), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("Cast", ["r"], ["y"], to=TensorProto.UINT8)], "cast_after_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, ["N", 16, 12, 12])], [w])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), src)
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert m.kernels[0].kernels_conv_scheduled == 1
+    x = random_input((3, 8, 12, 12), seed=4) * 0.2
+    out = LocalModel(tmp_path / "b").run([x])[0]
+    assert out.dtype == np.uint8 and np.array_equal(out, onnx_reference(src, [x])[0])
 
 
 @pytest.mark.parametrize("computed_bound", [False, True])
