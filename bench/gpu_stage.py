@@ -127,8 +127,12 @@ TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
                 ("edge:mobilenetv2-12-int8", (1, 4), "fp32")]
 # edge model -> the sample shape of its test inputs (tests/conftest.py's edge_inputs)
 EDGE_SAMPLE_SHAPES = {"edge:mobilenetv2-12-int8": (3, 224, 224)}
-EDGE_PREFIX = "edge:"
+EDGE_PREFIX = "edge:"  # as tests/conftest.py's zoo_onnx takes them
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def _edge_onnx(name: str) -> Path:
+    return SHARED / "models-edge" / f"{name.removeprefix(EDGE_PREFIX)}.onnx"
 
 
 def stage_reference(name: str, out: Path, batch_sizes) -> None:
@@ -141,8 +145,8 @@ def stage_reference(name: str, out: Path, batch_sizes) -> None:
     path = out.parent / f"{bundle_dirname(name, batch_sizes)}.reference.npz"
     if path.is_file():
         return
-    onnx_path = SHARED / "models-edge" / f"{name.removeprefix(EDGE_PREFIX)}.onnx"
-    outputs = [onnx_reference(onnx_path, x)[0] for x in edge_inputs(EDGE_SAMPLE_SHAPES[name])]
+    inputs = edge_inputs(EDGE_SAMPLE_SHAPES[name])
+    outputs = [onnx_reference(_edge_onnx(name), x)[0] for x in inputs]
     np.savez(path, **{str(i): y for i, y in enumerate(outputs)})
     print(f"staged {path}")
 
@@ -160,7 +164,7 @@ def stage(name: str, out: Path, batch_sizes: tuple[int, ...], arch: str | None,
     else:
         with tempfile.TemporaryDirectory() as tmp:
             if name.startswith(EDGE_PREFIX):
-                onnx_path = SHARED / "models-edge" / f"{name.removeprefix(EDGE_PREFIX)}.onnx"
+                onnx_path = _edge_onnx(name)
             else:
                 onnx_path = Path(tmp) / f"{name}.onnx"
                 model_zoo.export(name, onnx_path)
