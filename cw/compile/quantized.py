@@ -29,11 +29,13 @@ quantization (the integers of each layer) is kept.
 from __future__ import annotations
 
 import collections
+import copy
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from cw.compile import quantized_activations as activations
 from cw.errors import ModelError
 
 _ONNX = ("", "ai.onnx")
@@ -44,7 +46,15 @@ REWRITTEN = {
     "QLinearMatMul": _ONNX, "QLinearAdd": _MS, "QLinearGlobalAveragePool": _MS, "QGemm": _MS,
     # onnxruntime's dynamic quantization (transformers): scales computed from each input
     "DynamicQuantizeLinear": _ONNX, "MatMulInteger": _ONNX, "ConvInteger": _ONNX,
+    # between the products (cw/compile/quantized_activations.py)
+    "QLinearMul": _MS, "QLinearSigmoid": _MS, "QLinearLeakyRelu": _MS, "QLinearConcat": _MS,
+    "QLinearAveragePool": _MS, "QLinearSoftmax": _MS,
 }
+# operators that move, pick or pad values without computing new ones: on a quantized tensor
+# they give the same integers (onnxruntime runs them on the 8-bit tensors as they are)
+_VALUE_PRESERVING = {"MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+                     "Slice", "Split", "Concat", "Identity", "Pad", "Gather", "Tile", "Expand",
+                     "DepthToSpace", "SpaceToDepth", "Resize"}
 MIN_OPSET = 11  # Round, and Clip taking its bounds as inputs
 _QUANTIZED_TYPES = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127),
                     TensorProto.UINT16: (0, 65535), TensorProto.INT16: (-32768, 32767)}
@@ -158,6 +168,27 @@ class _Rewriter:
         if name in self.constants:
             return self.const(self.constants[name].astype(np.float32), hint)
         return self.emit("Cast", [name], hint, to=TensorProto.FLOAT)
+
+    def passed_through(self, node) -> None:
+        """A node left as it is reads a quantized tensor (float32 integers now): its outputs
+        are quantized alike where it only moves values, and an 8-bit constant beside them
+        (Pad's value) becomes float32 as well."""
+        if node.op_type not in _VALUE_PRESERVING:
+            return  # Shape, ArgMax and the like: their outputs hold no quantized values
+        mode = _attr(node, "mode", b"nearest")
+        if node.op_type == "Resize" and mode not in (b"nearest", "nearest"):
+            raise ModelError(f"Resize at node '{node.name}' interpolates ({mode.decode()}) a "
+                             "quantized tensor", "cw rewrites nearest-neighbour resizing of "
+                             "quantized tensors only; quantize the model in the QDQ format")
+        for i, name in enumerate(node.input):
+            value = self.constants.get(name)
+            if value is not None and name not in self.types \
+                    and helper.np_dtype_to_tensor_dtype(value.dtype) in _QUANTIZED_TYPES:
+                node.input[i] = self.const(value.astype(np.float32), name)
+        data_type = next(self.types[v] for v in node.input if v in self.types)
+        for name in node.output:
+            if name:
+                self.types[name] = data_type
 
     # --- arithmetic --------------------------------------------------------------------------
 
@@ -412,6 +443,11 @@ _HANDLERS = {
     "QLinearGlobalAveragePool": _Rewriter.qlinear_global_average_pool,
     "DynamicQuantizeLinear": _Rewriter.dynamic_quantize_linear,
     "MatMulInteger": _Rewriter.matmul_integer, "ConvInteger": _Rewriter.conv_integer,
+    "QLinearMul": activations.qlinear_mul, "QLinearSigmoid": activations.qlinear_sigmoid,
+    "QLinearLeakyRelu": activations.qlinear_leaky_relu,
+    "QLinearConcat": activations.qlinear_concat,
+    "QLinearAveragePool": activations.qlinear_average_pool,
+    "QLinearSoftmax": activations.qlinear_softmax,
 }
 
 
@@ -435,7 +471,7 @@ def _attr(node, name: str, default):
 
 def _ranks_and_types(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(_standing_in(model))
     except Exception:  # a graph onnx cannot infer still gets default ranks
         inferred = model
     ranks, types = {}, {}
@@ -445,6 +481,32 @@ def _ranks_and_types(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, 
         if vi.type.tensor_type.elem_type:
             types[vi.name] = vi.type.tensor_type.elem_type
     return ranks, types
+
+
+def _standing_in(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with onnxruntime's operators, which onnx's shape inference does not know (it
+    stops at the first), replaced by ONNX operators that give outputs of the same rank and
+    type: enough to know each tensor's rank."""
+    def unknown(node):
+        return node.domain in _MS and node.op_type.startswith(("QLinear", "QGemm"))
+
+    if not any(unknown(node) for node in model.graph.node):
+        return model
+    model = copy.deepcopy(model)
+    for node in model.graph.node:
+        if not unknown(node):
+            continue
+        inputs, attrs = list(node.input), {}
+        if node.op_type in ("QLinearAdd", "QLinearMul"):
+            op, inputs = "Max", [inputs[0], inputs[3]]  # broadcasts as they do
+        elif node.op_type == "QLinearConcat":
+            op, inputs, attrs = "Concat", inputs[2::3], {"axis": _attr(node, "axis", 0)}
+        elif node.op_type == "QGemm":
+            op, inputs = "Flatten", inputs[:1]
+        else:  # activations, softmax and pools keep the rank
+            op, inputs = "Identity", inputs[:1]
+        node.CopyFrom(helper.make_node(op, inputs, list(node.output), name=node.name, **attrs))
+    return model
 
 
 def rewrite(model: onnx.ModelProto, opset: int) -> str | None:
@@ -463,6 +525,8 @@ def rewrite(model: onnx.ModelProto, opset: int) -> str | None:
         if is_rewritten(node):
             _HANDLERS[node.op_type](r, node)
         else:
+            if any(v in r.types for v in node.input):
+                r.passed_through(node)
             r.nodes.append(node)
     # a quantized graph output keeps its type: cast back from the float32 integers
     for output in graph.output:
