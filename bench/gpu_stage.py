@@ -124,7 +124,8 @@ TEST_BUNDLES = [("small_cnn", (1, 4), "fp32"), ("mlp", (1, 2), "fp32"),
                 ("small_cnn", (1, 4), "tf32"), ("small_bert", (1, 4), "fp32"),
                 # a ../shared/models-edge file (the GPU machine has no ../shared: its
                 # reference outputs are staged beside it, see stage_reference)
-                ("edge:mobilenetv2-12-int8", (1, 4), "fp32")]
+                ("edge:mobilenetv2-12-int8", (1, 4), "fp32"),
+                ("int8_activations", (1, 4), "fp32")]
 # edge model -> the sample shape of its test inputs (tests/conftest.py's edge_inputs)
 EDGE_SAMPLE_SHAPES = {"edge:mobilenetv2-12-int8": (3, 224, 224)}
 EDGE_PREFIX = "edge:"  # as tests/conftest.py's zoo_onnx takes them

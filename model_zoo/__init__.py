@@ -20,6 +20,7 @@ from .bert import bert
 from .densenet import densenet121
 from .inception import inception_v3
 from .mobilenet import mobilenet_v2
+from .quantized import int8_activations
 from .resnet import resnet50_v2, resnet_v1
 from .tiny import late_cnn, mlp, small_cnn
 
@@ -77,6 +78,9 @@ MODELS: dict[str, ZooEntry] = {e.name: e for e in [
     ZooEntry("small_bert", partial(bert, 2, 128, 2, 32, 1000, "small_bert"), (32,),
              "2-layer BERT, hidden 128, 32 token ids of 1,000 (tests)",
              input_dtype="int64", index_limit=1000, output_shape=(2,)),
+    ZooEntry("int8_activations", int8_activations, (8, 6, 6),
+             "tiny uint8 graph of onnxruntime's QLinear activations (tests)",
+             output_shape=(24, 6, 6)),
 ]}
 
 

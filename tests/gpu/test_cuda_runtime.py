@@ -177,6 +177,27 @@ def test_quantized_model_on_gpu_gives_onnxruntimes_integers(cuda_bundle, zoo_onn
         assert np.array_equal(got, ref), (x[0].shape, float(np.abs(got - ref).max()))
 
 
+def test_quantized_activations_on_gpu_give_onnxruntimes_integers(cuda_bundle, zoo_onnx):
+    """The zoo's int8_activations (cw/compile/quantized_activations.py: onnxruntime's tables
+    gathered, QLinearMul's product scaled in float64, the pool's windows summed in order) on
+    the GPU: the concat of the lookups and the pool is onnxruntime's exactly. The softmaxes
+    sum each row on the GPU in an order of its own and take exp and log in the GPU's float64:
+    one step (1/256) at most, for few values."""
+    from cw.engine import LocalModel
+
+    model = LocalModel(cuda_bundle("int8_activations", (1, 4)), "cuda:0")
+    for batch in (1, 3):
+        x = (np.random.default_rng(batch).standard_normal((batch, 8, 6, 6)) * 3).astype(
+            np.float32)
+        soft_channels, soft_maps, concat = model.run([x])
+        ref = onnx_reference(zoo_onnx("int8_activations"), [x])
+        assert np.array_equal(concat, ref[2]), int((concat != ref[2]).sum())
+        for got, expected in ((soft_channels, ref[0]), (soft_maps, ref[1])):
+            off = np.abs(got - expected)
+            assert off.max() <= 1 / 256 + 1e-7 and (off > 0).mean() < 0.01, (
+                float(off.max()), float((off > 0).mean()))
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_split_k_convs_on_gpu_match_onnxruntime(cuda_bundle, zoo_onnx, batch):
     """Both convs of late_cnn are split across thread blocks (cw/compile/cuda_conv.py) at batch
