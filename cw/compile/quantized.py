@@ -1,6 +1,8 @@
 """Quantized ONNX graphs (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
 onnxruntime's QLinearAdd, QLinearGlobalAveragePool and QGemm; dynamic quantization's
-DynamicQuantizeLinear, MatMulInteger and ConvInteger) as float32 arithmetic on their integer
+DynamicQuantizeLinear, MatMulInteger and ConvInteger; and, in
+cw/compile/quantized_activations.py, onnxruntime's QLinearSigmoid, QLinearLeakyRelu, QLinearMul,
+QLinearConcat, QLinearAveragePool and QLinearSoftmax) as float32 arithmetic on their integer
 values, so that TVM compiles them with the float kernels cw schedules.
 
 TVM 0.27's importer has no QLinear operators (ONNX Model Zoo int8 models, onnxruntime's
@@ -443,8 +445,9 @@ _HANDLERS = {
     "QLinearGlobalAveragePool": _Rewriter.qlinear_global_average_pool,
     "DynamicQuantizeLinear": _Rewriter.dynamic_quantize_linear,
     "MatMulInteger": _Rewriter.matmul_integer, "ConvInteger": _Rewriter.conv_integer,
-    "QLinearMul": activations.qlinear_mul, "QLinearSigmoid": activations.qlinear_sigmoid,
-    "QLinearLeakyRelu": activations.qlinear_leaky_relu,
+    "QLinearMul": activations.qlinear_mul,
+    "QLinearSigmoid": activations.qlinear_table_activation,
+    "QLinearLeakyRelu": activations.qlinear_table_activation,
     "QLinearConcat": activations.qlinear_concat,
     "QLinearAveragePool": activations.qlinear_average_pool,
     "QLinearSoftmax": activations.qlinear_softmax,

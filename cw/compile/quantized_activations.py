@@ -35,16 +35,9 @@ _RANGES = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127)}
 _NUMPY = {TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
 
 
-def qlinear_sigmoid(r, node) -> None:
-    _table_activation(r, node)
-
-
-def qlinear_leaky_relu(r, node) -> None:
-    _table_activation(r, node)
-
-
-def _table_activation(r, node) -> None:
-    """Inputs: x, x_scale, x_zero, y_scale, y_zero; a function of x alone, through a table."""
+def qlinear_table_activation(r, node) -> None:
+    """QLinearSigmoid, QLinearLeakyRelu. Inputs: x, x_scale, x_zero, y_scale, y_zero; a
+    function of x alone, through onnxruntime's table."""
     out = node.output[0]
     x_type = _eight_bit_type(r, node, 2, node.input[0])
     y_type = _eight_bit_type(r, node, 4, None, default=x_type)
