@@ -311,7 +311,8 @@ def schedule_rows(func):
             size *= int(e)
         total += size
     common = 0
-    while all(len(lead) > common and lead[common] == leads[-1][common] for lead in leads):
+    while len(leads[-1]) > common and all(len(lead) > common and lead[common] == leads[-1][common]
+                                          for lead in leads):
         common += 1
     rows = 1
     for e in leads[-1][:common]:

@@ -1,4 +1,4 @@
-"""Vectorized exp, sigmoid, tanh, erf and softmax for CPU kernels.
+"""Vectorized exp, sigmoid, tanh, erf, softmax and rounding for CPU kernels.
 
 TVM lowers these float32 functions on LLVM targets to libm calls (`expf`, `erff`; tanh and
 sigmoid through `expf`), one scalar call per element even inside a vectorized loop: LLVM has no
@@ -17,7 +17,8 @@ its `expf` is a fast device function already. Other dtypes keep TVM's lowering t
 
 from __future__ import annotations
 
-FUNCTIONS = ("relax.exp", "relax.sigmoid", "relax.tanh", "relax.erf", "relax.nn.softmax")
+FUNCTIONS = ("relax.exp", "relax.sigmoid", "relax.tanh", "relax.erf", "relax.nn.softmax",
+             "relax.round")
 
 
 def _float32(call) -> bool:
@@ -108,4 +109,25 @@ def legalizers() -> dict:
 
     table = {name: make_unary(name) for name in unary}
     table["relax.nn.softmax"] = softmax
+    table["relax.round"] = _rounding(default["relax.round"])
     return table
+
+
+def _rounding(default):
+    """relax.round (ONNX Round, half to even) as LLVM's own nearbyint intrinsic, which TVM's
+    loop vectorizer knows. TVM lowers it to its nearbyint op, which the vectorizer does not
+    know: a vectorized store that rounds is taken apart into scalars, and where the store also
+    holds one of the formulas above (bound by a Let), that fails ("Let cannot bind the same var
+    to two different values": an int8 SiLU in a convolution's epilogue, where both the sigmoid
+    and the requantizations' roundings land)."""
+    from tvm import te, tirx
+
+    def compute(x):
+        return te.compute(x.shape, lambda *i: tirx.call_llvm_pure_intrin(
+            "float32", "llvm.nearbyint", x(*i)), name="round")
+
+    def legalize(bb, call):
+        if not _float32(call):
+            return default(bb, call)
+        return bb.call_te(compute, call.args[0], primfunc_name_hint="round")
+    return legalize

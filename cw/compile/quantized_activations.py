@@ -5,8 +5,10 @@ QLinearSigmoid, 104 QLinearMul and 18 QLinearConcat beside its 113 QLinearConv).
 - QLinearSigmoid, QLinearLeakyRelu and a QLinearConcat input whose quantization differs from
   the output's: onnxruntime maps each of the 256 input values through a table it builds once
   (dequantize, the function, quantize). Here the table is onnxruntime's own, taken by running
-  the operator once on all 256 values at compile time, and the graph looks each value up (a
-  gather): its integers exactly, whatever approximation of the logistic function it uses.
+  the operator once on all 256 values at compile time. The graph computes the float formula
+  elementwise, and sets the few entries it could round otherwise (near .5, or where
+  onnxruntime's approximation of the logistic function rounds another way) to the table's
+  value; past a few, it looks each value up (a gather). Its integers exactly, either way.
 - QLinearMul as MLAS's vector kernel: the exact product (a - a_zero)(b - b_zero), times
   a_scale * b_scale / c_scale, plus c_zero, each step rounded to float32, then rounded half to
   even and saturated. The product and its scaling go through float64 so that no compiler fuses
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -45,7 +49,10 @@ def qlinear_table_activation(r, node) -> None:
                  for i in range(1, 5)}
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     table = onnxruntime_table(node.op_type, attrs, 0, constants, 5, x_type, y_type)
-    lookup(r, r.integers(node.input[0], out), table, x_type, y_type, out)
+    function = (_sigmoid if node.op_type == "QLinearSigmoid"
+                else _leaky_relu(np.float32(attrs.get("alpha", 0.01))))
+    mapped(r, r.integers(node.input[0], out), table, x_type, y_type, out, function,
+           constants[1], constants[2], constants[3], constants[4])
 
 
 def qlinear_concat(r, node) -> None:
@@ -57,7 +64,7 @@ def qlinear_concat(r, node) -> None:
                          "it takes y_scale, y_zero, then (x, x_scale, x_zero) per input")
     y_scale, y_zero = r.constant(node, 0, "scale"), r.constant(node, 1, "zero point")
     y_type = _eight_bit_type(r, node, 1, None)
-    parts = []
+    parts, requantized = [], False
     for first in range(2, len(node.input), 3):
         x_name = node.input[first]
         x_scale = r.constant(node, first + 1, "scale")
@@ -70,11 +77,20 @@ def qlinear_concat(r, node) -> None:
             continue
         constants = {0: y_scale, 1: y_zero, 3: x_scale, 4: x_zero}
         table = onnxruntime_table("QLinearConcat", {"axis": 0}, 2, constants, 5, y_type, y_type)
-        parts.append(lookup(r, x, table, y_type, y_type, r.fresh(out)))
+        parts.append(mapped(r, x, table, y_type, y_type, r.fresh(out), _IDENTITY,
+                            x_scale, x_zero, y_scale, y_zero))
+        requantized = True
     axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), None)
     if axis is None:
         raise ModelError(f"QLinearConcat at node '{node.name}' has no axis", "fix the model")
-    r.emit("Concat", parts, out, out=out, axis=axis)
+    if not requantized:
+        r.emit("Concat", parts, out, out=out, axis=axis)
+    else:
+        # computed into memory: a requantized input reads its x once per corrected entry, and
+        # a detector's box decoder slices the concat several times, concats the slices again:
+        # inlined all the way, ultraface's decoder was one kernel of 17 ms (7 ms all told
+        # before)
+        _materialized(r, r.emit("Concat", parts, out, axis=axis), out, out=out)
     r.types[out] = y_type
 
 
@@ -250,6 +266,83 @@ def _softmax_table(r, spans: str, x_scale: np.float32, out: str) -> str:
 
 
 # --- tables ------------------------------------------------------------------------------------
+
+class _Function(NamedTuple):
+    """A float function as numpy computes it in float32 and as ONNX nodes (rewriter, value,
+    hint -> output)."""
+    numpy: Callable[[np.ndarray], np.ndarray]
+    emit: Callable[[Any, str, str], str]
+
+
+def _sigmoid_numpy(v: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.float32(1) / (np.float32(1) + np.exp(-v))
+
+
+_sigmoid = _Function(_sigmoid_numpy, lambda r, v, hint: r.emit("Sigmoid", [v], hint))
+
+
+def _leaky_relu(alpha: np.float32) -> _Function | None:
+    """max(v, alpha * v), the same values as LeakyRelu for 0 <= alpha <= 1: TVM has a layout
+    rule for a maximum and none for its leaky ReLU."""
+    if not 0 <= alpha <= 1:
+        return None
+    return _Function(lambda v: np.maximum(v, alpha * v),
+                     lambda r, v, hint: r.emit("Max", [v, r.emit("Mul", [
+                         v, r.const(alpha, hint + "_alpha")], hint)], hint))
+
+
+_IDENTITY = _Function(lambda v: v, lambda r, v, hint: v)
+
+# How far from .5 (in output steps) the scaled value of a table entry must be for the float
+# formula to round it as numpy does here. cw's vectorized exp on the CPU is a few units in the
+# last place from numpy's; CUDA's __expf (TVM's lowering) up to 22 for the arguments where a
+# sigmoid is not saturated: 1.3e-6 relative, 3.4e-4 of a step at most for 256 steps.
+_ROUNDING_MARGIN = 1 / 256
+_MAX_CORRECTIONS = 8
+
+
+def mapped(r, x: str, table: np.ndarray, x_type: int, y_type: int, out: str,
+           function: _Function | None, x_scale, x_zero, y_scale, y_zero) -> str:
+    """`out` = table[x - the type's lowest value], table onnxruntime's (dequantize, function,
+    quantize), computed elementwise where it can be: the float formula, with each entry it
+    could round otherwise than the table (at most a few) set to the table's value. A lookup
+    (gather) is a kernel of its own in TVM, and, having no layout rule, sits between layout
+    transforms out of and back into the blocked layout of the convolutions around it: int8
+    YOLOX's 110 sigmoids through lookups took ×2.4 of its float model's time."""
+    scales = [np.asarray(s, np.float32) for s in (x_scale, y_scale)]
+    if function is None or any(s.size != 1 or not s.reshape(()) > 0 for s in scales):
+        return lookup(r, x, table, x_type, y_type, out)
+    x_scale, y_scale = (s.reshape(()) for s in scales)
+    x_zero, y_zero = (_zero(z).astype(np.float32).reshape(()) for z in (x_zero, y_zero))
+    low, high = _RANGES[x_type]
+    y_low, y_high = _RANGES[y_type]
+    values = np.arange(low, high + 1, dtype=np.float32)
+    quotient = function.numpy((values - x_zero) * x_scale) / y_scale
+    below = np.floor(quotient) + y_zero
+    formula = np.clip(np.rint(quotient) + y_zero, y_low, y_high)
+    # entries near .5 whose two neighbouring integers both lie inside the type
+    undecided = ((np.abs(quotient - np.floor(quotient) - np.float32(0.5)) < _ROUNDING_MARGIN)
+                 & (below >= y_low) & (below < y_high))
+    corrections = np.flatnonzero(undecided | (formula != table))
+    if len(corrections) > _MAX_CORRECTIONS:
+        return lookup(r, x, table, x_type, y_type, out)
+    v = r.emit("Mul", [r.centered(x, x_zero, out), r.const(x_scale, out + "_x_scale")], out)
+    quotient = r.emit("Div", [function.emit(r, v, out), r.const(y_scale, out + "_y_scale")],
+                      out)
+    one = r.const(np.float32(1), out + "_one")
+    for k in corrections:
+        # quotient * (1 - is_k) + (table[k] - y_zero) * is_k: exact either way, and every
+        # operator in it has a layout rule (a Where has none)
+        is_k = r.emit("Cast", [r.emit("Equal", [x, r.const(values[k], out + "_value")], out)],
+                      out, to=TensorProto.FLOAT)
+        kept = r.emit("Mul", [quotient, r.emit("Sub", [one, is_k], out)], out)
+        exact = r.emit("Mul", [is_k, r.const(np.float32(table[k] - y_zero), out + "_entry")],
+                       out)
+        quotient = r.emit("Add", [kept, exact], out)
+    r.rounded(quotient, y_zero, y_type, out, out)
+    return out
+
 
 def lookup(r, x: str, table: np.ndarray, x_type: int, y_type: int, out: str) -> str:
     """`out` = table[x - the type's lowest value], x the float32 integers of an 8-bit tensor."""

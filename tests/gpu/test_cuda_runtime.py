@@ -179,8 +179,10 @@ def test_quantized_model_on_gpu_gives_onnxruntimes_integers(cuda_bundle, zoo_onn
 
 def test_quantized_activations_on_gpu_give_onnxruntimes_integers(cuda_bundle, zoo_onnx):
     """The zoo's int8_activations (cw/compile/quantized_activations.py: onnxruntime's tables
-    gathered, QLinearMul's product scaled in float64, the pool's windows summed in order) on
-    the GPU: the concat of the lookups and the pool is onnxruntime's exactly. The softmaxes
+    as their formula, the sigmoid through the GPU's expf, with the entries it could round
+    otherwise set to the table's; QLinearMul's product scaled in float64, the pool's windows
+    summed in order) on the GPU: the concat of the requantized sigmoid, the pool and x is
+    onnxruntime's exactly. The softmaxes
     sum each row on the GPU in an order of its own and take exp and log in the GPU's float64:
     one step (1/256) at most, for few values."""
     from cw.engine import LocalModel

@@ -1,6 +1,7 @@
-"""exp, sigmoid, tanh, erf and softmax as CPU bundles compute them (cw/compile/fast_math.py):
-vectorized, no libm call per element, within a few units in the last place of float64's answer,
-and NaN and infinities as numpy gives them."""
+"""exp, sigmoid, tanh, erf, softmax and rounding as CPU bundles compute them
+(cw/compile/fast_math.py): vectorized, no libm call per element, within a few units in the last
+place of float64's answer (rounding: exactly numpy's, half to even), and NaN and infinities as
+numpy gives them."""
 
 import math
 
@@ -37,7 +38,7 @@ def kernels(tmp_path_factory):
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((N,), "float32"))
     rows = relax.Var("rows", relax.TensorType((64, 77), "float32"))
-    ops = [relax.op.exp, relax.op.sigmoid, relax.op.tanh, relax.op.erf]
+    ops = [relax.op.exp, relax.op.sigmoid, relax.op.tanh, relax.op.erf, relax.op.round]
     with bb.function("main", [x, rows]):
         with bb.dataflow():
             outs = [bb.emit(op(x)) for op in ops] + [bb.emit(relax.op.nn.softmax(rows, -1))]
@@ -61,7 +62,8 @@ def kernels(tmp_path_factory):
         if scores is None:
             scores = np.zeros((64, 77), np.float32)
         outs = vm["main"](tvm.runtime.tensor(padded), tvm.runtime.tensor(scores))
-        return {name: o.numpy() for name, o in zip((*FUNCTIONS, "softmax"), outs)}, len(xs)
+        names = (*FUNCTIONS, "round", "softmax")
+        return {name: o.numpy() for name, o in zip(names, outs)}, len(xs)
 
     return run, {how: path.read_bytes() for how, path in built.items()}
 
@@ -110,3 +112,18 @@ def test_softmax_rows(kernels):
     e = np.exp(s - s.max(axis=-1, keepdims=True))
     ref = e / e.sum(axis=-1, keepdims=True)
     np.testing.assert_allclose(got["softmax"], ref, rtol=1e-5, atol=1e-7)
+
+
+def test_rounding_is_half_to_even(kernels):
+    """LLVM's nearbyint in place of TVM's (tests/integration/test_quantized_activations.py has
+    the kernel TVM's failed to build): numpy's rint on ties, near ties, past 2^23 and on NaN
+    and infinities."""
+    run, _ = kernels
+    halves = np.arange(-8, 8, dtype=np.float32) + np.float32(0.5)
+    x = np.concatenate([halves, np.nextafter(halves, np.float32(0)),
+                        np.float32(2.0**23) + np.arange(4, dtype=np.float32),
+                        np.linspace(-300, 300, 4097, dtype=np.float32),
+                        np.array([np.nan, np.inf, -np.inf, -0.0, 1e30], np.float32)])
+    got, n = run(x)
+    np.testing.assert_array_equal(got["round"][:n], np.rint(x))
+    assert np.signbit(got["round"][n - 2])  # -0.0 stays negative

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from cw.compile import quantized
 from model_zoo.quantized import QUANTIZED_TENSORS, int8_activations
-from tests.integration.test_quantized import _session, _with_outputs
+from tests.integration.test_quantized import _session, _static_quantized, _with_outputs
 
 
 def activation_input(batch: int, seed: int) -> np.ndarray:
@@ -42,6 +42,42 @@ def test_every_tensor_equals_onnxruntimes_integers(onnx_type):
     # not trivially saturated: every tensor holds a spread of integers
     assert all(len(np.unique(expected[n])) > 10 for n in names), {
         n: len(np.unique(expected[n])) for n in names}
+    # the tables' functions are computed elementwise (a lookup has no layout rule in TVM),
+    # but for the leaky ReLU: its scales put 21 of its entries exactly at .5 (0.05 * 0.1 /
+    # 0.03 = 1/6 a step), where any other float order could round the other way
+    tables = {t.name for t in rewritten.graph.initializer}
+    assert [n.name for n in rewritten.graph.node
+            if n.op_type == "Gather" and n.input[0] in tables] == ["leaky"]
+
+
+@pytest.mark.parametrize("changed,gathers", [(0, 0), (3, 0), (40, 1)],
+                         ids=["the-formula", "three-entries-corrected", "a-lookup"])
+def test_a_table_is_computed_exactly_whatever_the_formula_rounds(changed, gathers):
+    """mapped(): onnxruntime's sigmoid table with `changed` entries moved by one step (as an
+    approximation of its own could round them) still comes out exactly: a few corrected
+    entries beside the formula, a lookup past the limit."""
+    from cw.compile import quantized_activations as qa
+
+    x_scale, x_zero, y_scale, y_zero = (np.float32(0.05), np.uint8(128), np.float32(1 / 256),
+                                        np.uint8(0))
+    table = qa.onnxruntime_table("QLinearSigmoid", {}, 0, {1: x_scale, 2: x_zero, 3: y_scale,
+                                                           4: y_zero}, 5, TensorProto.UINT8,
+                                 TensorProto.UINT8)
+    moved = np.random.default_rng(changed).choice(np.arange(20, 236), changed, replace=False)
+    table[moved] += np.where(table[moved] < 255, 1, -1).astype(np.float32)
+    graph = helper.make_graph([], "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    r = quantized._Rewriter(model, 13)
+    qa.mapped(r, "x", table, TensorProto.UINT8, TensorProto.UINT8, "y", qa._sigmoid, x_scale,
+              x_zero, y_scale, y_zero)
+    model.graph.node.extend(r.nodes)
+    model.graph.initializer.extend(r.new_initializers)
+    got = _session(model).run(None, {"x": np.arange(256, dtype=np.float32)})[0]
+    np.testing.assert_array_equal(got, table)
+    assert sum(n.op_type == "Gather" for n in r.nodes) == gathers
+    assert sum(n.op_type == "Equal" for n in r.nodes) >= (changed if not gathers else 0)
 
 
 def test_a_compiled_bundle_gives_onnxruntimes_integers(tmp_path, zoo_onnx):
@@ -67,3 +103,45 @@ def test_interpolating_a_quantized_tensor_is_refused_in_one_line():
     model.graph.node.insert(1, resize)
     with pytest.raises(Exception, match="interpolates .linear. a quantized tensor"):
         quantized.rewrite(model, 13)
+
+
+def _silu_convs() -> onnx.ModelProto:
+    """Three convolutions (3x3, 1x1, 3x3), each followed by a SiLU (x * sigmoid(x)): YOLOX's
+    pattern."""
+    rng = np.random.default_rng(0)
+    inits, nodes, x, c = [], [], "input", 3
+    for i, (oc, k) in enumerate(((16, 3), (16, 1), (16, 3))):
+        w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"),
+                  numpy_helper.from_array((rng.standard_normal(oc) * 0.1).astype(np.float32),
+                                          f"b{i}")]
+        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[k // 2] * 4),
+                  helper.make_node("Sigmoid", [f"c{i}"], [f"s{i}"]),
+                  helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"y{i}"])]
+        x, c = f"y{i}", oc
+    graph = helper.make_graph(
+        nodes, "silu_convs", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                            ["N", 3, 24, 24])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 16, 24, 24])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_int8_silus_after_convolutions_compile_and_give_onnxruntimes_integers(tmp_path):
+    """Through quantize_static (QOperator): QLinearConv, QLinearSigmoid, QLinearMul. The
+    sigmoid's formula lands in the convolution's vectorized epilogue beside the roundings of
+    the requantizations; with TVM's own rounding (which its vectorizer cannot vectorize) that
+    kernel failed to build ("Let cannot bind the same var to two different values")."""
+    from cw.compile.compiler import CompileConfig, compile_model
+    from cw.engine import LocalModel
+    from cw.verify import onnx_reference
+
+    onnx.save(_silu_convs(), tmp_path / "silu.onnx")
+    src = _static_quantized(tmp_path / "silu.onnx", tmp_path / "silu_int8.onnx", (3, 24, 24),
+                            "QOperator")
+    ops = [n.op_type for n in onnx.load(src).graph.node]
+    assert ops.count("QLinearSigmoid") == 3 and ops.count("QLinearConv") == 3, ops
+    compile_model(src, tmp_path / "bundle", CompileConfig(batch_sizes=(1,)))
+    x = np.random.default_rng(1).standard_normal((1, 3, 24, 24)).astype(np.float32)
+    got = LocalModel(tmp_path / "bundle", "cpu").run([x])[0]
+    expected = onnx_reference(src, [x])[0]
+    assert np.array_equal(got, expected), int((got != expected).sum())
