@@ -524,9 +524,14 @@ def rewrite(model: onnx.ModelProto, opset: int) -> str | None:
                          f"Round, which needs opset {MIN_OPSET}",
                          "convert it with onnx.version_converter to opset 13 or later")
     r = _Rewriter(model, opset)
+    dequantized = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"}
+    batch_norms = 0
     for node in graph.node:
         if is_rewritten(node):
             _HANDLERS[node.op_type](r, node)
+        elif (node.op_type == "BatchNormalization" and node.input[0] in dequantized
+              and activations.batch_normalization(r, node)):
+            batch_norms += 1
         else:
             if any(v in r.types for v in node.input):
                 r.passed_through(node)
@@ -551,10 +556,16 @@ def rewrite(model: onnx.ModelProto, opset: int) -> str | None:
     used = {v for n in graph.node for v in n.input} | {o.name for o in graph.output}
     for t in [t for t in graph.initializer if t.name not in used]:
         graph.initializer.remove(t)
+        # an old exporter's graph lists its initializers among the inputs as well
+        for i in [i for i in graph.input if i.name == t.name]:
+            graph.input.remove(i)
     ops = ", ".join(f"{n} {op}" for op, n in counts.most_common())
     note = (f"{sum(counts.values())} quantized operators ({ops}) as float32 arithmetic on "
             "their integers, rounded and saturated as onnxruntime does; weights stored as "
             "float32")
+    if batch_norms:
+        note += (f"; {batch_norms} float BatchNormalizations between them computed in "
+                 "onnxruntime's order")
     if r.dynamic:
         note += ("; scales computed from the inputs (dynamic quantization) span the whole "
                  "batch: a request's outputs can move by a quantization step with the requests "

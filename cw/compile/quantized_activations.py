@@ -196,6 +196,35 @@ def _window_sum(r, values: str, kernel: list, pads: list, strides: list, out: st
     return total
 
 
+def batch_normalization(r, node) -> bool:
+    """A float BatchNormalization of dequantized values (onnxruntime's quantizer leaves them
+    between a DequantizeLinear and a QuantizeLinear where the model was not pre-processed:
+    ultraface has 35) as onnxruntime's kernel computes it: x * new_scale + new_bias, rounded
+    after the product and after the sum, new_scale = scale / sqrt(var + epsilon) and new_bias
+    = bias - mean * new_scale in float32. TVM's order put a few values on the other side of a
+    quantization step, and the layers after carried them on (ultraface: 0.0394 off). The
+    product goes through float64 (exact there, rounded once to float32), so that no compiler
+    fuses it into the sum. False, left to TVM, where the parameters are not constants or it
+    trains."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    params = [r.constants.get(name) if name else None for name in node.input[1:5]]
+    rank = r.ranks.get(node.input[0])
+    if (len(params) < 4 or any(p is None for p in params) or attrs.get("training_mode")
+            or any(node.output[1:]) or rank is None or rank < 2):
+        return False
+    scale, bias, mean, var = (np.asarray(p, np.float32).reshape(-1) for p in params)
+    epsilon = np.float32(attrs.get("epsilon", 1e-5))
+    new_scale = (np.float32(1) / np.sqrt(var + epsilon)) * scale
+    new_bias = bias - mean * new_scale
+    out = node.output[0]
+    x = r.emit("Cast", [node.input[0]], out, to=TensorProto.DOUBLE)
+    product = r.emit("Mul", [x, r.const(r.per_channel(new_scale.astype(np.float64), 1, rank),
+                                        out + "_scale")], out)
+    r.emit("Add", [r.emit("Cast", [product], out, to=TensorProto.FLOAT),
+                   r.const(r.per_channel(new_bias, 1, rank), out + "_bias")], out, out=out)
+    return True
+
+
 def qlinear_softmax(r, node) -> None:
     """onnxruntime's QLinearSoftmax (qlinear_softmax.cc): its table of exponentials built in
     float64 and stored as float32, a row's values looked up relative to its maximum, summed in

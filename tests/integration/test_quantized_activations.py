@@ -105,43 +105,65 @@ def test_interpolating_a_quantized_tensor_is_refused_in_one_line():
         quantized.rewrite(model, 13)
 
 
-def _silu_convs() -> onnx.ModelProto:
-    """Three convolutions (3x3, 1x1, 3x3), each followed by a SiLU (x * sigmoid(x)): YOLOX's
-    pattern."""
+def _conv_net(activation: str) -> onnx.ModelProto:
+    """Three convolutions (3x3, 1x1, 3x3), each followed by a SiLU (x * sigmoid(x): YOLOX's
+    pattern) or by a BatchNormalization and a ReLU (ultraface's, as exported: the
+    normalizations not folded into the convolutions)."""
     rng = np.random.default_rng(0)
     inits, nodes, x, c = [], [], "input", 3
+
+    def constant(name, value):
+        inits.append(numpy_helper.from_array(value.astype(np.float32), name))
+        return name
+
     for i, (oc, k) in enumerate(((16, 3), (16, 1), (16, 3))):
-        w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
-        inits += [numpy_helper.from_array(w, f"w{i}"),
-                  numpy_helper.from_array((rng.standard_normal(oc) * 0.1).astype(np.float32),
-                                          f"b{i}")]
-        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[k // 2] * 4),
-                  helper.make_node("Sigmoid", [f"c{i}"], [f"s{i}"]),
-                  helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"y{i}"])]
+        w = constant(f"w{i}", rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k))
+        b = constant(f"b{i}", rng.standard_normal(oc) * 0.1)
+        nodes.append(helper.make_node("Conv", [x, w, b], [f"c{i}"], pads=[k // 2] * 4))
+        if activation == "silu":
+            nodes += [helper.make_node("Sigmoid", [f"c{i}"], [f"s{i}"]),
+                      helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"y{i}"])]
+        else:
+            stats = [constant(f"{n}{i}", v) for n, v in (
+                ("gamma", rng.uniform(0.5, 2, oc)), ("beta", rng.standard_normal(oc) * 0.2),
+                ("mean", rng.standard_normal(oc) * 0.3), ("var", rng.uniform(0.2, 3, oc)))]
+            nodes += [helper.make_node("BatchNormalization", [f"c{i}", *stats], [f"n{i}"]),
+                      helper.make_node("Relu", [f"n{i}"], [f"y{i}"])]
         x, c = f"y{i}", oc
     graph = helper.make_graph(
-        nodes, "silu_convs", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                                            ["N", 3, 24, 24])],
+        nodes, f"{activation}_convs", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                                     ["N", 3, 24, 24])],
         [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 16, 24, 24])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def test_int8_silus_after_convolutions_compile_and_give_onnxruntimes_integers(tmp_path):
-    """Through quantize_static (QOperator): QLinearConv, QLinearSigmoid, QLinearMul. The
-    sigmoid's formula lands in the convolution's vectorized epilogue beside the roundings of
-    the requantizations; with TVM's own rounding (which its vectorizer cannot vectorize) that
-    kernel failed to build ("Let cannot bind the same var to two different values")."""
+@pytest.mark.parametrize("activation,operators", [
+    ("silu", {"QLinearSigmoid": 3, "QLinearMul": 3}),
+    ("batchnorm_relu", {"BatchNormalization": 3, "DequantizeLinear": 3}),
+])
+def test_int8_convolution_layers_compile_and_give_onnxruntimes_integers(tmp_path, activation,
+                                                                         operators):
+    """Through quantize_static (QOperator), as YOLOX and ultraface come out of it.
+    - silu: QLinearConv, QLinearSigmoid, QLinearMul. The sigmoid's formula lands in the
+      convolution's vectorized epilogue beside the roundings of the requantizations; with
+      TVM's own rounding (which its vectorizer cannot vectorize) that kernel failed to build
+      ("Let cannot bind the same var to two different values").
+    - batchnorm_relu: the quantizer leaves each BatchNormalization in float between a
+      DequantizeLinear and a QuantizeLinear; TVM's order of its arithmetic put values on the
+      other side of a quantization step (ultraface: 0.0394 off)."""
     from cw.compile.compiler import CompileConfig, compile_model
     from cw.engine import LocalModel
     from cw.verify import onnx_reference
 
-    onnx.save(_silu_convs(), tmp_path / "silu.onnx")
-    src = _static_quantized(tmp_path / "silu.onnx", tmp_path / "silu_int8.onnx", (3, 24, 24),
+    onnx.save(_conv_net(activation), tmp_path / "float.onnx")
+    src = _static_quantized(tmp_path / "float.onnx", tmp_path / "int8.onnx", (3, 24, 24),
                             "QOperator")
     ops = [n.op_type for n in onnx.load(src).graph.node]
-    assert ops.count("QLinearSigmoid") == 3 and ops.count("QLinearConv") == 3, ops
+    assert ops.count("QLinearConv") == 3 and all(
+        ops.count(op) == n for op, n in operators.items()), ops
     compile_model(src, tmp_path / "bundle", CompileConfig(batch_sizes=(1,)))
-    x = np.random.default_rng(1).standard_normal((1, 3, 24, 24)).astype(np.float32)
-    got = LocalModel(tmp_path / "bundle", "cpu").run([x])[0]
-    expected = onnx_reference(src, [x])[0]
-    assert np.array_equal(got, expected), int((got != expected).sum())
+    bundle = LocalModel(tmp_path / "bundle", "cpu")
+    for seed in (1, 2, 3):
+        x = (np.random.default_rng(seed).standard_normal((1, 3, 24, 24)) * 2).astype(np.float32)
+        got, expected = bundle.run([x])[0], onnx_reference(src, [x])[0]
+        assert np.array_equal(got, expected), (seed, int((got != expected).sum()))
