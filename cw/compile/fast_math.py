@@ -131,3 +131,25 @@ def _rounding(default):
             return default(bb, call)
         return bb.call_te(compute, call.args[0], primfunc_name_hint="round")
     return legalize
+
+
+def without_lets(func):
+    """`func` (a PrimFunc) with every Let of the formulas above replaced by its value at each
+    use: the kernel `cw tune` measures and a record of it applies to. MetaSchedule's FLOP
+    estimate knows no Let ("Do not have a default for prim.Let": `cw tune` failed on any model
+    with a sigmoid, tanh, erf or exp, YOLOX's SiLUs, a transformer's GELU)."""
+    import tvm_ffi
+    from tvm import tirx
+
+    def expand(let):
+        return tvm_ffi.structural_map(
+            let.body, (tirx.Var, lambda v: let.value if v.same_as(let.var) else v))
+    return tvm_ffi.structural_map(func, (tirx.Let, expand))
+
+
+def has_lets(func) -> bool:
+    import tvm_ffi
+    from tvm import tirx
+
+    found = tvm_ffi.structural_walk(func, (tirx.Let, lambda _: tvm_ffi.VisitInterrupt(True)))
+    return found is not None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cw.compile import cpu_conv, cpu_kernels, targets, tuning
+from cw.compile import cpu_conv, cpu_kernels, fast_math, targets, tuning
 from cw.compile.compiler import (DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, CompileConfig,
                                  bind_batch, import_graph, legalized)
 from cw.errors import DeviceError, UsageError, creating
@@ -180,6 +180,21 @@ def _seed_default_schedule(ms, task, workload, database, builder, runner, rules,
     return False
 
 
+def _let_free(task):
+    """`task` with the Lets of cw's fast-math formulas expanded (fast_math.without_lets): its
+    kernel as MetaSchedule can estimate and `cw compile` looks up (tuning.apply_database)."""
+    from tvm import IRModule, tirx
+    from tvm.s_tir import meta_schedule as ms
+
+    mod = task.dispatched[0]
+    if not any(isinstance(f, tirx.PrimFunc) and fast_math.has_lets(f)
+               for f in mod.functions.values()):
+        return task
+    expanded = IRModule({gv: fast_math.without_lets(f) if isinstance(f, tirx.PrimFunc) else f
+                         for gv, f in mod.functions.items()})
+    return ms.ExtractedTask(task.task_name, expanded, task.target, [expanded], task.weight)
+
+
 def _flops(task) -> float:
     """Floating-point operations of one call of the kernel (0 where TVM cannot count them)."""
     from tvm.s_tir.analysis import estimate_tir_flops
@@ -246,6 +261,7 @@ def extract_work(onnx_path, config: TuneConfig, database, progress: Progress):
                                 tf32=compile_config.precision == "tf32")
         rules = rules or _default_rules(rest)
         for task in ms.relax_integration.extract_tasks(fused, target):
+            task = _let_free(task)
             workload = database.commit_workload(task.dispatched[0])
             key = str(workload.as_json()[0])  # the structural hash
             if key in seen:

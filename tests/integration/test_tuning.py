@@ -307,3 +307,29 @@ def test_heaviest_kernels_are_tuned_first(zoo_onnx, tmp_path):
     assert shares == sorted(shares, reverse=True)
     assert report.kernels[0].flops > 0 and "conv2d" in report.kernels[0].name
     assert {k.batch_size for k in report.kernels[:2]} == {1, 4}  # batch sizes count alike
+
+
+def test_kernels_with_fast_math_formulas_tune_and_their_records_apply(tmp_path):
+    """x * sigmoid(x): cw's sigmoid reads its input once, bound by a Let, which MetaSchedule's
+    FLOP estimate does not know (`cw tune` failed on it: "Do not have a default for prim.Let").
+    The kernel is tuned with the Let expanded, and that record applies at compile."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4096]) for n in "xy"]
+    graph = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["s"]),
+                               helper.make_node("Mul", ["x", "s"], ["y"])], "silu", io[:1],
+                              io[1:])
+    src = tmp_path / "silu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), src)
+    db = tmp_path / "db"
+    # two trials: the default schedule's, then MetaSchedule's search (where the estimate is)
+    report = tune_model(src, TuneConfig(db=str(db), batch_sizes=(1,), trials=2))
+    (kernel,) = report.kernels
+    assert "sigmoid" in kernel.name and kernel.trials_now == 2 and kernel.best_us > 0
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1,), tune_dbs=(str(db),),
+                                                         use_committed_records=False))
+    assert (m.kernels[0].kernels_tuned, m.kernels[0].kernels_total) == (1, 1)
+    x = np.linspace(-30, 30, 4096, dtype=np.float32).reshape(1, -1)
+    got = LocalModel(tmp_path / "b").run([x])[0]
+    assert max_relative_error(got, onnx_reference(src, [x])[0]) < 1e-5
