@@ -119,7 +119,8 @@ def _tuned_without_lets(mod, database):
             replaced[gv] = expanded
     if not replaced:
         return mod
-    mod = IRModule(dict(mod.functions), attrs=mod.attrs)  # a copy, as passes return
+    # a copy, as passes return one
+    mod = IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
     for gv, func in replaced.items():
         mod[gv] = func
     return mod
