@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cw.compile import cpu_conv, cpu_kernels, fast_math, targets, tuning
+from cw.compile import cpu_conv, cpu_kernels, fast_math, targets, tune_builder, tuning
 from cw.compile.compiler import (DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, CompileConfig,
                                  bind_batch, import_graph, legalized)
 from cw.errors import DeviceError, UsageError, creating
@@ -294,57 +294,67 @@ def tune_model(onnx_path: str | os.PathLike, config: TuneConfig,
     database = open_database(db_dir)
     work, rules = extract_work(onnx_path, config, database, progress)
 
-    # one pool of builder and runner processes for every kernel: each worker pays for importing
-    # TVM once
-    builder = ms.builder.LocalBuilder(initializer=fast_tvmscript.install)
+    # one pool of builder and runner processes for every kernel: a worker's start took ~6 s here,
+    # a build 0.1 s
+    builder = tune_builder.pooled_builder(fast_tvmscript.install)
     runner = ms.runner.LocalRunner(initializer=fast_tvmscript.install)
     start = time.monotonic()
     results: list[KernelResult] = []
     not_started = default_unmeasured = 0
     progress("tasks", {"total": len(work)})
-    for i, w in enumerate(work):
-        batch, task, workload, flops = w.batch_size, w.task, w.workload, w.flops
-        before = len(database.get_top_k(workload, config.trials))
-        result = KernelResult(task.task_name, batch, int(task.weight), before, before,
-                              _best_us(database.get_top_k(workload, 1)), flops)
-        results.append(result)
-        missing = config.trials - before
-        if missing <= 0:
-            progress("kernel_done", {"index": i, "result": result, "skipped": True})
-            continue
-        if config.time_budget_s is not None and time.monotonic() - start > config.time_budget_s:
-            not_started += 1
-            progress("kernel_done", {"index": i, "result": result, "skipped": True})
-            continue
-        progress("kernel_start", {"index": i, "name": task.task_name, "batch_size": batch,
-                                  "trials": missing})
-        seeded = (_seed_default_schedule(ms, task, workload, database, builder, runner, rules)
-                  if before == 0 else None)
-        if seeded:
-            missing -= 1
-        elif seeded is False:
-            default_unmeasured += 1
-        if missing <= 0:
+    try:
+        for i, w in enumerate(work):
+            batch, task, workload, flops = w.batch_size, w.task, w.workload, w.flops
+            before = len(database.get_top_k(workload, config.trials))
+            result = KernelResult(task.task_name, batch, int(task.weight), before, before,
+                                  _best_us(database.get_top_k(workload, 1)), flops)
+            results.append(result)
+            missing = config.trials - before
+            if missing <= 0:
+                progress("kernel_done", {"index": i, "result": result, "skipped": True})
+                continue
+            if config.time_budget_s is not None and time.monotonic() - start > config.time_budget_s:
+                not_started += 1
+                progress("kernel_done", {"index": i, "result": result, "skipped": True})
+                continue
+            progress("kernel_start", {"index": i, "name": task.task_name, "batch_size": batch,
+                                      "trials": missing})
+            seeded = (_seed_default_schedule(ms, task, workload, database, builder, runner, rules)
+                      if before == 0 else None)
+            if seeded:
+                missing -= 1
+            elif seeded is False:
+                default_unmeasured += 1
+            if missing <= 0:
+                result.trials_now = len(database.get_top_k(workload, config.trials))
+                result.best_us = _best_us(database.get_top_k(workload, 1))
+                progress("kernel_done", {"index": i, "result": result, "skipped": False})
+                continue
+            context = ms.TuneContext(mod=task.dispatched[0], target=task.target,
+                                     space_generator="post-order-apply",
+                                     search_strategy=_search_strategy(ms, missing),
+                                     task_name=task.task_name,
+                                     num_threads=num_cores, rand_state=config.seed + i)
+            with fast_tvmscript.fast_inspect_stack():
+                ms.tune_tasks(
+                    tasks=[context], task_weights=[1.0], work_dir=str(db_dir),
+                    max_trials_global=missing, max_trials_per_task=missing,
+                    num_trials_per_iter=min(config.trials_per_round, missing), database=database,
+                    builder=builder, runner=runner)
             result.trials_now = len(database.get_top_k(workload, config.trials))
             result.best_us = _best_us(database.get_top_k(workload, 1))
             progress("kernel_done", {"index": i, "result": result, "skipped": False})
-            continue
-        context = ms.TuneContext(mod=task.dispatched[0], target=task.target,
-                                 space_generator="post-order-apply",
-                                 search_strategy="evolutionary", task_name=task.task_name,
-                                 num_threads=num_cores, rand_state=config.seed + i)
-        with fast_tvmscript.fast_inspect_stack():
-            ms.tune_tasks(
-                tasks=[context], task_weights=[1.0], work_dir=str(db_dir),
-                max_trials_global=missing, max_trials_per_task=missing,
-                num_trials_per_iter=min(config.trials_per_round, missing), database=database,
-                builder=builder, runner=runner)
-        result.trials_now = len(database.get_top_k(workload, config.trials))
-        result.best_us = _best_us(database.get_top_k(workload, 1))
-        progress("kernel_done", {"index": i, "result": result, "skipped": False})
+    finally:
+        builder.close()
     return TuneReport(str(db_dir), targets.target_key(config.target, arch), results,
                       time.monotonic() - start, config.trials, not_started,
                       default_unmeasured)
+
+
+def _search_strategy(ms, trials: int):
+    population = min(512, max(64, 8 * trials))
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=population, init_min_unmeasured=min(50, population // 4))
 
 
 def compact(source: str | os.PathLike, out: str | os.PathLike) -> int:
