@@ -158,7 +158,8 @@ def onnx_reference(onnx_path: str | Path, inputs: list[np.ndarray]) -> list[np.n
 
     path = Path(onnx_path)
     if not path.is_file():
-        raise UsageError(f"no such file: {path}", "give --verify the .onnx file the bundle came from")
+        raise UsageError(f"no such file: {path}",
+                         "give --verify the .onnx file the bundle came from")
     try:
         options = ort.SessionOptions()
         options.log_severity_level = 3

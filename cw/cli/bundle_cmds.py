@@ -30,14 +30,17 @@ def inspect_cmd(
         return
     out = console()
     t = info["target"]
-    out.print(f"[bold]{info['name']}[/] ({bundle}) — {t['kind']}{' ' + t['arch'] if t['arch'] else ''}"
+    arch = " " + t["arch"] if t["arch"] else ""
+    out.print(f"[bold]{info['name']}[/] ({bundle}) — {t['kind']}{arch}"
               f" {t.get('precision', 'fp32')}, "
-              f"TVM {info['tvm_version']}, cw {info['cw_version']}, schema {info['schema_version']}")
+              f"TVM {info['tvm_version']}, cw {info['cw_version']}, "
+              f"schema {info['schema_version']}")
     out.print(f"source {info['source']['file']} (opset {info['source']['opset']}, sha256 "
               f"{info['source']['sha256'][:12]}…)")
     for kind in ("inputs", "outputs"):
         for s in info[kind]:
-            out.print(f"{kind[:-1]} {s['name']}: {s['dtype']} [B, {', '.join(map(str, s['sample_shape']))}]")
+            shape = ", ".join(map(str, s["sample_shape"]))
+            out.print(f"{kind[:-1]} {s['name']}: {s['dtype']} [B, {shape}]")
     w = info["weights"]
     out.print(f"weights {format_bytes(w['total_bytes'])} in {len(w['pages'])} page(s) of "
               f"{format_bytes(w['page_size'])}, {len(w['tensors'])} tensors")

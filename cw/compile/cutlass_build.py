@@ -72,7 +72,8 @@ def _run(cmd: list[str], what: str) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
-        raise DeviceError(f"{what} failed: {(errors or done.stderr.splitlines() or ['?'])[0][:300]}",
+        first = (errors or done.stderr.splitlines() or ['?'])[0][:300]
+        raise DeviceError(f"{what} failed: {first}",
                           "run with CW_DEBUG=1 to keep TVM's messages; check the CUDA toolkit")
 
 

@@ -122,7 +122,8 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
     input_shapes = dict(input_shapes or {})
     unknown = set(input_shapes) - {i.name for i in graph_inputs}
     if unknown:
-        raise UsageError(f"--input-shape names no input of {path.name}: {', '.join(sorted(unknown))}",
+        raise UsageError(f"--input-shape names no input of {path.name}: "
+                         f"{', '.join(sorted(unknown))}",
                          f"its inputs are: {', '.join(i.name for i in graph_inputs)}")
     inputs, fixed_batches, notes = [], set(), list(normalization_notes)
     changed_dims = []
@@ -152,7 +153,8 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
             fixed_batches.add(lead)
         elem = value_info.type.tensor_type.elem_type
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).name
-        inputs.append((value_info.name, dtype, [BATCH_VAR if isinstance(lead, str) else lead, *rest]))
+        batch = BATCH_VAR if isinstance(lead, str) else lead
+        inputs.append((value_info.name, dtype, [batch, *rest]))
     symbolic = any(isinstance(dims[0], str) for _, _, dims in inputs)
     if len(fixed_batches) > 1 or (fixed_batches and symbolic):
         raise ModelError(f"inputs of {path.name} disagree on the batch dimension",

@@ -1,9 +1,10 @@
-"""Quantized ONNX graphs (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
-onnxruntime's QLinearAdd, QLinearGlobalAveragePool and QGemm; dynamic quantization's
-DynamicQuantizeLinear, MatMulInteger and ConvInteger; and, in
-cw/compile/quantized_activations.py, onnxruntime's QLinearSigmoid, QLinearLeakyRelu, QLinearMul,
-QLinearConcat, QLinearAveragePool and QLinearSoftmax) as float32 arithmetic on their integer
-values, so that TVM compiles them with the float kernels cw schedules.
+"""Quantized ONNX graphs (QuantizeLinear, DequantizeLinear, onnxruntime's QLinearAdd and
+QLinearGlobalAveragePool; in cw/compile/quantized_products.py QLinearConv, QLinearMatMul,
+onnxruntime's QGemm and dynamic quantization's DynamicQuantizeLinear, MatMulInteger and
+ConvInteger; in cw/compile/quantized_activations.py, onnxruntime's QLinearSigmoid,
+QLinearLeakyRelu, QLinearMul, QLinearConcat, QLinearAveragePool and QLinearSoftmax) as float32
+arithmetic on their integer values, so that TVM compiles them with the float kernels cw
+schedules.
 
 TVM 0.27's importer has no QLinear operators (ONNX Model Zoo int8 models, onnxruntime's
 quantization tool's output). Rewritten, each quantized tensor keeps its name and holds the same
@@ -37,7 +38,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from cw.compile import quantized_activations as activations
+from cw.compile import quantized_activations as activations, quantized_products as products
+from cw.compile.quantized_products import attribute
 from cw.errors import ModelError
 
 _ONNX = ("", "ai.onnx")
@@ -177,7 +179,7 @@ class _Rewriter:
         (Pad's value) becomes float32 as well."""
         if node.op_type not in _VALUE_PRESERVING:
             return  # Shape, ArgMax and the like: their outputs hold no quantized values
-        mode = _attr(node, "mode", b"nearest")
+        mode = attribute(node, "mode", b"nearest")
         if node.op_type == "Resize" and mode not in (b"nearest", "nearest"):
             raise ModelError(f"Resize at node '{node.name}' interpolates ({mode.decode()}) a "
                              "quantized tensor", "cw rewrites nearest-neighbour resizing of "
@@ -248,7 +250,7 @@ class _Rewriter:
         scale = self.scale(node, 1, dynamic=True)
         zero, onnx_type = self.zero_point(node, 2, dynamic=True)
         rank = self.ranks.get(x, 4)
-        axis = _attr(node, "axis", 1)
+        axis = attribute(node, "axis", 1)
         scale, zero = self.per_channel(scale, axis, rank), self.per_channel(zero, axis, rank)
         hint = node.output[0]
         divided = self.emit("Div", [x, self.tensor(scale, hint + "_scale")], hint)
@@ -258,7 +260,7 @@ class _Rewriter:
         x, out = node.input[0], node.output[0]
         scale = self.scale(node, 1, dynamic=True)
         zero, _ = self.zero_point(node, 2, default_type=TensorProto.INT32, dynamic=True)
-        axis = _attr(node, "axis", 1)
+        axis = attribute(node, "axis", 1)
         if x in self.constants and not isinstance(scale, str) and not isinstance(zero, str):
             value = self.constants[x]
             rank = value.ndim
@@ -272,70 +274,6 @@ class _Rewriter:
         centered = self.centered(self.integers(x, out), self.per_channel(zero, axis, rank), out)
         scale = self.tensor(self.per_channel(scale, axis, rank), out + "_scale")
         self.emit("Mul", [centered, scale], out, out=out)
-
-    def qlinear_conv(self, node) -> None:
-        out = node.output[0]
-        x_scale, x_zero, w_scale, w_zero, y_scale, y_zero, y_type = self.binary_operands(node)
-        weight = self.constant(node, 3, "weight")
-        if weight is None:
-            raise ModelError(f"QLinearConv at node '{node.name}' has no weight", "fix the model")
-        rank = weight.ndim
-        centered_w = weight.astype(np.float32) - self.per_channel(w_zero, 0, rank)
-        x = self.centered(self.integers(node.input[0], out), x_zero, out)
-        inputs = [x, self.const(centered_w, out + "_weight")]
-        bias = self.constant(node, 8, "bias")
-        if bias is not None:
-            inputs.append(self.const(bias.astype(np.float32), out + "_bias"))
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        acc = self.emit("Conv", inputs, out, **attrs)
-        # onnxruntime: output_scales[i] = X_scale * W_scale[i] / Y_scale, in float32
-        multiplier = (x_scale * w_scale) / y_scale
-        self.requantize(acc, self.per_channel(multiplier, 1, rank), y_zero, y_type, out, out)
-
-    def qlinear_matmul(self, node) -> None:
-        out = node.output[0]
-        a_scale, a_zero, b_scale, b_zero, y_scale, y_zero, y_type = self.binary_operands(node)
-        a = self.centered(self.integers(node.input[0], out), a_zero, out)
-        b_name = node.input[3]
-        if b_name in self.constants:
-            # per-column zero points and scales of a [K, N] matrix run along its last axis
-            b = self.const(self.constants[b_name].astype(np.float32) - b_zero, out + "_b")
-        else:
-            b = self.centered(self.integers(b_name, out), b_zero, out)
-        acc = self.emit("MatMul", [a, b], out)
-        self.requantize(acc, (a_scale * b_scale) / y_scale, y_zero, y_type, out, out)
-
-    def qgemm(self, node) -> None:
-        """onnxruntime's QGemm (its quantizer's Gemm): alpha * (A - a_zero) (B - b_zero) + C
-        in int32, requantized by alpha * a_scale * b_scale / y_scale where the output is
-        quantized (y_zero given), else scaled to float by alpha * a_scale * b_scale."""
-        out = node.output[0]
-        a_scale, a_zero, b_scale, b_zero = (self.scale(node, 1), self.zero_point(node, 2)[0],
-                                            self.scale(node, 4), self.zero_point(node, 5)[0])
-        alpha = np.float32(_attr(node, "alpha", 1.0))
-        a = self.integers(node.input[0], out)
-        if _attr(node, "transA", 0):
-            a = self.emit("Transpose", [a], out, perm=[1, 0])
-        a = self.centered(a, a_zero, out)
-        weight = self.constant(node, 3, "weight")
-        if weight is None:
-            raise ModelError(f"QGemm at node '{node.name}' has no weight", "fix the model")
-        weight = weight.astype(np.float32)
-        if _attr(node, "transB", 0):
-            weight = weight.T
-        # per-column zero points of the [K, N] matrix run along its last axis
-        acc = self.emit("MatMul", [a, self.const(weight - b_zero, out + "_b")], out)
-        bias = self.constant(node, 6, "bias")
-        if bias is not None:
-            acc = self.emit("Add", [acc, self.const(bias.astype(np.float32), out + "_bias")],
-                            out)
-        # onnxruntime: alpha * a_scale * b_scale[i], then / y_scale, in float32
-        multiplier = alpha * a_scale * b_scale
-        if len(node.input) > 8 and node.input[8]:
-            y_zero, y_type = self.zero_point(node, 8)
-            self.requantize(acc, multiplier / self.scale(node, 7), y_zero, y_type, out, out)
-        else:
-            self.emit("Mul", [acc, self.const(multiplier, out + "_scale")], out, out=out)
 
     def qlinear_add(self, node) -> None:
         """onnxruntime's vector kernel (MLAS, on every whole vector of a tensor): the zero
@@ -371,7 +309,7 @@ class _Rewriter:
         x_zero, _ = self.zero_point(node, 2)
         y_zero, y_type = self.zero_point(node, 4)
         rank = self.ranks.get(node.input[0], 4)
-        channels_last = _attr(node, "channels_last", 0)
+        channels_last = attribute(node, "channels_last", 0)
         axes = list(range(1, rank - 1)) if channels_last else list(range(2, rank))
         x = self.integers(node.input[0], out)
         centered = self.centered(x, x_zero, out)
@@ -393,58 +331,13 @@ class _Rewriter:
         self.rounded(scaled, y_zero, y_type, out, out)
 
 
-    def dynamic_quantize_linear(self, node) -> None:
-        """ONNX's own definition (its function body): the range of x widened to hold 0, a
-        scale of range / 255 and the zero point that puts the range's low end at 0."""
-        self.dynamic = True
-        x = node.input[0]
-        names = list(node.output) + [""] * (3 - len(node.output))
-        out, scale_out, zero_out = (n or self.fresh(x + "_dq") for n in names)
-        hint = out
-        low = self.emit("Min", [self.emit("ReduceMin", [x], hint, keepdims=0),
-                                self.const(np.float32(0), hint + "_0")], hint)
-        high = self.emit("Max", [self.emit("ReduceMax", [x], hint, keepdims=0),
-                                 self.const(np.float32(0), hint + "_0")], hint)
-        self.emit("Div", [self.emit("Sub", [high, low], hint),
-                          self.const(np.float32(255), hint + "_255")], hint, out=scale_out)
-        shifted = self.emit("Neg", [self.emit("Div", [low, scale_out], hint)], hint)
-        self.rounded(shifted, np.zeros((), np.float32), TensorProto.UINT8, zero_out, hint)
-        divided = self.emit("Div", [x, scale_out], hint)
-        self.rounded(divided, zero_out, TensorProto.UINT8, out, hint)
-
-    def integer_product(self, node, op: str) -> None:
-        """MatMulInteger / ConvInteger: the int32 sums of (a - a_zero) * (b - b_zero)."""
-        out = node.output[0]
-        a_zero, _ = self.zero_point(node, 2, dynamic=True)
-        b_zero, _ = self.zero_point(node, 3, dynamic=True)
-        a = self.centered(self.integers(node.input[0], out), a_zero, out)
-        b_name = node.input[1]
-        if b_name in self.constants and not isinstance(b_zero, str):
-            value = self.constants[b_name].astype(np.float32)
-            # ConvInteger's per-channel zero points run along the filters (axis 0), a
-            # MatMulInteger's along the columns (the last axis)
-            b = self.const(value - (self.per_channel(b_zero, 0, value.ndim) if op == "Conv"
-                                    else b_zero), out + "_b")
-        else:
-            b = self.centered(self.integers(b_name, out), b_zero, out)
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        self.emit(op, [a, b], out, out=out, **attrs)
-        self.types[out] = TensorProto.INT32
-
-    def matmul_integer(self, node) -> None:
-        self.integer_product(node, "MatMul")
-
-    def conv_integer(self, node) -> None:
-        self.integer_product(node, "Conv")
-
-
 _HANDLERS = {
     "QuantizeLinear": _Rewriter.quantize_linear, "DequantizeLinear": _Rewriter.dequantize_linear,
-    "QLinearConv": _Rewriter.qlinear_conv, "QLinearMatMul": _Rewriter.qlinear_matmul,
-    "QLinearAdd": _Rewriter.qlinear_add, "QGemm": _Rewriter.qgemm,
+    "QLinearConv": products.qlinear_conv, "QLinearMatMul": products.qlinear_matmul,
+    "QLinearAdd": _Rewriter.qlinear_add, "QGemm": products.qgemm,
     "QLinearGlobalAveragePool": _Rewriter.qlinear_global_average_pool,
-    "DynamicQuantizeLinear": _Rewriter.dynamic_quantize_linear,
-    "MatMulInteger": _Rewriter.matmul_integer, "ConvInteger": _Rewriter.conv_integer,
+    "DynamicQuantizeLinear": products.dynamic_quantize_linear,
+    "MatMulInteger": products.matmul_integer, "ConvInteger": products.conv_integer,
     "QLinearMul": activations.qlinear_mul,
     "QLinearSigmoid": activations.qlinear_table_activation,
     "QLinearLeakyRelu": activations.qlinear_table_activation,
@@ -463,13 +356,6 @@ def _fused_multiply_add(a, b, c) -> np.float32:
 def _nonzero(zero) -> bool:
     """Whether a zero point needs subtracting: one computed in the graph (a name) always."""
     return isinstance(zero, str) or bool(np.any(zero))
-
-
-def _attr(node, name: str, default):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
 
 
 def _ranks_and_types(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
@@ -503,7 +389,7 @@ def _standing_in(model: onnx.ModelProto) -> onnx.ModelProto:
         if node.op_type in ("QLinearAdd", "QLinearMul"):
             op, inputs = "Max", [inputs[0], inputs[3]]  # broadcasts as they do
         elif node.op_type == "QLinearConcat":
-            op, inputs, attrs = "Concat", inputs[2::3], {"axis": _attr(node, "axis", 0)}
+            op, inputs, attrs = "Concat", inputs[2::3], {"axis": attribute(node, "axis", 0)}
         elif node.op_type == "QGemm":
             op, inputs = "Flatten", inputs[:1]
         else:  # activations, softmax and pools keep the rank

@@ -112,8 +112,8 @@ def weight_transform(weight, m: int):
         total = None
         for i in range(3):
             for j in range(3):
-                term = (_coefficient(a, [row[i] for row in g]) * _coefficient(b, [row[j] for row in g])
-                        * weight[k, c, i, j])
+                term = (_coefficient(a, [row[i] for row in g])
+                        * _coefficient(b, [row[j] for row in g]) * weight[k, c, i, j])
                 total = term if total is None else total + term
         return total
 

@@ -239,7 +239,8 @@ class Simulation:
         self.telemetry.request(RequestRow(
             req.request_id, req.model, req.n, req.arrival_ns, req.deadline_ns,
             req.deadline_ns - req.arrival_ns, self.now, latency, REQUEST_STATUS_NAME[f.status],
-            met, batch, worker, gpu, f.action_id if f.action_id is not None else -1, f.cold_start, True))
+            met, batch, worker, gpu, f.action_id if f.action_id is not None else -1,
+            f.cold_start, True))
 
 
 _NEVER = 1 << 62  # later than any event

@@ -66,7 +66,8 @@ class Executor:
                 earliest, _, latest, item = self._heap[0]
                 wait = earliest - now_ns()
                 if wait > self.spin_ns:
-                    self._cond.wait((wait - self.spin_ns) / 1e9)  # re-check: an earlier item may come
+                    # then re-check: an earlier item may have come meanwhile
+                    self._cond.wait((wait - self.spin_ns) / 1e9)
                     continue
                 heapq.heappop(self._heap)
                 break

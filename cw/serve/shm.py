@@ -9,9 +9,9 @@ its IO buffer.
 
 Who shares what is decided by `shm_domain()`: the kernel's boot id (one per host and boot), the
 device number of the `/dev/shm` mount (distinct per tmpfs, so two containers with their own
-`/dev/shm` differ) and the user id (segments are readable by their owner only). The controller advertises its domain to clients and learns each worker's at
-registration; references only go where the domain matches, and the controller turns them back
-into bytes for a worker elsewhere.
+`/dev/shm` differ) and the user id (segments are readable by their owner only). The controller
+advertises its domain to clients and learns each worker's at registration; references only go
+where the domain matches, and the controller turns them back into bytes for a worker elsewhere.
 
 Lifetime: the client owns its segments and reuses a slot once the request's response arrives.
 A worker can still read a slot after that only for a request already answered without its

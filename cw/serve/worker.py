@@ -349,7 +349,8 @@ class Worker:
         if action.model not in self.models:
             return Status.UNKNOWN_MODEL, f"no model '{action.model}' on this worker"
         if not 0 <= action.gpu < len(self.devices):
-            return Status.BAD_DEVICE, f"no device {action.gpu} (this worker has {len(self.devices)})"
+            return Status.BAD_DEVICE, \
+                f"no device {action.gpu} (this worker has {len(self.devices)})"
         if action.earliest_ns > action.latest_ns:
             return Status.BAD_WINDOW, "earliest_ns is after latest_ns"
         if self.clock.to_local(action.earliest_ns) - now_ns() > self.config.horizon_ns:

@@ -290,8 +290,9 @@ class ClockworkScheduler(Scheduler):
 
     def _expire_margins(self, now_ns: int) -> None:
         for worker, margin in list(self.margin_ns.items()):
-            if (margin > self.config.completion_margin_ns and
-                    now_ns - self._answer_seen_ns.get(worker, now_ns) > self.config.margin_expiry_ns):
+            unseen_ns = now_ns - self._answer_seen_ns.get(worker, now_ns)
+            if margin > self.config.completion_margin_ns and \
+                    unseen_ns > self.config.margin_expiry_ns:
                 del self.margin_ns[worker]
                 self.answer_delays.forget(worker)
 
