@@ -357,15 +357,17 @@ def transposed_convs_as_convs(mod):
         taps = relax.op.nn.pad(call.args[1], [0, 0, 0, 0, 0, rh * sh - kh, 0, rw * sw - kw])
         taps = relax.op.reshape(taps, [in_c, out_c, rh, sh, rw, sw])  # tap s*j + a: (j, a)
         taps = relax.op.flip(relax.op.flip(taps, 2), 4)
-        filters = relax.op.reshape(relax.op.permute_dims(taps, [1, 3, 5, 0, 2, 4]),
-                                   [out_c * sh * sw, in_c, rh, rw])
+        # output channels phase by phase, (a_h, a_w, o): ONNX's DepthToSpace (DCR), which
+        # cpu_layouts.keep_blocked computes in the blocked layout where out_c fills blocks
+        filters = relax.op.reshape(relax.op.permute_dims(taps, [3, 5, 1, 0, 2, 4]),
+                                   [sh * sw * out_c, in_c, rh, rw])
         conv = relax.op.nn.conv2d(call.args[0], filters, strides=1,
                                   padding=[rh - 1, rw - 1, rh - 1, rw - 1], dilation=1,
                                   groups=1, data_layout="NCHW", kernel_layout="OIHW",
                                   out_layout="NCHW", out_dtype=attrs.out_dtype)
         n = data_shape[0]
-        phases = relax.op.reshape(conv, [n, out_c, sh, sw, qh, qw])
-        y = relax.op.reshape(relax.op.permute_dims(phases, [0, 1, 4, 2, 5, 3]),
+        phases = relax.op.reshape(conv, [n, sh, sw, out_c, qh, qw])
+        y = relax.op.reshape(relax.op.permute_dims(phases, [0, 3, 4, 1, 5, 2]),
                              [n, out_c, qh * sh, qw * sw])
         if (top, left, out_h, out_w) != (0, 0, qh * sh, qw * sw):
             y = relax.op.strided_slice(y, axes=[2, 3], begin=[top, left],

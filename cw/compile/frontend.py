@@ -286,7 +286,7 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
                "page (a larger --page-size takes them)" if too_large else ""))
     grouped = 0
     if conv_block:
-        from cw.compile import cpu_conv
+        from cw.compile import cpu_conv, cpu_layouts
 
         grouped = cpu_conv.count_grouped_convs(mod)
         if grouped:
@@ -301,10 +301,12 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         plain = mod
         try:
             mod, _ = cpu_conv.clip_as_relax_ops(mod)
+            mod, _ = cpu_layouts.clips_as_min_max(mod)
             mod, transposed = cpu_conv.transposed_convs_as_convs(mod)
             mod, padded = cpu_conv.pad_conv_channels(mod, conv_block)
             layout = functools.partial(cpu_conv.conv_layout, widest=conv_block)
             mod = relax.transform.ConvertLayout({}, layout_cb=layout)(mod)
+            mod, _ = cpu_layouts.keep_blocked(mod)
             if transposed:
                 onnx_model.notes.append(
                     f"{transposed} transposed convolution{'s' * (transposed != 1)} as "

@@ -1,0 +1,151 @@
+"""Activations kept in the blocked layout past Clip, Resize and Concat (cw/compile/cpu_layouts.py):
+the layout changes TVM's conversion put around them are gone, and the model computes what
+onnxruntime does."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from cw.compile.compiler import CompileConfig, compile_model, import_graph
+from cw.engine import LocalModel
+from cw.verify import max_relative_error, onnx_reference
+from tests.conftest import random_input
+
+
+def _neck_onnx(path, resize_mode: str, clip_style: str, upsampled_out: bool = False):
+    """Two branches of convolutions with HardSwish (x * clip(x + 3, 0, 6) / 6), one upsampled 2x
+    by Resize, concatenated, then a convolution: a detector's neck (PP-OCR's DBNet, YOLOX).
+    `upsampled_out`: the upsampled tensor is an output of the model too."""
+    rng = np.random.default_rng(7)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32),
+                                       name)
+
+    inits = [weight("w1", 16, 8, 3, 3), weight("w2", 16, 16, 3, 3), weight("w3", 8, 32, 1, 1),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+             numpy_helper.from_array(np.array([], np.float32), "roi"),
+             numpy_helper.from_array(np.float32(3), "three"),
+             numpy_helper.from_array(np.float32(6), "six"),
+             numpy_helper.from_array(np.float32(0), "zero")]
+    if resize_mode == "nearest":
+        resize_attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+                        "nearest_mode": "floor"}
+    else:
+        resize_attrs = {"mode": "linear", "coordinate_transformation_mode": "half_pixel"}
+
+    def hard_swish(x, out):
+        if clip_style == "hard_sigmoid":  # onnxruntime's export of HardSwish's gate
+            gate = [helper.make_node("HardSigmoid", [x], [f"{out}_gate"], alpha=1 / 6, beta=0.5)]
+        else:  # Clip with its bounds as inputs (opset 11 on)
+            gate = [helper.make_node("Add", [x, "three"], [f"{out}_shifted"]),
+                    helper.make_node("Clip", [f"{out}_shifted", "zero", "six"], [f"{out}_clip"]),
+                    helper.make_node("Div", [f"{out}_clip", "six"], [f"{out}_gate"])]
+        return gate + [helper.make_node("Mul", [x, f"{out}_gate"], [out])]
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             *hard_swish("c1", "a1"),
+             helper.make_node("Conv", ["a1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             *hard_swish("c2", "a2"),
+             helper.make_node("Resize", ["a2", "roi", "scales"], ["up"], **resize_attrs),
+             helper.make_node("Concat", ["a1", "up"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w3"], ["y"])]
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+               for name in ["y"] + ["up"] * upsampled_out]
+    graph = helper.make_graph(
+        nodes, "neck", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 12, 16])],
+        outputs, inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    return path
+
+
+def _layout_changes(onnx_path) -> int:
+    from tvm import relax
+
+    _, imported, _ = import_graph(onnx_path, CompileConfig(batch_sizes=(1,)))
+    op = relax.op.layout_transform(relax.Var("v", relax.TensorType((1, 8), "float32")),
+                                   lambda i, j: (j, i)).op
+    found = []
+
+    @relax.expr_functor.visitor
+    class Count(relax.PyExprVisitor):
+        def visit_call_(self, call):
+            if call.op.same_as(op):
+                found.append(call)
+            super().visit_call_(call)
+
+    Count().visit_expr(imported.mod["main"])
+    return len(found)
+
+
+@pytest.mark.parametrize("resize_mode,clip_style", [("nearest", "inputs"),
+                                                    ("linear", "inputs"),
+                                                    ("nearest", "hard_sigmoid")])
+def test_a_neck_of_clips_resizes_and_concats_stays_blocked(tmp_path, resize_mode, clip_style):
+    onnx_path = _neck_onnx(tmp_path / "m.onnx", resize_mode, clip_style)
+    # into the blocked layout once and out once; TVM's conversion alone left 3 more around the
+    # resize and the concatenation, and with HardSigmoid (a clip) 7 more: 2 around each clip
+    assert _layout_changes(onnx_path) == 2
+    compile_model(onnx_path, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    model = LocalModel(tmp_path / "b")
+    for batch in (1, 3):
+        x = random_input((batch, 8, 12, 16), seed=batch)
+        out = model.run([x])[0]
+        assert out.shape == (batch, 8, 12, 16)
+        assert max_relative_error(out, onnx_reference(onnx_path, [x])[0]) < 1e-5
+
+
+def test_a_converted_tensor_read_twice_is_converted_once(tmp_path):
+    """The upsampled tensor is an output as well as the concatenation's input: its conversion
+    to NCHW stays for the output, and the concatenation reads that same conversion instead of
+    making another."""
+    onnx_path = _neck_onnx(tmp_path / "m.onnx", "nearest", "inputs", upsampled_out=True)
+    # in; the first branch out for the concatenation; the resize's result out (for both its
+    # readers); the concatenation in again; the result out (TVM's conversion alone: the
+    # same, with the resize in NCHW)
+    assert _layout_changes(onnx_path) == 5
+    compile_model(onnx_path, tmp_path / "b", CompileConfig(batch_sizes=(2,)))
+    x = random_input((2, 8, 12, 16), seed=5)
+    outs = LocalModel(tmp_path / "b").run([x])
+    for out, ref in zip(outs, onnx_reference(onnx_path, [x]), strict=True):
+        assert max_relative_error(out, ref) < 1e-5
+
+
+def _upsampling_onnx(path, channels: int):
+    """Conv -> ConvTranspose (2x2, stride 2: DBNet's upsampling) + bias -> Relu -> Conv."""
+    rng = np.random.default_rng(3)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32),
+                                       name)
+
+    inits = [weight("w0", 16, 8, 3, 3), weight("wt", 16, channels, 2, 2),
+             weight("bt", channels), weight("w1", 8, channels, 3, 3)]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("ConvTranspose", ["c0", "wt", "bt"], ["t"], strides=[2, 2]),
+             helper.make_node("Relu", ["t"], ["r"]),
+             helper.make_node("Conv", ["r", "w1"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(
+        nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 10, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("channels,changes", [(24, 2), (4, 4)])
+def test_a_transposed_convolutions_depth_to_space_stays_blocked(tmp_path, channels, changes):
+    """Its phases in whole blocks (24 channels), the depth-to-space, bias and ReLU run on the
+    blocked tensor: in and out only (TVM's conversion alone: 4). With 4 channels (half a block)
+    they stay in NCHW, between a conversion out and one back in."""
+    onnx_path = _upsampling_onnx(tmp_path / "m.onnx", channels)
+    assert _layout_changes(onnx_path) == changes
+    compile_model(onnx_path, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    model = LocalModel(tmp_path / "b")
+    for batch in (1, 3):
+        x = random_input((batch, 8, 10, 12), seed=batch)
+        out = model.run([x])[0]
+        assert out.shape == (batch, 8, 20, 24)
+        assert max_relative_error(out, onnx_reference(onnx_path, [x])[0]) < 1e-5
