@@ -4,6 +4,7 @@ size, record the memory plan of each, and write everything atomically."""
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -154,7 +155,9 @@ def legalized(mod, target, fuse: bool = True, conv_split: bool = True, cutlass: 
     names = [_pass_name(p) for p in passes]
     custom = {"relax.layout_transform": relax_rewrite.legalize_layout_transform}
     if target.kind.name == "llvm":
-        custom |= {"relax.nn.conv2d": cpu_conv.legalize_conv2d, **fast_math.legalizers()}
+        custom |= {"relax.nn.conv2d": cpu_conv.legalize_conv2d, **fast_math.legalizers(),
+                   "relax.layout_transform": functools.partial(
+                       relax_rewrite.legalize_layout_transform, gather=True)}
     if target.kind.name == "cuda" and conv_split:
         sms = cuda_conv.sm_count(str(target.attrs.get("arch", "")))
         custom["relax.nn.conv2d"] = cuda_conv.legalizer(target, sms)

@@ -79,19 +79,49 @@ def scalar_stacks_as_concats(mod):
     return rewrite_calls(mod, replacement)
 
 
-def legalize_layout_transform(bb, call):
+def legalize_layout_transform(bb, call, gather: bool = False):
     """A layout transform of a bool tensor as one of uint8s: TVM 0.27 legalizes it with a
     float padding value, which its schedule then refuses for bool ("elements of type bool,
     but the transformation fills padding with float32"). ONNX's Cast of floats to an integer
     type imports as `where(logical_not(isfinite(x)), 0, x)`, and the layout conversion carries
     that bool into the blocked layout of the convolution before it (a quantized model's uint8
-    output). Anything else: TVM's own legalization."""
+    output). Anything else: with `gather` (CPU targets), `_gathered_layout_transform` where it
+    applies, else TVM's own legalization."""
     tvm = load_tvm()
     from tvm import relax
 
     default = tvm.ir.Op.get("relax.layout_transform").get_attr("FLegalize")
     if getattr(call.args[0].ty, "dtype", None) != "bool":
-        return default(bb, call)
+        gathered = _gathered_layout_transform(bb, call) if gather else None
+        return default(bb, call) if gathered is None else gathered
     as_bytes = bb.normalize(relax.op.astype(call.args[0], "uint8"))
     moved = bb.normalize(relax.op.layout_transform(as_bytes, call.attrs.index_map))
     return relax.op.astype(default(bb, moved), "bool")
+
+
+def _gathered_layout_transform(bb, call):
+    """A layout transform without padding as a kernel that computes each output element from
+    the input element it comes from (the map's inverse). TVM's writes each input element where
+    the map sends it: a kernel FuseOps cannot fuse (its output is not indexed by its loops), so
+    every conversion between layouts was a pass of its own. Gathered, it fuses with the
+    elementwise and injective kernels beside it (YOLOX's slicing before its first convolution,
+    a depth-to-space after the last). None where the map is not a bijection of the shape."""
+    load_tvm()
+    from tvm import te, topi
+
+    shape = getattr(call.args[0].ty, "shape", None)
+    if shape is None or call.attrs.pad_value is not None or \
+            getattr(call.attrs, "axis_separators", None):
+        return None
+    index_map = call.attrs.index_map
+    try:
+        inverse = index_map.inverse(list(shape))
+    except Exception:  # noqa: BLE001  (not a bijection: TVM's own, with its padding)
+        return None
+    out_shape = index_map.map_shape(list(shape))
+
+    def gather(data):
+        return te.compute(out_shape, lambda *index: data(*inverse.map_indices(index)),
+                          name="te_layout_transform", tag=topi.tag.INJECTIVE)
+
+    return bb.call_te(gather, call.args[0], primfunc_name_hint="te_layout_transform")
