@@ -33,13 +33,13 @@ def median_ms(run, runs: int, stat: str = "median") -> float:
     return float(np.median(times) if stat == "median" else np.min(times)) * 1e3
 
 
-def onnxruntime_ms(onnx_path: str, options, x: np.ndarray, runs: int, stat: str) -> float:
-    """onnxruntime's median (or fastest) on `x` in a session of its own, closed on return."""
+def onnxruntime_ms(onnx_path: str, options, feeds: dict, runs: int, stat: str) -> float:
+    """onnxruntime's median (or fastest) on `feeds` in a session of its own, closed on
+    return."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    return median_ms(lambda: session.run(None, {name: x}), runs, stat)
+    return median_ms(lambda: session.run(None, feeds), runs, stat)
 
 
 def main() -> None:
@@ -47,6 +47,7 @@ def main() -> None:
 
     from cw.bundle import synthetic_input
     from cw.engine import LocalModel
+    from cw.verify import source_feeds
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("pairs", nargs="+", metavar="MODEL.onnx=BUNDLE[,BUNDLE...]")
@@ -64,16 +65,19 @@ def main() -> None:
         models = [(b, LocalModel(b)) for b in bundles.split(",")]
         # the bundle's shape: the file's may leave more than the batch open (--input-shape);
         # values valid for it (token ids within the vocabulary)
-        x = synthetic_input(models[0][1].manifest.inputs[0], args.batch,
-                            np.random.default_rng(0))
+        manifest = models[0][1].manifest
+        rng = np.random.default_rng(0)
+        xs = [synthetic_input(spec, args.batch, rng) for spec in manifest.inputs]
+        # the file's own layout and its inputs fixed at compile time (--input-value)
+        feeds = source_feeds(manifest, xs)
         for r in range(1, args.rounds + 1):
             # a session per round, closed before cw runs: onnxruntime's idle threads spin,
             # and on 2 cores they took the core TVM's pool waits for (mnist-8: 0.16 ms -> 5-7 ms)
-            ref = onnxruntime_ms(onnx_path, options, x, args.runs, args.stat)
+            ref = onnxruntime_ms(onnx_path, options, feeds, args.runs, args.stat)
             gc.collect()
             cells = []
             for name, m in models:
-                ms = median_ms(lambda m=m: m.run([x]), args.runs, args.stat)
+                ms = median_ms(lambda m=m: m.run(xs), args.runs, args.stat)
                 cells.append(f"{name} {ms:.2f} ms (×{ms / ref:.2f})")
             print(f"{onnx_path} batch {args.batch} round {r} ({args.stat}): onnxruntime "
                   f"{ref:.2f} ms; " + "; ".join(cells), flush=True)

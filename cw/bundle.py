@@ -54,6 +54,17 @@ class TensorSpec(msgspec.Struct, frozen=True):
     # an integer input that indexes a table (token ids): its values must be in
     # [-index_limit, index_limit); 0 where it indexes nothing
     index_limit: int = 0
+    # where the ONNX file has this tensor's batch axis, when not first (a recurrent state
+    # [2, batch, 128]): the bundle takes and gives it batch-first all the same
+    source_batch_axis: int = 0
+
+
+class FixedInput(msgspec.Struct, frozen=True):
+    """An input of the ONNX file given its value at compile time (`--input-value`)."""
+    name: str
+    dtype: str
+    shape: list[int]
+    values: list[float | int]
 
 
 def check_model_inputs(model: str, specs, batch_sizes: list[int], inputs) -> int:
@@ -208,6 +219,7 @@ class Manifest(msgspec.Struct, frozen=True):
     weights: Weights
     files: dict[str, str]  # relative path -> sha256 of every file but the manifest
     notes: list[str] = []
+    fixed_inputs: list[FixedInput] = []
 
     def kernel_for(self, batch_size: int) -> BatchKernel:
         """The smallest compiled batch size that holds `batch_size` requests (inputs are padded)."""

@@ -259,6 +259,6 @@ def run_bundle(path: str | Path, inputs: list[np.ndarray], device: str = "cpu",
     if verify_onnx is not None:
         from cw.verify import max_relative_error, onnx_reference
 
-        refs = onnx_reference(verify_onnx, inputs)
+        refs = onnx_reference(verify_onnx, inputs, model.manifest)
         error = max(max_relative_error(y, r) for y, r in zip(outputs, refs))
     return RunResult(outputs, n, model.manifest.kernel_for(n).batch_size, seconds, error)

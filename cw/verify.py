@@ -151,9 +151,11 @@ def exact_integer_model(model):
     return model
 
 
-def onnx_reference(onnx_path: str | Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def onnx_reference(onnx_path: str | Path, inputs: list[np.ndarray],
+                   manifest=None) -> list[np.ndarray]:
     """Outputs of onnxruntime (CPU) for the same inputs. A graph with its batch fixed at 1 is run
-    one sample at a time."""
+    one sample at a time. With the bundle's `manifest`, inputs and outputs are moved to the
+    file's batch axes and the inputs fixed at compile time are given their values."""
     import onnxruntime as ort
 
     path = Path(onnx_path)
@@ -173,6 +175,9 @@ def onnx_reference(onnx_path: str | Path, inputs: list[np.ndarray]) -> list[np.n
     except Exception as e:
         raise ModelError(f"onnxruntime cannot load {path}: {str(e).splitlines()[0]}",
                          "give --verify a valid ONNX model") from None
+    if manifest is not None and (manifest.fixed_inputs or any(
+            s.source_batch_axis for s in (*manifest.inputs, *manifest.outputs))):
+        return _run_in_source_layout(session, inputs, manifest)
     meta = session.get_inputs()
     if len(meta) != len(inputs):
         raise UsageError(f"{path.name} takes {len(meta)} input(s), the bundle {len(inputs)}",
@@ -183,3 +188,25 @@ def onnx_reference(onnx_path: str | Path, inputs: list[np.ndarray]) -> list[np.n
                  for i in range(0, inputs[0].shape[0], lead)]
         return [np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))]
     return session.run(None, {m.name: x for m, x in zip(meta, inputs)})
+
+
+def source_feeds(manifest, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """The ONNX file's inputs, by name, for the bundle's `inputs`: each batch axis where the
+    file has it, and the inputs fixed at compile time with their values."""
+    feeds = {spec.name: np.moveaxis(x, 0, spec.source_batch_axis)
+             for spec, x in zip(manifest.inputs, inputs)}
+    feeds.update({f.name: np.array(f.values, dtype=f.dtype).reshape(f.shape)
+                  for f in manifest.fixed_inputs})
+    return feeds
+
+
+def _run_in_source_layout(session, inputs: list[np.ndarray], manifest) -> list[np.ndarray]:
+    feeds = source_feeds(manifest, inputs)
+    expected = {m.name for m in session.get_inputs()}
+    if set(feeds) != expected:
+        raise UsageError(f"the ONNX file takes inputs {sorted(expected)}, the bundle and its "
+                         f"fixed inputs {sorted(feeds)}",
+                         "give --verify the ONNX file the bundle was compiled from")
+    outputs = session.run(None, feeds)
+    return [np.moveaxis(y, spec.source_batch_axis, 0)
+            for spec, y in zip(manifest.outputs, outputs)]

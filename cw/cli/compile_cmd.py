@@ -32,6 +32,9 @@ def compile_cmd(
     name: str = typer.Option(None, "--name", help="Model name (default: the file's stem)."),
     input_shape: list[str] = typer.Option(None, "--input-shape",
                                           help="NAME=DIMS, N for the batch (repeatable)."),
+    input_value: list[str] = typer.Option(None, "--input-value",
+                                          help="NAME=VALUE: an input fixed at compile time, "
+                                               "e.g. an audio model's sr=16000 (repeatable)."),
     tune_db: list[Path] = typer.Option(None, "--tune-db",
                                        help="Tuning database from `cw tune`, or a directory "
                                             "with measured CUTLASS plans (cutlass.json) "
@@ -76,11 +79,12 @@ def compile_cmd(
       [bold]cw compile r50.onnx -o r50-gpu --target cuda --arch sm_90 --batch-sizes 1,4,16[/]
       [bold]cw compile r50.onnx -o r50 --tune-db r50-tuning[/]
     """
-    from cw.compile.frontend import parse_input_shapes
+    from cw.compile.frontend import parse_input_shapes, parse_input_values
 
     config = CompileConfig(target=target, arch=arch, batch_sizes=parse_batch_sizes(batch_sizes),
                            page_size=parse_size(page_size, "page size"), name=name, force=force,
                            input_shapes=parse_input_shapes(input_shape or []),
+                           input_values=parse_input_values(input_value or []),
                            tune_dbs=tuple(str(p) for p in tune_db or ()),
                            use_committed_records=not untuned, conv_layout=conv_layout,
                            precision=precision, conv_split=conv_split, conv_algo=conv_algo,

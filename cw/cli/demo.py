@@ -49,9 +49,9 @@ def demo_cmd(
     out.print(f"wrote {onnx_path} ({size / 1e6:.1f} MB)")
     out.rule(f"2/4 cw compile {onnx_path} -o {bundle} --target cpu --batch-sizes {batch_sizes}")
     compile_cmd(model=onnx_path, output=bundle, target="cpu", arch=None, batch_sizes=batch_sizes,
-                page_size="16MiB", name=model, input_shape=[], tune_db=[], untuned=False,
-                conv_layout="nchwc", precision="fp32", conv_split="auto", conv_algo="direct",
-                jobs=0, force=True, as_json=False, verbose=False)
+                page_size="16MiB", name=model, input_shape=[], input_value=[], tune_db=[],
+                untuned=False, conv_layout="nchwc", precision="fp32", conv_split="auto",
+                conv_algo="direct", jobs=0, force=True, as_json=False, verbose=False)
     out.rule(f"3/4 cw run {bundle} --input x.npy --verify {onnx_path}")
     x = synthetic_input(open_bundle(bundle).manifest.inputs[0], batch, np.random.default_rng(0))
     np.save(workdir / "x.npy", x)

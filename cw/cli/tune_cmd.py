@@ -39,6 +39,9 @@ def tune_cmd(
     num_cores: int = typer.Option(None, "--num-cores", help="CPU threads (default: all)."),
     input_shape: list[str] = typer.Option(None, "--input-shape",
                                           help="NAME=DIMS, N for the batch (repeatable)."),
+    input_value: list[str] = typer.Option(None, "--input-value",
+                                          help="NAME=VALUE: an input fixed at compile time, "
+                                               "e.g. an audio model's sr=16000 (repeatable)."),
     precision: str = typer.Option(_DEFAULTS.precision, "--precision",
                                   help="Tune the kernels of `cw compile --precision` fp32, "
                                        "tf32 or fp16."),
@@ -60,13 +63,14 @@ def tune_cmd(
       [bold]cw tune r50.onnx --db r50-h100 --target cuda --time-budget 25m[/]
       [bold]cw tune r50.onnx --db r50-h100 --target cuda --precision fp16[/]
     """
-    from cw.compile.frontend import parse_input_shapes
+    from cw.compile.frontend import parse_input_shapes, parse_input_values
 
     budget_s = parse_duration_ns(time_budget, "time budget") / 1e9 if time_budget else None
     config = TuneConfig(db=str(db), target=target, arch=arch,
                         batch_sizes=parse_batch_sizes(batch_sizes), trials=trials,
                         time_budget_s=budget_s, num_cores=num_cores,
                         input_shapes=parse_input_shapes(input_shape or []),
+                        input_values=parse_input_values(input_value or []),
                         precision=precision, conv_split=conv_split, conv_algo=conv_algo)
     out = console()
     progress = _progress(disable=as_json)
@@ -164,6 +168,9 @@ def tune_stage_cmd(
                                     help="Start no kernel after this long, e.g. 60m."),
     input_shape: list[str] = typer.Option(None, "--input-shape",
                                           help="NAME=DIMS, N for the batch (repeatable)."),
+    input_value: list[str] = typer.Option(None, "--input-value",
+                                          help="NAME=VALUE: an input fixed at compile time, "
+                                               "e.g. an audio model's sr=16000 (repeatable)."),
     precision: str = typer.Option(_DEFAULTS.precision, "--precision",
                                   help="fp32, tf32 or fp16."),
     conv_split: str = typer.Option(_DEFAULTS.conv_split, "--conv-split", help="auto or off."),
@@ -185,13 +192,14 @@ def tune_stage_cmd(
     Example:
       [bold]cw tune-stage r50.onnx --kit kit --db r50-h100 --target cuda --batch-sizes 1,16[/]
     """
-    from cw.compile.frontend import parse_input_shapes
+    from cw.compile.frontend import parse_input_shapes, parse_input_values
     from cw.compile.tunekit import stage_kit
 
     budget_s = parse_duration_ns(time_budget, "time budget") / 1e9 if time_budget else None
     config = TuneConfig(db=str(db), target=target, arch=arch,
                         batch_sizes=parse_batch_sizes(batch_sizes), trials=trials,
                         time_budget_s=budget_s, input_shapes=parse_input_shapes(input_shape or []),
+                        input_values=parse_input_values(input_value or []),
                         precision=precision, conv_split=conv_split, conv_algo=conv_algo,
                         seed=seed)
     out = console()

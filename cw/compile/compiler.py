@@ -13,8 +13,8 @@ from typing import Callable
 
 import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter,
-                       Manifest, Source, Target, TensorSpec, WeightPage, Weights, WeightTensor,
-                       model_name_from)
+                       FixedInput, Manifest, Source, Target, TensorSpec, WeightPage, Weights,
+                       WeightTensor, model_name_from)
 from cw.compile import (cpu_conv, cpu_kernels, cuda_conv, cutlass_build, cutlass_conv,
                         cutlass_plans, fast_math, fast_tvmscript, frontend, normalize, paging,
                         rebatch, relax_rewrite, targets, tuning)
@@ -91,7 +91,8 @@ def choose_target(config: CompileConfig, onnx_model, imported, batch_sizes):
 
 
 def _tensor_specs(struct_info, batch_size: int, names: list[str],
-                  index_limits: dict[str, int] | None = None) -> list[TensorSpec]:
+                  index_limits: dict[str, int] | None = None,
+                  source_batch_axes: dict[str, int] | None = None) -> list[TensorSpec]:
     from tvm import relax
 
     fields = list(struct_info.fields) if isinstance(struct_info, relax.TupleType) else [struct_info]
@@ -109,7 +110,8 @@ def _tensor_specs(struct_info, batch_size: int, names: list[str],
                              f"{batch_size}", "cw needs outputs batched along the first axis")
         name = plain(names[i]) if i < len(names) else f"output{i}"
         specs.append(TensorSpec(name, dtype, sample, sample_bytes,
-                                (index_limits or {}).get(name, 0)))
+                                (index_limits or {}).get(name, 0),
+                                (source_batch_axes or {}).get(name, 0)))
     return specs
 
 
@@ -227,7 +229,7 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
     for. Shared by `cw compile` and `cw tune` so that both see the very same kernels."""
     load_tvm()
     progress("stage", {"text": "reading ONNX"})
-    onnx_model = frontend.load_onnx(onnx_path, config.input_shapes)
+    onnx_model = frontend.load_onnx(onnx_path, config.input_shapes, config.input_values)
     progress("stage", {"text": "normalizing the graph"})
     normalize.convert_version(onnx_model, progress)
     normalize.dequantize(onnx_model, progress)
@@ -434,8 +436,9 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                 func = mod["main"]
                 ins = _tensor_specs(
                     relax.TupleType([p.ty for p in func.params[:imported.num_inputs]]), batch,
-                    input_names, onnx_model.index_limits)
-                outs = _tensor_specs(func.ret_ty, batch, output_names)
+                    input_names, onnx_model.index_limits, onnx_model.source_batch_axes)
+                outs = _tensor_specs(func.ret_ty, batch, output_names,
+                                     source_batch_axes=onnx_model.source_batch_axes)
                 lowered, plan, scheduled, total = _lower_batch(
                     mod, target, name, batch, onnx_model.notes, database=database,
                     conv_split=split_convs, cutlass=cutlass, tf32=tf32, cutlass_plans=plans)
@@ -465,7 +468,9 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                           precision=config.precision),
             inputs=inputs_spec, outputs=outputs_spec, batch_sizes=list(batch_sizes),
             kernels=kernels, weights=weights, files=writer.checksums(),
-            notes=onnx_model.notes)
+            notes=onnx_model.notes,
+            fixed_inputs=[FixedInput(n, v.dtype.name, list(v.shape), v.reshape(-1).tolist())
+                          for n, v in onnx_model.fixed_inputs.items()])
         writer.commit(manifest)
     return manifest
 

@@ -31,6 +31,7 @@ class CompileConfig:
     name: str | None = None
     force: bool = False
     input_shapes: dict[str, list] = field(default_factory=dict)
+    input_values: dict[str, list] = field(default_factory=dict)  # inputs fixed at compile time
     tune_dbs: tuple[str, ...] = ()   # `cw tune` databases or CUTLASS plans, before cw's own
     use_committed_records: bool = True
     conv_layout: str = "nchwc"       # CPU: "nchwc" (blocked, cw's schedule) or "nchw" (TVM's)

@@ -261,6 +261,18 @@ def schedule_convs(mod):
     return mod, len(updates)
 
 
+def count_convs_2d(mod) -> int:
+    """2-D convolutions (plain or transposed) in `mod`'s main function: a model with none
+    (an audio model's 1-D ones) has nothing to block."""
+    from tvm import relax
+
+    found = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: found.append(e) if (
+        isinstance(e, relax.Call) and getattr(e.op, "name", "") in
+        ("relax.nn.conv2d", "relax.nn.conv2d_transpose")) else None)
+    return len(found)
+
+
 def count_grouped_convs(mod) -> int:
     """Convolutions in `mod`'s main function with groups that are neither 1 nor one per channel
     (depthwise): `conv_layout` leaves them in NCHW."""
@@ -311,6 +323,30 @@ def pad_conv_channels(mod, widest: int = BLOCK):
                                   data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
                                   out_dtype=attrs.out_dtype)
         return relax.op.strided_slice(conv, axes=[1], begin=[0], end=[out_c])
+
+    return rewrite_calls(mod, replacement)
+
+
+def convs_1d_as_2d(mod):
+    """1-D convolutions as 2-D ones one row high, so that they get the blocked schedule: TVM's
+    conv1d has plain loops and no CPU schedule (Silero VAD's STFT and first encoder layer took
+    0.50 of its 0.84 ms). Returns (module, convs rewritten)."""
+    load_tvm()
+    from tvm import relax
+
+    def replacement(call):
+        if getattr(call.op, "name", "") != "relax.nn.conv1d":
+            return None
+        attrs = call.attrs
+        if attrs.data_layout != "NCW" or attrs.kernel_layout != "OIW" or \
+                (attrs.out_layout or "NCW") != "NCW":
+            return None
+        conv = relax.op.nn.conv2d(
+            relax.op.expand_dims(call.args[0], 2), relax.op.expand_dims(call.args[1], 2),
+            strides=[1, *attrs.strides], padding=[0, attrs.padding[0], 0, attrs.padding[1]],
+            dilation=[1, *attrs.dilation], groups=attrs.groups, data_layout="NCHW",
+            kernel_layout="OIHW", out_layout="NCHW", out_dtype=attrs.out_dtype)
+        return relax.op.squeeze(conv, [2])
 
     return rewrite_calls(mod, replacement)
 

@@ -54,6 +54,28 @@ def clips_as_min_max(mod):
     return rewrite_calls(mod, replacement)
 
 
+def positive_squeeze_axes(mod):
+    """`squeeze` with negative axes given them counted from the front. TVM's layout conversion
+    aborts (std::bad_alloc) on a negative axis of a tensor it has blocked, taking the whole
+    model back to NCHW (Silero VAD's `squeeze(x, -1)` after its encoder). Returns (module,
+    calls rewritten)."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    squeeze = tvm.ir.Op.get("relax.squeeze")
+
+    def replacement(call):
+        if not call.op.same_as(squeeze) or call.attrs.axis is None:
+            return None
+        axes = [int(a) for a in call.attrs.axis]
+        rank = getattr(call.args[0].ty, "ndim", -1)
+        if rank < 0 or all(a >= 0 for a in axes):
+            return None
+        return relax.op.squeeze(call.args[0], [a % rank for a in axes])
+
+    return rewrite_calls(mod, replacement)
+
+
 def keep_blocked(mod):
     """After ConvertLayout: conversions to NCHW moved past the operators that can take the
     blocked tensor, and conversions that undo one dropped. Returns (module, moves made)."""

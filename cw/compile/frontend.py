@@ -19,12 +19,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from cw.compile import quantized, relax_rewrite
+from cw.compile import quantized, recurrent, relax_rewrite
 from cw.errors import ModelError, UsageError
 from cw.tvm_env import load_tvm
 
 BATCH_VAR = "cw_batch"
-CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
+# If nodes are folded when the shapes decide their branch (cw/compile/control_flow.py)
+LOOP_OPS = {"Loop", "Scan"}
 _ONNX_DOMAINS = {"", "ai.onnx"}
 _INTEGER_TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
                   onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
@@ -49,6 +50,11 @@ class OnnxModel:
     # quantized operators rewritten as float32 arithmetic on integers (cw/compile/quantized.py):
     # graph rewrites that reassociate that arithmetic would no longer give the same integers
     quantized: bool = False
+    # input or output name -> where the file has its batch axis, for those not first: the
+    # bundle takes and gives them batch-first (a Transpose at the graph's edge)
+    source_batch_axes: dict[str, int] = field(default_factory=dict)
+    # inputs given a value at compile time (--input-value), now constants of the graph
+    fixed_inputs: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -79,6 +85,92 @@ def parse_input_shapes(specs: list[str]) -> dict[str, list]:
     return shapes
 
 
+def parse_input_values(specs: list[str]) -> dict[str, list]:
+    """`sr=16000` -> {"sr": [16000]}; `scale=0.5,2` -> {"scale": [0.5, 2]}."""
+    values: dict[str, list] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        try:
+            if not sep or not name or not text:
+                raise ValueError
+            values[name] = [int(v) if v.lstrip("+-").isdigit() else float(v)
+                            for v in text.split(",")]
+        except ValueError:
+            raise UsageError(f"invalid --input-value '{spec}'",
+                             "write NAME=VALUE (or NAME=V1,V2,... for a vector), "
+                             "e.g. sr=16000") from None
+    return values
+
+
+def _fix_input_values(path: Path, model: onnx.ModelProto, graph_inputs: list,
+                      values: dict[str, list]) -> dict[str, np.ndarray]:
+    """Inputs with a value given at compile time become initializers: a scalar setting such
+    as an audio model's sample rate, which cw could not batch."""
+    fixed = {}
+    for value_info in graph_inputs:
+        if value_info.name not in values:
+            continue
+        dims = _dims(value_info)
+        elem = value_info.type.tensor_type.elem_type
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
+        given = values[value_info.name]
+        if any(isinstance(d, str) for d in dims) or int(np.prod(dims)) != len(given):
+            raise UsageError(f"--input-value {value_info.name} gives {len(given)} value(s); "
+                             f"input '{value_info.name}' of {path.name} has shape {dims}",
+                             "give one value per element of an input of fixed shape")
+        array = np.array(given, dtype=dtype).reshape([int(d) for d in dims])
+        if not np.array_equal(array.reshape(-1).astype(np.float64), np.array(given, np.float64)):
+            raise UsageError(f"--input-value {value_info.name}: {given} is not exact as "
+                             f"{dtype.name}", f"give {dtype.name} values")
+        fixed[value_info.name] = array
+        model.graph.input.remove(value_info)
+        model.graph.initializer.append(onnx.numpy_helper.from_array(array, value_info.name))
+    return fixed
+
+
+def _batch_axis(dims: list, batch_names: set[str]) -> int:
+    """Where an input's batch axis is: the given N, a leading symbolic dimension, or else the
+    one symbolic dimension named as another input's batch (a recurrent state [2, batch, 128])."""
+    if "N" in dims:
+        return dims.index("N")
+    if dims and isinstance(dims[0], str):
+        return 0
+    named = [i for i, d in enumerate(dims) if isinstance(d, str) and d in batch_names]
+    return named[0] if len(named) == 1 else 0
+
+
+def all_graphs(graph: onnx.GraphProto):
+    """`graph` and, depth first, the graphs its nodes hold (an If's branches)."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                      a.graphs if a.type == onnx.AttributeProto.GRAPHS else []):
+                yield from all_graphs(g)
+
+
+def all_nodes(graph: onnx.GraphProto):
+    for g in all_graphs(graph):
+        yield from g.node
+
+
+def _batch_first_inputs(model: onnx.ModelProto, axes: dict[str, int]) -> None:
+    """Each input whose batch axis is `axes[name]` is taken batch-first and transposed back to
+    the file's layout for the nodes that read it."""
+    front = []
+    for name, axis in axes.items():
+        rank = len(next(i for i in model.graph.input if i.name == name)
+                   .type.tensor_type.shape.dim)
+        inner = f"{name}__cw_source_layout"
+        for node in all_nodes(model.graph):  # an If's branches read it by name too
+            node.input[:] = [inner if v == name else v for v in node.input]
+        perm = [*range(1, axis + 1), 0, *range(axis + 1, rank)]
+        front.append(onnx.helper.make_node("Transpose", [name], [inner], name=inner, perm=perm))
+    nodes = front + list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+
+
 def _dims(value_info: onnx.ValueInfoProto) -> list:
     dims = []
     for d in value_info.type.tensor_type.shape.dim:
@@ -89,8 +181,10 @@ def _dims(value_info: onnx.ValueInfoProto) -> list:
     return dims
 
 
-def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> OnnxModel:
-    """Read and check an ONNX file, fix the batch dimension as the symbolic `cw_batch`."""
+def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None,
+              input_values: dict[str, list] | None = None) -> OnnxModel:
+    """Read and check an ONNX file, fix the batch dimension as the symbolic `cw_batch`, first
+    on every input, and the inputs given values as constants."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"no such file: {path}", "give the path of an .onnx model")
@@ -103,7 +197,7 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
         raise ModelError(f"{path} is not an ONNX model", "export the model to ONNX first") from None
 
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX_DOMAINS), 0)
-    _check_operators(path, model)
+    check_operators(path, model)
 
     init_names = {t.name for t in model.graph.initializer}
     graph_inputs = [i for i in model.graph.input if i.name not in init_names]
@@ -120,13 +214,21 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
     else:
         normalization_notes = []
     input_shapes = dict(input_shapes or {})
-    unknown = set(input_shapes) - {i.name for i in graph_inputs}
-    if unknown:
-        raise UsageError(f"--input-shape names no input of {path.name}: "
-                         f"{', '.join(sorted(unknown))}",
-                         f"its inputs are: {', '.join(i.name for i in graph_inputs)}")
+    input_values = dict(input_values or {})
+    for flag, given in (("--input-shape", input_shapes), ("--input-value", input_values)):
+        unknown = set(given) - {i.name for i in graph_inputs}
+        if unknown:
+            raise UsageError(f"{flag} names no input of {path.name}: "
+                             f"{', '.join(sorted(unknown))}",
+                             f"its inputs are: {', '.join(i.name for i in graph_inputs)}")
+    fixed_inputs = _fix_input_values(path, model, graph_inputs, input_values)
+    graph_inputs = [i for i in graph_inputs if i.name not in fixed_inputs]
     inputs, fixed_batches, notes = [], set(), list(normalization_notes)
-    changed_dims = []
+    notes += [f"input {name} fixed to {value.tolist()} by --input-value"
+              for name, value in fixed_inputs.items()]
+    changed_dims, batch_axes = [], {}
+    batch_names = {dims[0] for dims in map(_dims, graph_inputs)
+                   if dims and isinstance(dims[0], str)}
     for value_info in graph_inputs:
         dims = _dims(value_info)
         if value_info.name in input_shapes:
@@ -140,8 +242,17 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
             dims = given
             notes.append(f"input {value_info.name} shape fixed to {given} by --input-shape")
         if not dims:
-            raise ModelError(f"input '{value_info.name}' of {path.name} is a scalar",
-                             "cw batches along the first dimension; give inputs a batch axis")
+            raise ModelError(f"input '{value_info.name}' of {path.name} is a scalar: cw batches "
+                             "requests along an axis", f"fix its value at compile time with "
+                             f"--input-value {value_info.name}=VALUE, or give it a batch axis")
+        axis = _batch_axis(dims, batch_names)
+        if axis:
+            batch_axes[value_info.name] = axis
+            source = ["N" if d == BATCH_VAR else d for d in dims]
+            dims = [BATCH_VAR if dims[axis] == "N" else dims[axis], *dims[:axis],
+                    *dims[axis + 1:]]
+            notes.append(f"input {value_info.name}: the file's batch axis {axis} taken first "
+                         f"(the bundle takes {['N', *dims[1:]]}, the file {source})")
         lead, rest = dims[0], dims[1:]
         dynamic = [f"dim {i + 1} ('{d}')" for i, d in enumerate(rest) if isinstance(d, str)]
         if dynamic:
@@ -161,8 +272,10 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None) -> 
                          "export the model with one symbolic batch dimension on every input")
     fixed_batch = next(iter(fixed_batches)) if fixed_batches else None
     _set_input_dims(model, graph_inputs, inputs)
+    _batch_first_inputs(model, batch_axes)
     return OnnxModel(path, model, hashlib.sha256(data).hexdigest(), opset, inputs, fixed_batch,
-                     notes, changed_dims)
+                     notes, changed_dims, source_batch_axes=batch_axes,
+                     fixed_inputs=fixed_inputs)
 
 
 def _set_input_dims(model: onnx.ModelProto, graph_inputs, inputs) -> None:
@@ -177,18 +290,19 @@ def _set_input_dims(model: onnx.ModelProto, graph_inputs, inputs) -> None:
                 dim.dim_value = value
 
 
-def _check_operators(path: Path, model: onnx.ModelProto) -> None:
+def check_operators(path: Path, model: onnx.ModelProto) -> None:
     load_tvm()
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     supported = _get_convert_map()
     for node in model.graph.node:
         where = f"node '{node.name or '(unnamed)'}' of {path.name}"
-        if node.op_type in CONTROL_FLOW_OPS:
+        if node.op_type in LOOP_OPS:
             raise ModelError(f"{node.op_type} at {where}: data-dependent execution time; "
                              "cw schedules only static DNNs",
                              "export the model without control flow")
-        if quantized.is_rewritten(node):
+        if node.op_type == "If" or quantized.is_rewritten(node) or \
+                recurrent.is_rewritten(node):
             continue
         if node.domain not in _ONNX_DOMAINS or node.op_type not in supported:
             domain = node.domain or "ai.onnx"
@@ -288,13 +402,18 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
     if conv_block:
         from cw.compile import cpu_conv, cpu_layouts
 
+        mod, convs_1d = cpu_conv.convs_1d_as_2d(mod)
+        if convs_1d:
+            onnx_model.notes.append(f"{convs_1d} 1-D convolution{'s' * (convs_1d != 1)} as 2-D "
+                                    "ones one row high")
         grouped = cpu_conv.count_grouped_convs(mod)
         if grouped:
             onnx_model.notes.append(
                 f"convolutions kept in NCHW, without cw's NCHWc schedule: {grouped} grouped "
                 "convolution(s) cw does not block, around which the layout changes cost more "
                 "than blocking the rest gains (ShuffleNet v1: 43 → 62 ms)")
-    if conv_block and not grouped:
+    # (a model without 2-D convolutions has nothing to block)
+    if conv_block and not grouped and cpu_conv.count_convs_2d(mod):
         import functools
 
         # before lifting, so that the weights' relayout is lifted with the rest
@@ -302,6 +421,7 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         try:
             mod, _ = cpu_conv.clip_as_relax_ops(mod)
             mod, _ = cpu_layouts.clips_as_min_max(mod)
+            mod, _ = cpu_layouts.positive_squeeze_axes(mod)
             mod, transposed = cpu_conv.transposed_convs_as_convs(mod)
             mod, padded = cpu_conv.pad_conv_channels(mod, conv_block)
             layout = functools.partial(cpu_conv.conv_layout, widest=conv_block)

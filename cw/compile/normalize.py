@@ -23,9 +23,12 @@ import contextlib
 import io
 import logging
 
+import numpy as np
 import onnx
 
-from cw.compile.frontend import OnnxModel
+from cw.compile.frontend import (BATCH_VAR, OnnxModel, all_graphs, all_nodes,
+                                 check_operators)
+from cw.errors import ModelError
 
 TARGET_OPSET = 17
 # onnxslim's fusions that fold a Mul after a convolution or matrix product into its weights
@@ -142,6 +145,149 @@ def _squares_as_products(onnx_model: OnnxModel, say) -> None:
     say(f"{rewritten} Pow(x, 2) as Mul(x, x)")
 
 
+def _static_branches(onnx_model: OnnxModel, say) -> None:
+    """If nodes whose branch the fixed shapes decide, inlined (cw/compile/control_flow.py);
+    one left is refused, with the reason its branch is not known before the model runs."""
+    from cw.compile import control_flow
+
+    if not any(n.op_type == "If" for n in onnx_model.model.graph.node):
+        return
+    folded, left = control_flow.fold_static_branches(onnx_model.model)
+    if left:
+        name, why = left[0]
+        raise ModelError(f"If '{name}' of {onnx_model.path.name}: its branch is not known "
+                         f"before the model runs ({why}); cw schedules only static DNNs",
+                         "fix the input shapes with --input-shape, or export the model "
+                         "without data-dependent control flow")
+    say(f"{folded} If node{'s' * (folded != 1)} folded: the input shapes decide "
+        f"{'their branches' if folded != 1 else 'its branch'}")
+
+
+def _unrolled_recurrences(onnx_model: OnnxModel, say) -> None:
+    from cw.compile import recurrent
+
+    unrolled = recurrent.rewrite(onnx_model.model)
+    if unrolled:
+        say(f"{unrolled} LSTM{'s' * (unrolled != 1)} unrolled over the fixed sequence length "
+            "into products and gate arithmetic")
+
+
+def _batch_first_outputs(onnx_model: OnnxModel, say) -> None:
+    """Outputs whose batch axis is not the first (a recurrent state [2, batch, 128]) are given
+    batch-first, like every cw output: a Transpose at the graph's end."""
+    from onnx import helper
+
+    if onnx_model.fixed_batch is not None:
+        return
+    probe = onnx.ModelProto()
+    probe.CopyFrom(onnx_model.model)
+    for out in probe.graph.output:  # what the exporter wrote there may name other symbols
+        out.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe).graph.output
+    except Exception:  # TVM's import reports a model whose shapes do not infer
+        return
+    graph = onnx_model.model.graph
+    for out, shape in zip(graph.output, inferred):
+        dims = [d.dim_param for d in shape.type.tensor_type.shape.dim]
+        if BATCH_VAR not in dims or dims[0] == BATCH_VAR:
+            continue
+        axis, inner = dims.index(BATCH_VAR), f"{out.name}__cw_source_layout"
+        for node in graph.node:
+            node.output[:] = [inner if v == out.name else v for v in node.output]
+            node.input[:] = [inner if v == out.name else v for v in node.input]
+        perm = [axis, *(i for i in range(len(dims)) if i != axis)]
+        graph.node.append(helper.make_node("Transpose", [inner], [out.name], name=out.name,
+                                           perm=perm))
+        for dim, value in zip(out.type.tensor_type.shape.dim,
+                              [shape.type.tensor_type.shape.dim[i] for i in perm]):
+            dim.CopyFrom(value)
+        onnx_model.source_batch_axes[out.name] = axis
+        say(f"output {out.name}: the file's batch axis {axis} given first")
+
+
+def _whole_axis_slices(onnx_model: OnnxModel, say) -> None:
+    """Slice entries that keep a whole axis (start 0, step 1, end at the int64 maximum) dropped.
+    onnxslim merges slices into one over every axis; on the batch axis TVM's importer then
+    gives the result the size min(2^63 - 1, batch), which its passes cannot specialize
+    (Silero VAD's STFT failed to build)."""
+    from onnx import helper, numpy_helper
+
+    graph = onnx_model.model.graph
+    inits = {t.name: t for t in graph.initializer}
+    whole = 2**31 - 1  # exporters write INT32_MAX or INT64_MAX for "to the end"
+    trimmed = 0
+    for node in graph.node:
+        if node.op_type != "Slice" or node.domain not in ("", "ai.onnx") or \
+                not 3 <= len(node.input) <= 5:
+            continue
+        parts = [numpy_helper.to_array(inits[v]).reshape(-1).tolist() if v in inits else None
+                 for v in node.input[1:]]
+        if any(p is None for p in parts[:2]) or any(
+                p is None and v for p, v in zip(parts[2:], node.input[3:])):
+            continue
+        starts, ends = parts[0], parts[1]
+        axes = parts[2] if len(parts) > 2 and parts[2] is not None else list(range(len(starts)))
+        steps = parts[3] if len(parts) > 3 and parts[3] is not None else [1] * len(starts)
+        keep = [i for i in range(len(starts))
+                if not (starts[i] == 0 and steps[i] == 1 and ends[i] >= whole)]
+        if len(keep) == len(starts):
+            continue
+        trimmed += 1
+        if not keep:
+            node.CopyFrom(helper.make_node("Identity", [node.input[0]], list(node.output),
+                                           name=node.name))
+            continue
+        names = []
+        for what, values in (("starts", starts), ("ends", ends), ("axes", axes),
+                             ("steps", steps)):
+            name = f"{node.output[0]}__cw_{what}"
+            graph.initializer.append(numpy_helper.from_array(
+                np.array([values[i] for i in keep], np.int64), name))
+            names.append(name)
+        node.input[:] = [node.input[0], *names]
+    if trimmed:
+        used = {v for n in all_nodes(graph) for v in n.input}
+        for t in [t for t in graph.initializer if t.name not in used]:
+            graph.initializer.remove(t)
+        say(f"whole-axis entries dropped from {trimmed} Slice node{'s' * (trimmed != 1)}")
+
+
+def _constant_gather_indices(onnx_model: OnnxModel, say) -> None:
+    """Gather indices held in an initializer as a Constant node: TVM's importer makes every
+    initializer a parameter, and a Gather by a parameter gets index arithmetic at run time
+    (shape_of, less, where: 7 operators each), which also made its layout conversion of
+    Silero VAD's convolutions fail."""
+    from onnx import helper
+
+    graph = onnx_model.model.graph
+    inits = {t.name: t for t in graph.initializer}
+    consts, moved = {}, 0
+    for node in graph.node:
+        if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or \
+                len(node.input) < 2 or node.input[1] not in inits:
+            continue
+        indices = inits[node.input[1]]
+        if indices.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) or \
+                int(np.prod(indices.dims)) > 64:
+            continue
+        name = node.input[1]
+        if name not in consts:
+            consts[name] = helper.make_node("Constant", [], [f"{name}__cw_const"],
+                                            name=f"{name}__cw_const", value=indices)
+        node.input[1] = f"{name}__cw_const"
+        moved += 1
+    if not moved:
+        return
+    nodes = list(consts.values()) + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used = {v for n in all_nodes(graph) for v in n.input}
+    for t in [t for t in graph.initializer if t.name not in used]:
+        graph.initializer.remove(t)
+    say(f"{moved} Gather node{'s' * (moved != 1)} by constant indices")
+
+
 def _c_unsafe(name: str) -> bool:
     """A name TVM's CUDA code generator would write into a kernel signature as it is and nvcc
     reject: with a '/' ("gpu_0/data_0", the ONNX Model Zoo's Caffe2 exports) or a leading digit
@@ -155,7 +301,8 @@ def _c_safe_names(onnx_model: OnnxModel, say) -> None:
 
     graph = onnx_model.model.graph
     kept = {o.name for o in graph.output}  # (outputs keep theirs: nothing passes them in)
-    names = {v for n in graph.node for v in (*n.input, *n.output)}
+    nodes = list(all_nodes(graph))  # an If's branches read the outer graph's names
+    names = {v for n in nodes for v in (*n.input, *n.output)}
     names |= {i.name for i in graph.input} | {t.name for t in graph.initializer}
     taken = set(names)
     renamed = {}
@@ -171,12 +318,13 @@ def _c_safe_names(onnx_model: OnnxModel, say) -> None:
         renamed[name] = new
     if not renamed:
         return
-    for n in graph.node:
+    for n in nodes:
         n.input[:] = [renamed.get(v, v) for v in n.input]
         n.output[:] = [renamed.get(v, v) for v in n.output]
-    for seq in (graph.input, graph.initializer, graph.value_info):
-        for item in seq:
-            item.name = renamed.get(item.name, item.name)
+    for g in all_graphs(graph):
+        for seq in (g.input, g.initializer, g.value_info, g.output if g is not graph else ()):
+            for item in seq:
+                item.name = renamed.get(item.name, item.name)
     say(f"{len(renamed)} tensor name(s) with a '/' or a leading digit renamed for TVM's CUDA "
         "code (e.g. "
         f"{next(iter(renamed))} → {next(iter(renamed.values()))})")
@@ -212,4 +360,14 @@ def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
     _c_safe_names(onnx_model, say)
     _sums_as_adds(onnx_model, say)
     _slim(onnx_model, say)
+    if any(n.op_type == "If" for n in onnx_model.model.graph.node):
+        _static_branches(onnx_model, say)
+        _slim(onnx_model, say)  # the branches' shape tests and identities, folded
+    _unrolled_recurrences(onnx_model, say)
+    _batch_first_outputs(onnx_model, say)
+    _whole_axis_slices(onnx_model, say)
+    _constant_gather_indices(onnx_model, say)
     _squares_as_products(onnx_model, say)
+    _c_safe_names(onnx_model, say)  # names the rewrites above made from the graph's own
+    # nodes that were inside branches were not checked when the file was read
+    check_operators(onnx_model.path, onnx_model.model)

@@ -36,6 +36,7 @@ class TuneConfig:
     num_cores: int | None = None               # CPU: threads the kernels may use (default: all)
     seed: int = 0
     input_shapes: dict[str, list] = field(default_factory=dict)
+    input_values: dict[str, list] = field(default_factory=dict)
     precision: str = "fp32"                    # the kernels of `cw compile --precision`
     conv_split: str = "auto"                   # ... and of `cw compile --conv-split`
     conv_algo: str = DEFAULT_CONV_ALGO         # ... and of `cw compile --conv-algo`
@@ -56,7 +57,8 @@ class TuneConfig:
         # fp16 kernels are other workloads than fp32's: a database tuned for one precision
         # leaves the other's kernels untuned (cw compile counts them as such)
         return CompileConfig(target=self.target, arch=self.arch, batch_sizes=self.batch_sizes,
-                             input_shapes=self.input_shapes, precision=self.precision,
+                             input_shapes=self.input_shapes,
+                             input_values=self.input_values, precision=self.precision,
                              conv_split=self.conv_split, conv_algo=self.conv_algo)
 
 

@@ -418,3 +418,53 @@ def test_transposed_convolutions_agree_with_onnxruntime(tmp_path, c, oc, k, stri
         out = model.run([x])[0]
         assert out.shape == (batch, oc, 9 * stride + k - 2 * pad, 11 * stride + k - 2 * pad)
         assert max_relative_error(out, onnx_reference(onnx_path, [x])[0]) < 1e-5
+
+
+def _conv_1d_onnx(path, c, oc, k, stride, pads, dilation, groups):
+    """conv1d -> relu -> conv1d over the whole width -> relu -> squeeze(axis -1): an audio
+    encoder's end (Silero VAD's; TVM's layout conversion aborted on the negative axis)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    width = (20 + sum(pads) - dilation * (k - 1) - 1) // stride + 1
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((oc, c // groups, k)).astype(
+                 np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal((oc,)).astype(np.float32), "b1"),
+             numpy_helper.from_array(rng.standard_normal((8, oc, width)).astype(np.float32),
+                                     "w2"),
+             numpy_helper.from_array(np.array([-1], np.int64), "last")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], strides=[stride], pads=pads,
+                              dilations=[dilation], group=groups),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Squeeze", ["r2", "last"], ["y"])]
+    graph = helper.make_graph(nodes, "conv1d",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             ["N", c, 20])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("c,oc,k,stride,pads,dilation,groups", [
+    (16, 16, 3, 1, [1, 1], 1, 1),     # Silero VAD's encoder layer
+    (1, 24, 8, 4, [0, 0], 1, 1),      # an STFT by convolution: one input channel, stride 4
+    (8, 16, 3, 2, [2, 1], 2, 1),      # asymmetric padding, dilation
+    (16, 16, 5, 1, [2, 2], 1, 16),    # depthwise
+])
+def test_1d_convolutions_run_as_blocked_2d_ones(tmp_path, c, oc, k, stride, pads, dilation,
+                                                groups):
+    onnx_path = _conv_1d_onnx(tmp_path / "m.onnx", c, oc, k, stride, pads, dilation, groups)
+    m = compile_model(onnx_path, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert "2 1-D convolutions as 2-D ones one row high" in m.notes, m.notes
+    assert not any("kept in NCHW" in n for n in m.notes), m.notes
+    assert m.kernels[0].kernels_conv_scheduled == 2
+    model = LocalModel(tmp_path / "b")
+    for batch in (1, 3):
+        x = random_input((batch, c, 20), seed=batch)
+        out = model.run([x])[0]
+        assert max_relative_error(out, onnx_reference(onnx_path, [x])[0]) < 1e-5

@@ -3,6 +3,7 @@ normalizes them, compiles them for the CPU and they agree with onnxruntime — a
 where the graph is batchable — with no weights in any kernel library; what cannot be predictable
 is refused in one line."""
 
+import numpy as np
 import pytest
 
 from cw.compile.libcheck import MAX_KERNEL_CONSTANT_BYTES, data_section_bytes
@@ -77,14 +78,38 @@ def test_unbatchable_edge_model_refuses_larger_batches(cli, tmp_path):
 
 # (mobilenetv2-12-int8, refused until 2026-11-30 for its QLinear operators, compiles:
 # tests/integration/test_quantized.py)
-@pytest.mark.parametrize("name,text", [
-    ("silero_vad_16k_op15", "data-dependent execution time; cw schedules only static DNNs"),
-])
-def test_unpredictable_or_unsupported_models_refused_in_one_line(cli, tmp_path, name, text):
-    src = EDGE / f"{name}.onnx"
+
+
+def test_silero_vad_compiles_with_its_branches_folded_and_its_lstm_unrolled(tmp_path):
+    """Refused until stop 69 for its If nodes: every one tests a shape (a rank, a fixed size),
+    so with the chunk length fixed the graph is static. Its state is [2, batch, 128] and its
+    sample rate a scalar input: the bundle takes the state batch-first and the rate as a
+    constant. Two chunks in a row, the second on the first's state, as a stream runs it."""
+    from cw.compile.compiler import CompileConfig, compile_model
+    from cw.compile.frontend import parse_input_shapes, parse_input_values
+
+    src = EDGE / "silero_vad_16k_op15.onnx"
     if not src.exists():
         pytest.skip(f"{src} not present")
-    r = cli("compile", src, "-o", tmp_path / "b")
-    assert r.code == 3 and text in r.err, r.err
-    assert len([line for line in r.err.splitlines() if line.strip()]) == 1
-    assert not (tmp_path / "b").exists()
+    out = tmp_path / "bundle"
+    m = compile_model(src, out, CompileConfig(
+        batch_sizes=(1, 4), input_shapes=parse_input_shapes(["input=N,576"]),
+        input_values=parse_input_values(["sr=16000"])))
+    notes = "\n".join(m.notes)
+    for text in ("If nodes folded: the input shapes decide their branches",
+                 "1 LSTM unrolled", "input state: the file's batch axis 1 taken first",
+                 "output stateN: the file's batch axis 1 given first"):
+        assert text in notes, m.notes
+    assert [(s.name, s.sample_shape, s.source_batch_axis) for s in m.inputs] == \
+        [("input", [576], 0), ("state", [2, 128], 1)]
+    assert [(s.name, s.sample_shape, s.source_batch_axis) for s in m.outputs] == \
+        [("output", [1], 0), ("stateN", [2, 128], 1)]
+    assert [(f.name, f.values) for f in m.fixed_inputs] == [("sr", [16000])]
+    for batch in (1, 3):
+        state = np.zeros((batch, 2, 128), np.float32)
+        for chunk in range(2):
+            audio = 0.3 * random_input((batch, 576), seed=10 * batch + chunk)
+            result = run_bundle(out, [audio, state], "cpu", src)
+            assert result.relative_error <= TOLERANCE, (batch, chunk, result.relative_error)
+            state = result.outputs[1]
+            assert state.shape == (batch, 2, 128) and np.abs(state).max() > 0
