@@ -129,8 +129,10 @@ def _fix_input_values(path: Path, model: onnx.ModelProto, graph_inputs: list,
 
 
 def _batch_axis(dims: list, batch_names: set[str]) -> int:
-    """Where an input's batch axis is: the given N, a leading symbolic dimension, or else the
-    one symbolic dimension named as another input's batch (a recurrent state [2, batch, 128])."""
+    """Where an input's batch axis is: N (given by --input-shape, or a dimension the file
+    names so: a sequence-first recurrent input [T, N, F]), a leading symbolic dimension, or
+    else the one symbolic dimension named as another input's batch (a recurrent state
+    [2, batch, 128])."""
     if "N" in dims:
         return dims.index("N")
     if dims and isinstance(dims[0], str):

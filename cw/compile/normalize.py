@@ -155,8 +155,10 @@ def _static_branches(onnx_model: OnnxModel, say) -> None:
     folded, left = control_flow.fold_static_branches(onnx_model.model)
     if left:
         name, why = left[0]
-        raise ModelError(f"If '{name}' of {onnx_model.path.name}: its branch is not known "
-                         f"before the model runs ({why}); cw schedules only static DNNs",
+        kind = "data-dependent execution time: " if why.startswith("it reads the values") \
+            else ""
+        raise ModelError(f"If '{name}' of {onnx_model.path.name}: {kind}its branch is not "
+                         f"known before the model runs ({why}); cw schedules only static DNNs",
                          "fix the input shapes with --input-shape, or export the model "
                          "without data-dependent control flow")
     say(f"{folded} If node{'s' * (folded != 1)} folded: the input shapes decide "
@@ -168,8 +170,9 @@ def _unrolled_recurrences(onnx_model: OnnxModel, say) -> None:
 
     unrolled = recurrent.rewrite(onnx_model.model)
     if unrolled:
-        say(f"{unrolled} LSTM{'s' * (unrolled != 1)} unrolled over the fixed sequence length "
-            "into products and gate arithmetic")
+        kinds = ", ".join(f"{n} {op}{'s' * (n != 1)}" for op, n in sorted(unrolled.items()))
+        say(f"{kinds} unrolled over the fixed sequence length into products and gate "
+            "arithmetic")
 
 
 def _batch_first_outputs(onnx_model: OnnxModel, say) -> None:
@@ -253,41 +256,6 @@ def _whole_axis_slices(onnx_model: OnnxModel, say) -> None:
         say(f"whole-axis entries dropped from {trimmed} Slice node{'s' * (trimmed != 1)}")
 
 
-def _constant_gather_indices(onnx_model: OnnxModel, say) -> None:
-    """Gather indices held in an initializer as a Constant node: TVM's importer makes every
-    initializer a parameter, and a Gather by a parameter gets index arithmetic at run time
-    (shape_of, less, where: 7 operators each), which also made its layout conversion of
-    Silero VAD's convolutions fail."""
-    from onnx import helper
-
-    graph = onnx_model.model.graph
-    inits = {t.name: t for t in graph.initializer}
-    consts, moved = {}, 0
-    for node in graph.node:
-        if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or \
-                len(node.input) < 2 or node.input[1] not in inits:
-            continue
-        indices = inits[node.input[1]]
-        if indices.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) or \
-                int(np.prod(indices.dims)) > 64:
-            continue
-        name = node.input[1]
-        if name not in consts:
-            consts[name] = helper.make_node("Constant", [], [f"{name}__cw_const"],
-                                            name=f"{name}__cw_const", value=indices)
-        node.input[1] = f"{name}__cw_const"
-        moved += 1
-    if not moved:
-        return
-    nodes = list(consts.values()) + list(graph.node)
-    del graph.node[:]
-    graph.node.extend(nodes)
-    used = {v for n in all_nodes(graph) for v in n.input}
-    for t in [t for t in graph.initializer if t.name not in used]:
-        graph.initializer.remove(t)
-    say(f"{moved} Gather node{'s' * (moved != 1)} by constant indices")
-
-
 def _c_unsafe(name: str) -> bool:
     """A name TVM's CUDA code generator would write into a kernel signature as it is and nvcc
     reject: with a '/' ("gpu_0/data_0", the ONNX Model Zoo's Caffe2 exports) or a leading digit
@@ -366,7 +334,6 @@ def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
     _unrolled_recurrences(onnx_model, say)
     _batch_first_outputs(onnx_model, say)
     _whole_axis_slices(onnx_model, say)
-    _constant_gather_indices(onnx_model, say)
     _squares_as_products(onnx_model, say)
     _c_safe_names(onnx_model, say)  # names the rewrites above made from the graph's own
     # nodes that were inside branches were not checked when the file was read

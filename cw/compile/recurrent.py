@@ -1,12 +1,14 @@
-"""ONNX `LSTM` unrolled into the operators TVM imports (MatMul, Add, Sigmoid, Tanh, Mul).
+"""ONNX `LSTM`, `GRU` and `RNN` unrolled into the operators TVM imports (MatMul, Add,
+Sigmoid, Tanh, Mul).
 
 TVM 0.27's Relax importer has no recurrent operators. With the sequence length fixed by the
-input shapes, an LSTM is a fixed chain of products: one input projection for every step at
-once, then per step a product by the recurrent weights and the gate arithmetic of the ONNX
-definition (gates i, o, f, c in that order; C = f*C + i*tanh(c); H = o*tanh(C)). Forward,
-reverse and bidirectional layers, optional biases, initial states and peepholes are rewritten;
-other variants (clip, input_forget, activations other than the defaults, batch-first layout,
-sequence_lens) are refused by name.
+input shapes, a recurrent layer is a fixed chain of products: one input projection for every
+step at once, then per step a product by the recurrent weights and the gate arithmetic of the
+ONNX definition (LSTM: gates i, o, f, c; C = f*C + i*g(c); H = o*h(C). GRU: gates z, r, h,
+with `linear_before_reset` either way; H = (1 - z)*n + z*H. RNN: H = f(x + H*R)). Forward,
+reverse and bidirectional layers, optional biases, initial states and LSTM peepholes, and
+Sigmoid, Tanh or Relu activations are rewritten; other variants (clip, input_forget, the
+activations with parameters, the batch-first layout, sequence_lens) are refused by name.
 """
 
 from __future__ import annotations
@@ -20,11 +22,10 @@ from onnx import helper, numpy_helper
 from cw.errors import ModelError
 
 _DOMAINS = ("", "ai.onnx")
-_DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
 
 
 def is_rewritten(node: onnx.NodeProto) -> bool:
-    return node.op_type == "LSTM" and node.domain in _DOMAINS
+    return node.op_type in _CELLS and node.domain in _DOMAINS
 
 
 def _attr(node, name, default=None):
@@ -75,47 +76,127 @@ class _Emitter:
         return self.op("Transpose", [picked], what, perm=[1, 0]) if transpose else picked
 
 
+# cell -> (gates, default activations), per ONNX's definitions
+_CELLS = {"LSTM": (4, ["Sigmoid", "Tanh", "Tanh"]), "GRU": (3, ["Sigmoid", "Tanh"]),
+          "RNN": (1, ["Tanh"])}
+_ACTIVATIONS = {"Sigmoid", "Tanh", "Relu"}  # those without alpha / beta
+
+
 def _refusal(node, what: str) -> ModelError:
-    return ModelError(f"LSTM '{node.name or node.output[0]}' {what}: cw unrolls only the "
-                      "standard LSTM", "export it with default activations, no clip, "
-                      "input_forget=0, layout=0 and no sequence_lens")
+    return ModelError(f"{node.op_type} '{node.name or node.output[0]}' {what}: cw unrolls "
+                      "only the plain cell", "export it with Sigmoid, Tanh or Relu activations, "
+                      "no clip, input_forget=0, layout=0 and no sequence_lens")
+
+
+def _activations(node) -> list[str]:
+    defaults = _CELLS[node.op_type][1]
+    given = [a.decode() if isinstance(a, bytes) else a for a in _attr(node, "activations", [])]
+    per_direction = len(defaults)
+    if given and (len(given) % per_direction or not set(given) <= _ACTIVATIONS):
+        raise _refusal(node, f"has activations {given}")
+    return given or defaults * 2
 
 
 def _check(node, seq_len) -> None:
-    activations = _attr(node, "activations")
-    if activations and [a.decode() if isinstance(a, bytes) else a for a in activations] \
-            not in (_DEFAULT_ACTIVATIONS, _DEFAULT_ACTIVATIONS * 2):
-        raise _refusal(node, f"has activations {activations}")
+    _activations(node)
     for name, default in (("clip", None), ("input_forget", 0), ("layout", 0)):
         if _attr(node, name, default) != default:
             raise _refusal(node, f"has {name}={_attr(node, name)}")
     if len(node.input) > 4 and node.input[4]:
         raise _refusal(node, "has sequence_lens")
     if seq_len is None:
-        raise ModelError(f"LSTM '{node.name or node.output[0]}': its sequence length is not "
-                         "fixed", "fix the input's time axis with --input-shape")
+        raise ModelError(f"{node.op_type} '{node.name or node.output[0]}': its sequence length "
+                         "is not fixed", "fix the input's time axis with --input-shape")
 
 
 def _input(node, i: int) -> str:
     return node.input[i] if len(node.input) > i else ""
 
 
+def _biases(e: _Emitter, b: str, d: int, gates: int, hidden: int, gru: bool):
+    """(bias added to the input projection, bias added to the recurrent product or None).
+    ONNX gives Wb and Rb; both go into the projection but for a GRU's candidate gate, whose
+    Rb is added to the recurrent product (reset gates scale it)."""
+    if not b:
+        return None, None
+    size = gates * hidden
+    keep = np.ones(size, np.float32)
+    if gru:
+        keep[2 * hidden:] = 0
+    if b in e.inits:
+        both = numpy_helper.to_array(e.inits[b])[d]
+        wb, rb = both[:size], both[size:]
+        return (e.const(wb + rb * keep, "bias"),
+                e.const(rb * (1 - keep), "rbias") if gru else None)
+    wb, rb = e.split(e.weight(b, d, "b", False), [size] * 2, 0, "b")
+    projected = e.op("Add", [wb, e.op("Mul", [rb, e.const(keep, "keep")], "rbk")], "bias")
+    return projected, e.op("Mul", [rb, e.const(1 - keep, "rest")], "rbias") if gru else None
+
+
+def _lstm_step(e, node, g, h, c, rt, peep, act, hidden):
+    f_act, g_act, h_act = act
+    if h is not None:
+        g = e.op("Add", [g, e.op("MatMul", [h, rt], "hr")], "gates")
+    i, o, f, cand = e.split(g, [hidden] * 4, -1, "gate")
+    if peep and c is not None:
+        i = e.op("Add", [i, e.op("Mul", [peep[0], c], "pic")], "ip")
+        f = e.op("Add", [f, e.op("Mul", [peep[2], c], "pfc")], "fp")
+    i, f = e.op(f_act, [i], "i"), e.op(f_act, [f], "f")
+    new_c = e.op("Mul", [i, e.op(g_act, [cand], "cand")], "ic")
+    if c is not None:  # an absent initial state is zeros: f*C is 0 at the first step
+        new_c = e.op("Add", [e.op("Mul", [f, c], "fc"), new_c], "cnew")
+    if peep:
+        o = e.op("Add", [o, e.op("Mul", [peep[1], new_c], "poc")], "op")
+    return e.op("Mul", [e.op(f_act, [o], "o"), e.op(h_act, [new_c], "tc")], "h"), new_c
+
+
+def _gru_step(e, node, g, h, rt, rbias, act, hidden):
+    f_act, g_act = act
+    xz, xr, xh = e.split(g, [hidden] * 3, -1, "gate")
+    before_reset = _attr(node, "linear_before_reset", 0)
+    if h is None:  # zeros: the recurrent products vanish, the candidate's bias stays
+        z, r = e.op(f_act, [xz], "z"), e.op(f_act, [xr], "r")
+        if rbias is not None:
+            rbh = e.split(rbias, [hidden] * 3, -1, "rb")[2]
+            xh = e.op("Add", [xh, e.op("Mul", [r, rbh], "rrb") if before_reset else rbh], "xh")
+        n = e.op(g_act, [xh], "n")
+        return e.op("Sub", [n, e.op("Mul", [z, n], "zn")], "h")
+    rt_zr, rt_h = e.split(rt, [2 * hidden, hidden], -1, "rt")
+    hz, hr = e.split(e.op("MatMul", [h, rt_zr], "hzr"), [hidden] * 2, -1, "hg")
+    z = e.op(f_act, [e.op("Add", [xz, hz], "zs")], "z")
+    r = e.op(f_act, [e.op("Add", [xr, hr], "rs")], "r")
+    rbh = e.split(rbias, [hidden] * 3, -1, "rb")[2] if rbias is not None else None
+    if before_reset:
+        hh = e.op("MatMul", [h, rt_h], "hh")
+        if rbh:
+            hh = e.op("Add", [hh, rbh], "hhb")
+        inner = e.op("Mul", [r, hh], "rhh")
+    else:
+        inner = e.op("MatMul", [e.op("Mul", [r, h], "rh"), rt_h], "rhr")
+        if rbh:
+            inner = e.op("Add", [inner, rbh], "rhrb")
+    n = e.op(g_act, [e.op("Add", [xh, inner], "ns")], "n")
+    # (1 - z) * n + z * h
+    return e.op("Add", [n, e.op("Mul", [z, e.op("Sub", [h, n], "hn")], "zhn")], "h")
+
+
 def _unroll(node, e: _Emitter, seq_len: int, hidden: int) -> None:
     directions = {"forward": [0], "reverse": [1], "bidirectional": [0, 1]}
+    cell = node.op_type
+    gates, defaults = _CELLS[cell]
+    activations = _activations(node)
     direction = _attr(node, "direction", "forward")
     x, w, r, b = node.input[0], node.input[1], node.input[2], _input(node, 3)
     h0, c0, p = _input(node, 5), _input(node, 6), _input(node, 7)
+    if cell != "LSTM":
+        c0 = p = ""
     ys, hs, cs = [], [], []
     for d, reverse in enumerate(directions[direction]):
-        xw = e.op("MatMul", [x, e.weight(w, d, "wt", True)], "xw")  # [T, B, 4H]
-        if b:
-            if b in e.inits:
-                bias = numpy_helper.to_array(e.inits[b])[d]
-                bias_name = e.const(bias[:4 * hidden] + bias[4 * hidden:], "bias")
-            else:
-                halves = e.split(e.weight(b, d, "b", False), [4 * hidden] * 2, 0, "b")
-                bias_name = e.op("Add", halves, "bias")
-            xw = e.op("Add", [xw, bias_name], "xwb")
+        act = activations[d * len(defaults):(d + 1) * len(defaults)]
+        xw = e.op("MatMul", [x, e.weight(w, d, "wt", True)], "xw")  # [T, B, gates * H]
+        bias, rbias = _biases(e, b, d, gates, hidden, cell == "GRU")
+        if bias:
+            xw = e.op("Add", [xw, bias], "xwb")
         rt = e.weight(r, d, "rt", True)
         peep = e.split(e.weight(p, d, "p", False), [hidden] * 3, 0, "p") if p else None
         h = e.op("Gather", [h0, e.const(np.array(d, np.int64), "d")], "h", axis=0) if h0 else None
@@ -123,27 +204,22 @@ def _unroll(node, e: _Emitter, seq_len: int, hidden: int) -> None:
         steps = range(seq_len - 1, -1, -1) if reverse else range(seq_len)
         outputs = {}
         for t in steps:
-            gates = e.op("Gather", [xw, e.const(np.array(t, np.int64), "t")], "g", axis=0)
-            if h is not None:
-                gates = e.op("Add", [gates, e.op("MatMul", [h, rt], "hr")], "gates")
-            i, o, f, cand = e.split(gates, [hidden] * 4, -1, "gate")
-            if peep and c is not None:
-                i = e.op("Add", [i, e.op("Mul", [peep[0], c], "pic")], "ip")
-                f = e.op("Add", [f, e.op("Mul", [peep[2], c], "pfc")], "fp")
-            i, f = e.op("Sigmoid", [i], "i"), e.op("Sigmoid", [f], "f")
-            new_c = e.op("Mul", [i, e.op("Tanh", [cand], "cand")], "ic")
-            if c is not None:  # an absent initial state is zeros: f*C is 0 at the first step
-                new_c = e.op("Add", [e.op("Mul", [f, c], "fc"), new_c], "cnew")
-            c = new_c
-            if peep:
-                o = e.op("Add", [o, e.op("Mul", [peep[1], c], "poc")], "op")
-            h = e.op("Mul", [e.op("Sigmoid", [o], "o"), e.op("Tanh", [c], "tc")], "h")
+            g = e.op("Gather", [xw, e.const(np.array(t, np.int64), "t")], "g", axis=0)
+            if cell == "LSTM":
+                h, c = _lstm_step(e, node, g, h, c, rt, peep, act, hidden)
+            elif cell == "GRU":
+                h = _gru_step(e, node, g, h, rt, rbias, act, hidden)
+            else:
+                if h is not None:
+                    g = e.op("Add", [g, e.op("MatMul", [h, rt], "hr")], "gates")
+                h = e.op(act[0], [g], "h")
             outputs[t] = h
         axis0 = e.const(np.array([0], np.int64), "axis0")
         ys.append(e.op("Concat", [e.op("Unsqueeze", [outputs[t], axis0], "yt")
                                   for t in range(seq_len)], "y", axis=0))  # [T, B, H]
         hs.append(e.op("Unsqueeze", [h, axis0], "hn"))
-        cs.append(e.op("Unsqueeze", [c, axis0], "cn"))
+        if cell == "LSTM":
+            cs.append(e.op("Unsqueeze", [c, axis0], "cn"))
     axis1 = e.const(np.array([1], np.int64), "axis1")
     wanted = list(node.output) + [""] * (3 - len(node.output))
     if wanted[0]:
@@ -154,18 +230,18 @@ def _unroll(node, e: _Emitter, seq_len: int, hidden: int) -> None:
             e.op("Concat", parts, axis=0, outputs=[out])
 
 
-def rewrite(model: onnx.ModelProto) -> int:
-    """Unroll every LSTM of `model` in place; returns how many. Needs the sequence length
-    and the hidden size from the shapes (fixed by then)."""
+def rewrite(model: onnx.ModelProto) -> dict[str, int]:
+    """Unroll every LSTM, GRU and RNN of `model` in place; returns how many of each. Needs
+    the sequence length and the hidden size from the shapes (fixed by then)."""
     graph = model.graph
     if not any(is_rewritten(n) for n in graph.node):
-        return 0
+        return {}
     inferred = onnx.shape_inference.infer_shapes(model)
     dims = {vi.name: [d.dim_value if d.HasField("dim_value") else None
                       for d in vi.type.tensor_type.shape.dim]
             for vi in (*inferred.graph.input, *inferred.graph.value_info)}
     inits = {t.name: t for t in graph.initializer}
-    nodes, count = [], 0
+    nodes, count = [], {}
     for node in graph.node:
         if not is_rewritten(node):
             nodes.append(node)
@@ -175,7 +251,7 @@ def rewrite(model: onnx.ModelProto) -> int:
         seq_len = x_dims[0] if x_dims else None
         _check(node, seq_len)
         hidden = _attr(node, "hidden_size")
-        if hidden is None:  # optional: R is [directions, 4H, H]
+        if hidden is None:  # optional: R is [directions, gates * H, H]
             r_dims = list(inits[r].dims) if r in inits else dims.get(r)
             hidden = r_dims[2] if r_dims and r_dims[2] else None
         if hidden is None:
@@ -184,7 +260,7 @@ def rewrite(model: onnx.ModelProto) -> int:
         _unroll(node, e, seq_len, int(hidden))
         nodes.extend(e.nodes)
         graph.initializer.extend(e.new_inits)
-        count += 1
+        count[node.op_type] = count.get(node.op_type, 0) + 1
     del graph.node[:]
     graph.node.extend(nodes)
     return count

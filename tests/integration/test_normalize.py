@@ -11,6 +11,13 @@ from cw.engine import run_bundle
 from tests.conftest import random_input
 
 
+def _save(path, graph):
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
 def _layer_norm_like(path):
     """x -> x^2 (LayerNorm's variance), x^3 and 2^x, summed: only the square is a product."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
@@ -22,24 +29,26 @@ def _layer_norm_like(path):
              helper.make_node("Pow", ["two", "x"], ["exp2"]),  # the base is the constant
              helper.make_node("Add", ["sq", "cube"], ["s"]),
              helper.make_node("Add", ["s", "exp2"], ["y"])]
-    graph = helper.make_graph(nodes, "powers", [x], [y], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    _save(path, helper.make_graph(nodes, "powers", [x], [y], inits))
+
+
+def _compiles_with(tmp_path, write, note: str):
+    """The graph `write` writes (input x [N, 8]) compiles with `note` among the notes and
+    agrees with onnxruntime on the file at batch 1 and 3."""
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = tmp_path / "m.onnx"
+    write(src)
+    out = tmp_path / "bundle"
+    m = compile_model(src, out, CompileConfig(batch_sizes=(1, 4)))
+    assert note in m.notes, m.notes
+    for batch in (1, 3):
+        result = run_bundle(out, [random_input((batch, 8), seed=batch)], "cpu", src)
+        assert result.relative_error <= 1e-6, (batch, result.relative_error)
 
 
 def test_a_square_becomes_a_product_and_other_powers_stay(tmp_path):
-    from cw.compile.compiler import CompileConfig, compile_model
-
-    src = tmp_path / "powers.onnx"
-    _layer_norm_like(src)
-    out = tmp_path / "bundle"
-    m = compile_model(src, out, CompileConfig(batch_sizes=(1, 4)))
-    assert "normalize: 1 Pow(x, 2) as Mul(x, x)" in m.notes, m.notes
-    for batch in (1, 3):
-        x = random_input((batch, 8), seed=batch)
-        result = run_bundle(out, [x], "cpu", src)
-        assert result.relative_error <= 1e-6, (batch, result.relative_error)
+    _compiles_with(tmp_path, _layer_norm_like, "normalize: 1 Pow(x, 2) as Mul(x, x)")
 
 
 def _branching(path, condition: str):
@@ -69,10 +78,7 @@ def _branching(path, condition: str):
     other = helper.make_graph([helper.make_node("Neg", ["x"], ["out"])], "else", [], [out])
     nodes.append(helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then,
                                   else_branch=other))
-    graph = helper.make_graph(nodes, "branching", [x], [y], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    _save(path, helper.make_graph(nodes, "branching", [x], [y], inits))
 
 
 def test_an_if_the_shapes_decide_is_folded_into_its_branch(tmp_path):
@@ -115,23 +121,12 @@ def _whole_axis_slice(path):
     nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["s"]),
              helper.make_node("MatMul", ["s", "w"], ["y"])]
     inits.append(helper.make_tensor("w", TensorProto.FLOAT, [4, 4], [0.5] * 16))
-    graph = helper.make_graph(nodes, "sliced", [x], [y], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    _save(path, helper.make_graph(nodes, "sliced", [x], [y], inits))
 
 
 def test_a_slice_over_the_whole_batch_axis_slices_only_the_others(tmp_path):
-    from cw.compile.compiler import CompileConfig, compile_model
-
-    src = tmp_path / "sliced.onnx"
-    _whole_axis_slice(src)
-    out = tmp_path / "bundle"
-    m = compile_model(src, out, CompileConfig(batch_sizes=(1, 4)))
-    assert "normalize: whole-axis entries dropped from 1 Slice node" in m.notes, m.notes
-    for batch in (1, 3):
-        result = run_bundle(out, [random_input((batch, 8), seed=batch)], "cpu", src)
-        assert result.relative_error <= 1e-6, (batch, result.relative_error)
+    _compiles_with(tmp_path, _whole_axis_slice,
+                   "normalize: whole-axis entries dropped from 1 Slice node")
 
 
 def test_a_loop_is_refused_in_one_line(cli, tmp_path):
@@ -151,10 +146,7 @@ def test_a_loop_is_refused_in_one_line(cli, tmp_path):
     graph = helper.make_graph([helper.make_node("Loop", ["trips", "true", "x"], ["y"],
                                                 name="loop", body=body)],
                               "looping", [x], [y], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    src = tmp_path / "loop.onnx"
-    onnx.save(model, src)
+    src = _save(tmp_path / "loop.onnx", graph)
     r = cli("compile", src, "-o", tmp_path / "b")
     assert r.code == 3, r.err
     lines = [line for line in r.err.splitlines() if line.strip()]
@@ -183,10 +175,7 @@ def test_a_scalar_input_names_the_flag_that_fixes_it(cli, tmp_path):
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])
     graph = helper.make_graph([helper.make_node("Mul", ["x", "scale"], ["y"])], "scaled",
                               [x, scale], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    src = tmp_path / "scaled.onnx"
-    onnx.save(model, src)
+    src = _save(tmp_path / "scaled.onnx", graph)
     r = cli("compile", src, "-o", tmp_path / "b")
     assert r.code == 3 and "--input-value scale=VALUE" in r.err, r.err
     out = tmp_path / "fixed"
@@ -195,3 +184,36 @@ def test_a_scalar_input_names_the_flag_that_fixes_it(cli, tmp_path):
     x = random_input((3, 8), seed=3)
     result = run_bundle(out, [x], "cpu", src)
     assert result.relative_error == 0 and np.array_equal(result.outputs[0], x * 0.5)
+
+
+def test_a_sequence_first_gru_compiles_batch_first(tmp_path):
+    """A GRU as exported with ONNX's default layout, [time, batch, features] in and
+    [time, directions, batch, hidden] out: unrolled (TVM has no GRU), its batch axes taken
+    first at both ends, and the bundle agrees with onnxruntime's GRU at batch 1 and 3."""
+    from onnx import numpy_helper
+
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    rng = np.random.default_rng(0)
+    t, i, h = 4, 6, 8
+    inits = [numpy_helper.from_array((0.4 * rng.standard_normal(shape)).astype(np.float32),
+                                     name)
+             for name, shape in (("W", (2, 3 * h, i)), ("R", (2, 3 * h, h)),
+                                 ("B", (2, 6 * h)))]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [t, "N", i])
+    ys = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [t, 2, "N", h]),
+          helper.make_tensor_value_info("y_h", TensorProto.FLOAT, [2, "N", h])]
+    node = helper.make_node("GRU", ["x", "W", "R", "B"], ["y", "y_h"], hidden_size=h,
+                            direction="bidirectional", linear_before_reset=1)
+    graph = helper.make_graph([node], "gru", [x], ys, inits)
+    src = _save(tmp_path / "gru.onnx", graph)
+    out = tmp_path / "bundle"
+    m = compile_model(src, out, CompileConfig(batch_sizes=(1, 4)))
+    assert any("1 GRU unrolled" in n for n in m.notes), m.notes
+    assert [(s.sample_shape, s.source_batch_axis) for s in m.inputs] == [([t, i], 1)]
+    assert [(s.sample_shape, s.source_batch_axis) for s in m.outputs] == \
+        [([t, 2, h], 2), ([2, h], 1)]
+    for batch in (1, 3):
+        result = run_bundle(out, [random_input((batch, t, i), seed=batch)], "cpu", src)
+        assert result.outputs[0].shape == (batch, t, 2, h)
+        assert result.relative_error <= 1e-5, (batch, result.relative_error)
