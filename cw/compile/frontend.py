@@ -133,10 +133,10 @@ def _batch_axis(dims: list, batch_names: set[str]) -> int:
     names so: a sequence-first recurrent input [T, N, F]), a leading symbolic dimension, or
     else the one symbolic dimension named as another input's batch (a recurrent state
     [2, batch, 128])."""
+    if dims and isinstance(dims[0], str):  # (--input-shape dims are ints and N only)
+        return 0
     if "N" in dims:
         return dims.index("N")
-    if dims and isinstance(dims[0], str):
-        return 0
     named = [i for i, d in enumerate(dims) if isinstance(d, str) and d in batch_names]
     return named[0] if len(named) == 1 else 0
 
