@@ -93,12 +93,19 @@ def choose_target(config: CompileConfig, onnx_model, imported, batch_sizes):
 def _tensor_specs(struct_info, batch_size: int, names: list[str],
                   index_limits: dict[str, int] | None = None,
                   source_batch_axes: dict[str, int] | None = None) -> list[TensorSpec]:
+    import tvm
     from tvm import relax
 
     fields = list(struct_info.fields) if isinstance(struct_info, relax.TupleType) else [struct_info]
     specs = []
     for i, ty in enumerate(fields):
-        shape = [int(d) for d in ty.shape.values]
+        dims = getattr(getattr(ty, "shape", None), "values", None)
+        if dims is None or not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+            raise ModelError(f"output {i}'s shape is not known before the model runs (it "
+                             "depends on the input values); cw schedules only static DNNs",
+                             "export the model so that its output sizes follow from the input "
+                             "shapes")
+        shape = [int(d) for d in dims]
         dtype = plain(ty.dtype)
         itemsize = _itemsize(dtype)
         sample = shape[1:]

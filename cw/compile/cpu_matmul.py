@@ -10,7 +10,8 @@ read front to back; with the schedule's K blocks (cpu_kernels.K_BLOCK) BERT-base
 
 The packing is weight-only math, lifted with the rest when the graph is imported
 (frontend.import_model), so bundles store packed matrices and pay nothing per inference; only
-2-D float32 weight matrices whose N a panel divides are packed.
+2-D float32 weight matrices are packed, their columns padded with zeros up to a whole panel
+where a panel does not divide N (panel_width).
 """
 
 from __future__ import annotations
@@ -22,9 +23,17 @@ PACKED_BLOCK = "packed_matmul"  # the TIR block cpu_kernels.schedule_matmul look
 
 
 def panel_width(n: int, lanes: int) -> int | None:
-    """Columns per panel: two vectors of `lanes` floats (the schedule's register tile), else one;
-    None where neither divides N."""
-    return next((b for b in (2 * lanes, lanes) if n % b == 0), None)
+    """Columns per panel: two vectors of `lanes` floats (the schedule's register tile), else
+    one; the product pads N with zero columns up to a multiple of it (padded_columns). None where
+    the padding would add more than an eighth of the work (a classifier's 10 columns)."""
+    return next((b for b in (2 * lanes, lanes) if -n % b * 8 <= n), None)
+
+
+def padded_columns(n: int, width: int) -> int:
+    """N rounded up to whole panels. Two vectors wide, padded, beat one vector wide, exact: a
+    1000-class classifier on 2 AVX2 cores, x0.65 of the time at batch 1 and x0.75 at 16 (to 1008
+    in panels of 16 columns, not 125 of 8); a DFT's 402 columns, unpacked, took x24 the time."""
+    return n + -n % width
 
 
 def packed_matmul(x, panels):
@@ -67,9 +76,17 @@ def pack_weights(mod, lanes: int):
         width = panel_width(n, lanes)
         if width is None:
             return None
-        panels = relax.op.permute_dims(relax.op.reshape(w, [depth, n // width, width]),
+        padded = padded_columns(n, width)
+        if padded != n:
+            w = relax.op.nn.pad(w, [0, 0, 0, padded - n])
+        panels = relax.op.permute_dims(relax.op.reshape(w, [depth, padded // width, width]),
                                        [1, 0, 2])
-        return builder.call_te(packed_matmul, x, builder.emit(panels),
-                               primfunc_name_hint="matmul")
+        product = builder.call_te(packed_matmul, x, builder.emit(panels),
+                                  primfunc_name_hint="matmul")
+        if padded == n:
+            return product
+        # the zero columns' products dropped (a copy TVM fuses into what reads them)
+        return relax.op.strided_slice(builder.emit(product), axes=[x_ty.ndim - 1], begin=[0],
+                                      end=[n])
 
     return rewrite_calls(mod, replacement, with_builder=True)

@@ -26,6 +26,8 @@ from cw.tvm_env import load_tvm
 BATCH_VAR = "cw_batch"
 # If nodes are folded when the shapes decide their branch (cw/compile/control_flow.py)
 LOOP_OPS = {"Loop", "Scan"}
+# operators whose output size the input values decide
+VALUE_SHAPED_OPS = {"NonZero", "NonMaxSuppression", "Unique", "Compress"}
 _ONNX_DOMAINS = {"", "ai.onnx"}
 _INTEGER_TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
                   onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
@@ -292,11 +294,28 @@ def _set_input_dims(model: onnx.ModelProto, graph_inputs, inputs) -> None:
                 dim.dim_value = value
 
 
-def check_operators(path: Path, model: onnx.ModelProto) -> None:
+def _varying(graph: onnx.GraphProto) -> set[str]:
+    """The tensors of `graph` that depend on its inputs (the rest are constants to fold)."""
+    varying = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+    for node in graph.node:
+        # a branch may read any outer tensor: an If counts as reading its inputs only
+        if any(i in varying for i in node.input) or node.op_type in LOOP_OPS:
+            varying.update(node.output)
+    return varying
+
+
+def check_operators(path: Path, model: onnx.ModelProto, final: bool = False) -> None:
+    """Refuse, by name, an operator TVM's importer lacks and cw does not rewrite. Before
+    normalization (`final` False) an operator on constants only is let through (onnxslim or
+    cw/compile/decompose.py folds it); after it, an operator whose output size depends on the
+    input values is refused too."""
     load_tvm()
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
+    from cw.compile import contrib, decompose
+
     supported = _get_convert_map()
+    varying = _varying(model.graph)
     for node in model.graph.node:
         where = f"node '{node.name or '(unnamed)'}' of {path.name}"
         if node.op_type in LOOP_OPS:
@@ -304,9 +323,19 @@ def check_operators(path: Path, model: onnx.ModelProto) -> None:
                              "cw schedules only static DNNs",
                              "export the model without control flow")
         if node.op_type == "If" or quantized.is_rewritten(node) or \
-                recurrent.is_rewritten(node):
+                recurrent.is_rewritten(node) or decompose.is_rewritten(node) or \
+                contrib.is_rewritten(node):
             continue
+        constant = not any(i in varying for i in node.input)
+        if final and node.op_type in VALUE_SHAPED_OPS and node.domain in _ONNX_DOMAINS and \
+                not constant:
+            raise ModelError(f"{node.op_type} at {where}: the size of its output depends on "
+                             "the input values; cw schedules only static DNNs",
+                             "keep this step (e.g. a detector's NonMaxSuppression) outside "
+                             "the model")
         if node.domain not in _ONNX_DOMAINS or node.op_type not in supported:
+            if constant and node.domain in _ONNX_DOMAINS and not final:
+                continue
             domain = node.domain or "ai.onnx"
             raise ModelError(f"operator {node.op_type} (domain {domain}) at {where} is not "
                              "supported by TVM's ONNX importer",
@@ -476,6 +505,10 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
         raise ModelError(f"TVM could not precompute the weights of {onnx_model.path.name}: "
                          f"{first[:200]}", "run with CW_DEBUG=1 for the full TVM error") from None
+    if not all(hasattr(t, "numpy") for t in lifted):  # a shape made from a weight's values
+        raise ModelError(f"{onnx_model.path.name} computes a shape from the values of a tensor "
+                         "TVM's importer did not fold", "run with --verbose to see the steps; "
+                         "export the model with constant shapes")
     weights = [_contiguous(t.numpy()) for t in lifted]
     main = mod["main"]
     names = _unique([str(v) for v in main.params[num_inputs:]])

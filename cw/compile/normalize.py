@@ -29,6 +29,7 @@ import onnx
 from cw.compile.frontend import (BATCH_VAR, OnnxModel, all_graphs, all_nodes,
                                  check_operators)
 from cw.errors import ModelError
+from cw.tvm_env import load_tvm
 
 TARGET_OPSET = 17
 # onnxslim's fusions that fold a Mul after a convolution or matrix product into its weights
@@ -84,7 +85,22 @@ def _slim(onnx_model: OnnxModel, say) -> None:
     say(f"onnxslim: {sum(before.values())} → {sum(after.values())} nodes"
         + (f" (folded or removed {detail})" if detail else "")
         + f", {initializers} → {len(slimmed.graph.initializer)} initializers")
+    _check_batch_kept(onnx_model, slimmed)
     onnx_model.model = slimmed
+
+
+def _check_batch_kept(onnx_model: OnnxModel, slimmed: onnx.ModelProto) -> None:
+    """onnxslim's shape inference pins a symbolic batch that the graph forces to one value
+    (an Expand of the batch axis to 2, say): such a graph has no batch to vary."""
+    before = {i.name: [d.dim_param for d in i.type.tensor_type.shape.dim]
+              for i in onnx_model.model.graph.input}
+    for i in slimmed.graph.input:
+        dims = i.type.tensor_type.shape.dim
+        axis = next((k for k, d in enumerate(before.get(i.name, [])) if d == BATCH_VAR), None)
+        if axis is not None and axis < len(dims) and dims[axis].HasField("dim_value"):
+            raise ModelError(f"{onnx_model.path.name}: the graph allows input '{i.name}' only "
+                             f"a batch of {dims[axis].dim_value} (its shapes force it)",
+                             "export the model with a dynamic batch")
 
 
 def _sums_as_adds(onnx_model: OnnxModel, say) -> None:
@@ -173,6 +189,20 @@ def _unrolled_recurrences(onnx_model: OnnxModel, say) -> None:
         kinds = ", ".join(f"{n} {op}{'s' * (n != 1)}" for op, n in sorted(unrolled.items()))
         say(f"{kinds} unrolled over the fixed sequence length into products and gate "
             "arithmetic")
+
+
+def _decomposed(onnx_model: OnnxModel, say) -> None:
+    """Operators TVM's importer lacks or mishandles, as ones it takes
+    (cw/compile/decompose.py)."""
+    load_tvm()
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    from cw.compile import decompose
+
+    done = decompose.rewrite(onnx_model.model, _get_convert_map(), onnx_model.path.name)
+    if done:
+        say(", ".join(f"{n} {op}" for op, n in sorted(done.items())) + " written as operators "
+            "TVM imports (cw/compile/decompose.py)")
 
 
 def _batch_first_outputs(onnx_model: OnnxModel, say) -> None:
@@ -332,9 +362,10 @@ def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
         _static_branches(onnx_model, say)
         _slim(onnx_model, say)  # the branches' shape tests and identities, folded
     _unrolled_recurrences(onnx_model, say)
+    _decomposed(onnx_model, say)
     _batch_first_outputs(onnx_model, say)
     _whole_axis_slices(onnx_model, say)
     _squares_as_products(onnx_model, say)
     _c_safe_names(onnx_model, say)  # names the rewrites above made from the graph's own
     # nodes that were inside branches were not checked when the file was read
-    check_operators(onnx_model.path, onnx_model.model)
+    check_operators(onnx_model.path, onnx_model.model, final=True)

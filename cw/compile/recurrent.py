@@ -13,12 +13,12 @@ activations with parameters, the batch-first layout, sequence_lens) are refused 
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
+from cw.compile.emit import Emitter, attr as _attr
 from cw.errors import ModelError
 
 _DOMAINS = ("", "ai.onnx")
@@ -28,43 +28,7 @@ def is_rewritten(node: onnx.NodeProto) -> bool:
     return node.op_type in _CELLS and node.domain in _DOMAINS
 
 
-def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            value = helper.get_attribute_value(a)
-            return value.decode() if isinstance(value, bytes) else value
-    return default
-
-
-class _Emitter:
-    """Appends nodes and constants for one LSTM, with names derived from its own."""
-
-    def __init__(self, prefix: str, inits: dict):
-        # identifiers: TVM's CUDA code names kernel parameters after tensors
-        prefix = re.sub(r"\W", "_", prefix)
-        self.prefix, self.inits, self.nodes, self.count = prefix, inits, [], 0
-        self.new_inits: list[onnx.TensorProto] = []
-
-    def name(self, what: str) -> str:
-        self.count += 1
-        return f"{self.prefix}__cw_{what}{self.count}"
-
-    def op(self, op_type: str, inputs: list[str], what: str = "", outputs=None, **attrs):
-        outputs = outputs or [self.name(what or op_type.lower())]
-        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=outputs[0], **attrs))
-        return outputs[0]
-
-    def split(self, x: str, sizes: list[int], axis: int, what: str) -> list[str]:
-        names = [self.name(f"{what}{k}") for k in range(len(sizes))]
-        self.op("Split", [x, self.const(np.array(sizes, np.int64), "sizes")], outputs=names,
-                axis=axis)
-        return names
-
-    def const(self, value: np.ndarray, what: str) -> str:
-        name = self.name(what)
-        self.new_inits.append(numpy_helper.from_array(np.asarray(value), name))
-        return name
-
+class _Emitter(Emitter):
     def weight(self, source: str, direction: int, what: str, transpose: bool) -> str:
         """`source[direction]` (transposed), computed here when `source` is an initializer,
         else as graph nodes (which cw lifts as weight-only math)."""

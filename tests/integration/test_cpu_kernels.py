@@ -324,7 +324,8 @@ def test_a_packed_weight_matrix_is_read_one_panel_at_a_time(lead, k, n, width, t
 def test_bundles_store_weight_matrices_in_panels(tmp_path):
     """End to end: an ONNX MatMul's initializer lands in the bundle packed (lifted, not
     repacked per inference), and the bundle agrees with onnxruntime at batch 1 and 3; a matrix
-    no panel divides (N = 10) is kept as it is."""
+    whose N no panel divides is padded with zero columns up to whole panels (N = 100: 112),
+    and one that padding would make much larger (N = 10) is kept as it is."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -333,26 +334,30 @@ def test_bundles_store_weight_matrices_in_panels(tmp_path):
     from cw.verify import max_relative_error, onnx_reference
 
     rng = np.random.default_rng(5)
-    inits = [numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.standard_normal((48, 10)).astype(np.float32), "w2")]
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+             for name, shape in (("w1", (64, 48)), ("w2", (48, 10)), ("w3", (48, 100)))]
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
-             helper.make_node("Relu", ["h"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+             helper.make_node("Relu", ["h"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"]),
+             helper.make_node("MatMul", ["r", "w3"], ["z"])]
     graph = helper.make_graph(
         nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 12, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 12, 10])], inits)
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 12, 10]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 12, 100])], inits)
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                                 ir_version=8), path)
     m = compile_model(path, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
     shapes = sorted(tuple(t.shape) for t in m.weights.tensors)
-    assert "1 weight matrix stored in column panels for the CPU's matrix products" in m.notes
-    # panels of 16 columns: two AVX2 vectors, or one AVX-512 vector (two do not divide 48)
-    assert shapes == sorted([(3, 64, 16), (48, 10)]), shapes
+    assert "2 weight matrices stored in column panels for the CPU's matrix products" in m.notes
+    # panels of 16 columns: two AVX2 vectors, or one AVX-512 vector (two do not divide 48, and
+    # padding 100 columns to 128 would add more than an eighth)
+    assert shapes == sorted([(3, 64, 16), (48, 10), (7, 48, 16)]), shapes
     model = LocalModel(tmp_path / "b")
     for batch in (1, 3):
         x = rng.standard_normal((batch, 12, 64)).astype(np.float32)
-        out = model.run([x])[0]
-        assert max_relative_error(out, onnx_reference(path, [x])[0]) < 1e-5
+        outs, refs = model.run([x]), onnx_reference(path, [x])
+        assert [o.shape for o in outs] == [(batch, 12, 10), (batch, 12, 100)]
+        assert max(max_relative_error(o, r) for o, r in zip(outs, refs)) < 1e-5
 
 
 @pytest.mark.parametrize("op,shape,rows", [

@@ -1,0 +1,316 @@
+"""Operators TVM 0.27's ONNX importer lacks or mishandles, written as ones it takes.
+
+- An operator the importer lacks whose inputs are all constants (HannWindow, MelWeightMatrix,
+  anything onnxslim left unfolded): evaluated once, with onnx's reference implementation, into
+  an initializer.
+- Expand to a constant shape: the importer reads an initializer there as a shape known only
+  when the model runs, and the weight lifting then hands back a shape instead of a tensor (a
+  crash). As Tile, with the repeats known, it is a broadcast.
+- Celu and LpNormalization: a few elementwise nodes, and a reduction.
+- Attention (opset 23; cw/compile/attention.py).
+- DFT and STFT (audio front ends: PyTorch exports torch.stft as STFT): products by constant
+  matrices of cosines and sines, an STFT's window folded into them and its frames one Gather
+  of constant indices. Exact to fp32 rounding; a matrix product costs O(n^2), where an FFT
+  would cost O(n log n), which for the frame lengths of audio models (256-1024) is small.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from cw.compile import attention, contrib
+from cw.compile.emit import Emitter, attr
+from cw.errors import ModelError
+
+_DOMAINS = ("", "ai.onnx")
+_REWRITTEN = {"Celu", "LpNormalization", "DFT", "STFT"}
+_NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention"}
+# a DFT matrix this large is more likely a whole-signal transform than a front end's frames
+_MAX_DFT_MATRIX_BYTES = 64 << 20
+
+
+def is_rewritten(node: onnx.NodeProto) -> bool:
+    return node.op_type in _REWRITTEN and node.domain in _DOMAINS
+
+
+def _shapes(model: onnx.ModelProto) -> tuple[dict[str, list], dict[str, int]]:
+    """Each tensor's inferred dims (ints where known, the symbol (the batch's) where named)
+    and element type."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # the importer reports a model whose shapes do not infer
+        return {}, {}
+    shapes, types = {}, {}
+    for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+        tensor = vi.type.tensor_type
+        types[vi.name] = tensor.elem_type
+        if tensor.HasField("shape"):
+            shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                               for d in tensor.shape.dim]
+    for t in model.graph.initializer:
+        shapes[t.name], types[t.name] = list(t.dims), t.data_type
+    return shapes, types
+
+
+def _where(node: onnx.NodeProto, path: str) -> str:
+    return f"{node.op_type} '{node.name or node.output[0]}' of {path}"
+
+
+def _fold(node: onnx.NodeProto, inits: dict, opset: int) -> list[onnx.TensorProto]:
+    """`node`, all of whose inputs are constants, evaluated into initializers."""
+    from onnx.reference import ReferenceEvaluator
+
+    graph = helper.make_graph([node], "fold", [], [helper.make_value_info(o, onnx.TypeProto())
+                                                  for o in node.output if o],
+                              [inits[i] for i in node.input if i])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    values = ReferenceEvaluator(model).run(None, {})
+    return [numpy_helper.from_array(np.asarray(v), o)
+            for o, v in zip(node.output, values) if o]
+
+
+def _expand(e: Emitter, node, shapes, where: str) -> bool:
+    target = e.constant(node.input[1])
+    dims = shapes.get(node.input[0])
+    if target is None or dims is None:
+        return False  # a shape from the input's Shape: the importer takes it as it is
+    target = [int(t) for t in target.reshape(-1)]
+    x = node.input[0]
+    if len(target) > len(dims):  # leading axes added: only where nothing is symbolic
+        if not all(isinstance(d, int) for d in dims):
+            raise ModelError(f"{where} adds axes before the batch axis: cw cannot batch it",
+                             "export the model with the Expand's shape taken from the input's "
+                             "Shape")
+        dims = [1] * (len(target) - len(dims)) + dims
+        x = e.op("Reshape", [x, e.const(np.array(dims, np.int64), "shape")])
+    target = [1] * (len(dims) - len(target)) + target
+    repeats = []
+    for d, t in zip(dims, target):
+        if isinstance(d, int) and d in (t, 1) or t == 1:
+            repeats.append(t if d == 1 else 1)
+        else:  # the batch, or a size ONNX cannot broadcast: onnxruntime would refuse too
+            raise ModelError(f"{where} expands an axis of size {d} to {t}: cw cannot batch it",
+                             "export the model with a dynamic batch (the Expand's shape from "
+                             "the input's Shape)")
+    e.op("Tile", [x, e.const(np.array(repeats, np.int64), "repeats")], outputs=[node.output[0]])
+    return True
+
+
+def _celu(e: Emitter, node) -> None:
+    alpha = float(attr(node, "alpha", 1.0))
+    x = node.input[0]
+    scaled = e.op("Div", [x, e.const(np.float32(alpha), "alpha")])
+    below = e.op("Mul", [e.op("Sub", [e.op("Exp", [scaled]), e.const(np.float32(1), "one")]),
+                         e.const(np.float32(alpha), "alpha")])
+    negative = e.op("Min", [below, e.const(np.float32(0), "zero")])
+    e.op("Add", [e.op("Relu", [x]), negative], outputs=[node.output[0]])
+
+
+def _lp_normalization(e: Emitter, node, where: str) -> None:
+    p = int(attr(node, "p", 2))
+    if p not in (1, 2):
+        raise ModelError(f"{where} has p={p}; ONNX allows 1 or 2", "export it with p=1 or 2")
+    x = node.input[0]
+    norm = e.reduce("ReduceL2" if p == 2 else "ReduceL1", x, [int(attr(node, "axis", -1))])
+    one, zero = e.const(np.float32(1), "one"), e.const(np.float32(0), "zero")
+    # a row of zeros stays zeros, as onnxruntime gives it (not 0/0)
+    safe = e.op("Where", [e.op("Equal", [norm, zero]), one, norm])
+    e.op("Div", [x, safe], outputs=[node.output[0]])
+
+
+def _dft_matrix(samples: int, parts: int, length: int, inverse: bool, onesided: bool,
+                window: np.ndarray | None = None) -> np.ndarray:
+    """[samples * parts, bins * 2]: a signal's samples (each real, or real and imaginary),
+    times this, are its transform of `length` points (zero-padded or truncated to it), each
+    bin's real and imaginary part, optionally weighted by `window` first."""
+    bins = length // 2 + 1 if onesided else length
+    n = np.arange(samples)[:, None]
+    k = np.arange(bins)[None, :]
+    theta = 2 * np.pi * ((n * k) % length) / length  # (the remainder keeps the angle exact)
+    scale = 1.0 / length if inverse else 1.0
+    cos = np.cos(theta) * scale
+    sin = np.sin(theta) * scale * (1 if inverse else -1)  # e^{±iθ} = cos + i·sin
+    cos[length:], sin[length:] = 0, 0  # samples past `length`: truncated away
+    w = np.zeros((samples, parts, bins, 2))
+    w[:, 0, :, 0], w[:, 0, :, 1] = cos, sin  # (a + ib)(cos + i·sin)
+    if parts == 2:
+        w[:, 1, :, 0], w[:, 1, :, 1] = -sin, cos
+    if window is not None:
+        w *= window.astype(np.float64).reshape(samples, 1, 1, 1)
+    return w.reshape(samples * parts, bins * 2).astype(np.float32)
+
+
+def _scalar(e: Emitter, node, i: int, where: str, what: str) -> int | None:
+    if len(node.input) <= i or not node.input[i]:
+        return None
+    value = e.constant(node.input[i])
+    if value is None:
+        raise ModelError(f"{where}: its {what} is computed when the model runs",
+                         f"export the model with a constant {what}")
+    return int(value.reshape(-1)[0])
+
+
+def _check_matrix(rows: int, cols: int, where: str) -> None:
+    if rows * cols * 4 > _MAX_DFT_MATRIX_BYTES:
+        raise ModelError(f"{where}: as a product by a {rows}x{cols} matrix it would take "
+                         f"{rows * cols * 4 >> 20} MiB of weights",
+                         "transform shorter frames (an STFT), or keep this step outside the "
+                         "model")
+
+
+def _dft(e: Emitter, node, shapes, where: str) -> None:
+    dims = shapes.get(node.input[0])
+    if not dims or not all(isinstance(d, int) for d in dims[1:]) or dims[-1] not in (1, 2):
+        raise ModelError(f"{where}: its input's shape is not known, or its last axis is not "
+                         "1 (real) or 2 (complex)", "fix the input shapes with --input-shape")
+    rank = len(dims)
+    axis = int(attr(node, "axis", 1)) if e.opset < 20 else \
+        (_scalar(e, node, 2, where, "axis") if len(node.input) > 2 and node.input[2] else -2)
+    axis = axis + rank if axis < 0 else axis
+    if not 1 <= axis <= rank - 2:
+        raise ModelError(f"{where} transforms axis {axis}, not a signal axis",
+                         "transform an axis after the batch and before the last")
+    inverse, onesided = bool(attr(node, "inverse", 0)), bool(attr(node, "onesided", 0))
+    if onesided and (inverse or dims[-1] == 2):
+        raise ModelError(f"{where} is onesided but inverse or complex",
+                         "ONNX defines onesided for real forward transforms")
+    samples, parts = dims[axis], dims[-1]
+    length = _scalar(e, node, 1, where, "dft_length") or samples
+    matrix = _dft_matrix(samples, parts, length, inverse, onesided)
+    _check_matrix(*matrix.shape, where)
+    x = node.input[0]
+    last = axis == rank - 2
+    perm = [i for i in range(rank - 1) if i != axis] + [axis, rank - 1]
+    if not last:
+        x = e.op("Transpose", [x], perm=perm)
+    keep = [0] * (rank - 2)  # Reshape's 0: the input's size there (the batch's too)
+    flat = e.op("Reshape", [x, e.const(np.array(keep + [-1], np.int64), "shape")])
+    product = e.op("MatMul", [flat, e.const(matrix, "dft")])
+    bins = matrix.shape[1] // 2
+    out = [node.output[0]] if last else None
+    y = e.op("Reshape", [product, e.const(np.array(keep + [bins, 2], np.int64), "shape")],
+             outputs=out)
+    if not last:
+        e.op("Transpose", [y], outputs=[node.output[0]], perm=list(np.argsort(perm)))
+
+
+def _stft(e: Emitter, node, shapes, where: str) -> None:
+    dims = shapes.get(node.input[0])
+    if not dims or len(dims) != 3 or not all(isinstance(d, int) for d in dims[1:]) or \
+            dims[2] not in (1, 2):
+        raise ModelError(f"{where}: its signal's shape is not [batch, length, 1 or 2] with a "
+                         "known length", "fix the input shapes with --input-shape")
+    step = _scalar(e, node, 1, where, "frame_step")
+    window = e.constant(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    window_input = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    length = _scalar(e, node, 3, where, "frame_length")
+    if length is None:
+        window_dims = shapes.get(window_input) if window_input else None
+        if not window_dims or not isinstance(window_dims[0], int):
+            raise ModelError(f"{where} has neither a frame_length nor a window of known length",
+                             "export it with a constant frame_length")
+        length = window_dims[0]
+    onesided = bool(attr(node, "onesided", 1))
+    samples, parts = dims[1], dims[2]
+    if onesided and parts == 2:
+        raise ModelError(f"{where} is onesided but its signal is complex",
+                         "ONNX defines onesided for real signals")
+    if step is None or step < 1 or length > samples:
+        raise ModelError(f"{where}: frame_step {step} and frame_length {length} do not frame "
+                         f"a signal of {samples} samples", "check the exported STFT")
+    frames = 1 + (samples - length) // step
+    starts = np.arange(frames)[:, None] * step + np.arange(length)[None, :]
+    framed = e.op("Gather", [node.input[0], e.const(starts.astype(np.int64), "frames")], axis=1)
+    if window_input and window is None:  # a window computed when the model runs
+        framed = e.op("Mul", [framed, e.op("Reshape", [window_input, e.const(
+            np.array([length, 1], np.int64), "shape")])])
+    matrix = _dft_matrix(length, parts, length, False, onesided, window)
+    _check_matrix(*matrix.shape, where)
+    flat = e.op("Reshape", [framed, e.const(np.array([0, 0, -1], np.int64), "shape")])
+    product = e.op("MatMul", [flat, e.const(matrix, "dft")])
+    e.op("Reshape", [product, e.const(np.array([0, 0, matrix.shape[1] // 2, 2], np.int64),
+                                      "shape")], outputs=[node.output[0]])
+
+
+def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: str) -> bool:
+    """Write `node` as other operators into `e`; False where it stays as it is."""
+    if contrib.is_rewritten(node):
+        contrib.rewrite_node(e, node, shapes, types, used, where)
+    elif node.op_type == "Expand":
+        return _expand(e, node, shapes, where)
+    elif node.op_type == "Celu":
+        _celu(e, node)
+    elif node.op_type == "LpNormalization":
+        _lp_normalization(e, node, where)
+    elif node.op_type == "DFT":
+        _dft(e, node, shapes, where)
+    elif node.op_type == "Attention":
+        attention.rewrite_node(e, node, shapes, types, used, where)
+    else:
+        _stft(e, node, shapes, where)
+    return True
+
+
+def _needs_shapes(node) -> bool:
+    return node.op_type in _NEEDS_SHAPES or contrib.is_rewritten(node)
+
+
+def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[str, int]:
+    """Rewrite, in place, the nodes of `model` (top-level, after onnxslim) that TVM's importer
+    cannot take and this module can; `supported` is the importer's operator set. Returns how
+    many of each operator were rewritten ("constant X" for folded ones)."""
+    graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in _DOMAINS), 17)
+    inits = {t.name: t for t in graph.initializer}
+    todo = [n for n in graph.node if n.domain in _DOMAINS and (
+        n.op_type in _REWRITTEN or n.op_type == "Expand" and n.input[1] in inits
+        or attention.is_rewritten(n, opset) or n.op_type not in supported) or
+        contrib.is_rewritten(n)]
+    if not todo:
+        return {}
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    original = list(graph.node)
+    nodes, count, rewritten = [], {}, {id(n) for n in todo}
+    shapes, types = {}, {}
+    for k, node in enumerate(original):
+        if id(node) not in rewritten:
+            nodes.append(node)
+            continue
+        where = _where(node, path)
+        if node.op_type not in _REWRITTEN and node.op_type != "Expand" and \
+                not attention.is_rewritten(node, opset) and not contrib.is_rewritten(node):
+            if not all(i in inits for i in node.input if i) or node.op_type in ("If", "Loop",
+                                                                                "Scan"):
+                nodes.append(node)  # the operator check refuses it, by name
+                continue
+            try:
+                folded = _fold(node, inits, opset)
+            except Exception as e:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+                raise ModelError(f"{where}: its inputs are constants, but evaluating it "
+                                 f"failed ({first})", "fold it before exporting") from None
+            graph.initializer.extend(folded)
+            inits.update((t.name, t) for t in folded)
+            key = f"constant {node.op_type}"
+            count[key] = count.get(key, 0) + 1
+            continue
+        if _needs_shapes(node) and node.input[0] not in shapes:
+            # inferred on the graph as rewritten so far: ONNX's shape inference does not know
+            # onnxruntime's operators, so a shape after one is known once it is rewritten
+            del graph.node[:]
+            graph.node.extend(nodes + original[k:])
+            shapes, types = _shapes(model)
+        e = Emitter(node.name or node.output[0], inits, opset)
+        if not _rewrite_one(e, node, shapes, types, used, where):
+            nodes.append(node)
+            continue
+        nodes.extend(e.nodes)
+        graph.initializer.extend(e.new_inits)
+        inits.update((t.name, t) for t in e.new_inits)
+        key = f"{node.domain} {node.op_type}" if node.domain not in _DOMAINS else node.op_type
+        count[key] = count.get(key, 0) + 1
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return count

@@ -1,0 +1,345 @@
+"""Operators TVM's importer lacks or mishandles, written as ones it takes
+(cw/compile/decompose.py): each graph here compiles and its bundle agrees with onnxruntime on
+the original file; operators whose output size the values decide are refused in one line."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from cw.compile.decompose import _dft_matrix
+from cw.engine import run_bundle
+
+F = TensorProto.FLOAT
+MS = "com.microsoft"
+
+
+def _vi(name, shape):
+    return helper.make_tensor_value_info(name, F, shape)
+
+
+def _c(name, value):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _save(path, nodes, x_shape, y_shape, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", [_vi("x", x_shape)], [_vi("y", y_shape)], list(inits))
+    opsets = [helper.make_opsetid("", opset)]
+    if any(n.domain == MS for n in nodes):
+        opsets.append(helper.make_opsetid(MS, 1))
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8 if opset < 21 else 10
+    onnx.save(model, path)
+
+
+def _dft(x_shape, y_shape, inputs=(), inits=(), opset=17, **attrs):
+    return [helper.make_node("DFT", ["x", *inputs], ["y"], **attrs)], x_shape, y_shape, inits, \
+        opset
+
+
+def _stft(samples, inputs, inits, y_shape, before=(), complex_signal=False, **attrs):
+    framing = helper.make_node("Identity", ["x"], ["signal"]) if complex_signal else \
+        helper.make_node("Unsqueeze", ["x", "last"], ["signal"])
+    nodes = [*before, framing, helper.make_node("STFT", ["signal", *inputs], ["y"], **attrs)]
+    x_shape = ["N", samples, 2] if complex_signal else ["N", samples]
+    return nodes, x_shape, y_shape, [_c("last", np.array([-1], np.int64)), *inits], 17
+
+
+def _attention(q_heads, kv_heads, mask=None, before=(), mask_inits=(), **attrs):
+    """Q, K and V projected from x [N, 6, 16] (heads of 4), then ONNX's Attention."""
+    rng = np.random.default_rng(5)
+    inits = [_c(f"w{t}", (0.3 * rng.standard_normal((16, heads * 4))).astype(np.float32))
+             for t, heads in (("q", q_heads), ("k", kv_heads), ("v", kv_heads))]
+    nodes = [helper.make_node("MatMul", ["x", f"w{t}"], [t]) for t in "qkv"]
+    nodes += [*before, helper.make_node("Attention", ["q", "k", "v"] + ([mask] if mask else []),
+                                        ["y"], q_num_heads=q_heads, kv_num_heads=kv_heads,
+                                        **attrs)]
+    return nodes, ["N", 6, 16], ["N", 6, q_heads * 4], [*inits, *mask_inits], 23
+
+
+_ROW_2_MASKED = np.ones((6, 6), bool)
+_ROW_2_MASKED[2, :] = False
+_ROW_2_MASKED[:, 5] = False
+# a mask from the input: query i attends key j where x[i, j] > 0 (with is_causal, the first
+# query attends no key where x[0, 0] <= 0: a row the definition answers with zeros)
+_MASK_FROM_X = [helper.make_node("Slice", ["x", "zero", "six", "last"], ["first"]),
+                helper.make_node("Greater", ["first", "zerof"], ["row_ok"]),
+                helper.make_node("Unsqueeze", ["row_ok", "heads"], ["m"])]
+_MASK_FROM_X_INITS = [_c("zero", np.array([0], np.int64)), _c("six", np.array([6], np.int64)),
+                      _c("last", np.array([2], np.int64)), _c("zerof", np.float32(0)),
+                      _c("heads", np.array([1], np.int64))]
+def _ms(op, inputs, inits=(), outputs=("y",), before=(), y_shape=("N", 6, 16), **attrs):
+    """onnxruntime's operator `op` on x [N, 6, 16] (and its Relu, "r", as a second input)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), *before,
+             helper.make_node(op, inputs, list(outputs), domain=MS, **attrs)]
+    return nodes, ["N", 6, 16], list(y_shape), list(inits), 17
+
+
+def _weight(name, *shape):
+    return _c(name, (0.3 * np.random.default_rng(len(name)).standard_normal(shape))
+              .astype(np.float32))
+
+
+_STEP16 = _c("step", np.array(16, np.int64))
+CASES = {
+    "dft real": _dft(["N", 16, 1], ["N", 16, 2], axis=1),
+    "dft real onesided, axis 1 of 4": _dft(["N", 16, 3, 1], ["N", 9, 3, 2], axis=1,
+                                           onesided=1),
+    "dft complex inverse": _dft(["N", 3, 12, 2], ["N", 3, 12, 2], axis=2, inverse=1),
+    "dft zero-padded": _dft(["N", 10, 1], ["N", 16, 2], ["n"],
+                            [_c("n", np.array(16, np.int64))], axis=1),
+    "dft truncated onesided": _dft(["N", 20, 1], ["N", 9, 2], ["n"],
+                                   [_c("n", np.array(16, np.int64))], axis=1, onesided=1),
+    "dft opset 20, axis input": _dft(["N", 4, 16, 1], ["N", 4, 9, 2], ["", "axis"],
+                                     [_c("axis", np.array(-2, np.int64))], opset=20,
+                                     onesided=1),
+    "stft, window from HannWindow": _stft(
+        100, ["step", "window"], [_c("step", np.array(10, np.int64)),
+                                  _c("width", np.array(32, np.int64))], ["N", 7, 17, 2],
+        before=[helper.make_node("HannWindow", ["width"], ["window"])]),
+    "stft, frame_length, no window": _stft(64, ["step", "", "n"], [
+        _STEP16, _c("n", np.array(16, np.int64))], ["N", 4, 9, 2]),
+    "stft complex, two-sided": _stft(
+        48, ["step", "window"], [_c("step", np.array(8, np.int64)),
+                                 _c("window", np.hamming(16).astype(np.float32))],
+        ["N", 5, 16, 2], complex_signal=True, onesided=0),
+    "celu": ([helper.make_node("Celu", ["x"], ["y"], alpha=2.0)], ["N", 6, 16], ["N", 6, 16],
+             (), 17),
+    "lp normalization, a row of zeros": (
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sub", ["r", "r"], ["z"]),
+         helper.make_node("Concat", ["x", "z"], ["xz"], axis=2),
+         helper.make_node("LpNormalization", ["xz"], ["y"], axis=1, p=1)],
+        ["N", 6, 8], ["N", 6, 16], (), 17),
+    "lp normalization opset 18": ([helper.make_node("LpNormalization", ["x"], ["y"], axis=-1)],
+                                  ["N", 6, 16], ["N", 6, 16], (), 18),
+    "attention, grouped heads, causal": _attention(4, 2, is_causal=1),
+    "attention, softcap and scale": _attention(2, 2, softcap=2.0, scale=0.3),
+    "attention, a constant mask masking a row": _attention(
+        2, 2, "m", mask_inits=[_c("m", _ROW_2_MASKED)]),
+    "attention, a mask from the input, causal": _attention(
+        2, 2, "m", _MASK_FROM_X, _MASK_FROM_X_INITS, is_causal=1),
+    "attention, 4-D": (
+        [helper.make_node("Reshape", ["x", "split"], ["x4"]),
+         helper.make_node("Attention", ["x4", "x4", "x4"], ["a"]),
+         helper.make_node("Reshape", ["a", "merge"], ["y"])], ["N", 6, 16], ["N", 6, 16],
+        [_c("split", np.array([0, 6, 4, 4], np.int64)),
+         _c("merge", np.array([0, 6, 16], np.int64))], 23),
+    "com.microsoft Gelu": _ms("Gelu", ["x"]),
+    "com.microsoft FastGelu with a bias": _ms("FastGelu", ["x", "b"], [_weight("b", 16)]),
+    "com.microsoft BiasGelu": _ms("BiasGelu", ["x", "b"], [_weight("b", 16)]),
+    "com.microsoft QuickGelu": _ms("QuickGelu", ["x"], alpha=1.5),
+    "com.microsoft SkipLayerNormalization, no beta, its sum used": (
+        [helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("SkipLayerNormalization", ["x", "r", "g"], ["a", "", "", "s"],
+                          domain=MS, epsilon=1e-5),
+         helper.make_node("Add", ["a", "s"], ["y"])],
+        ["N", 6, 16], ["N", 6, 16], [_weight("g", 16)], 17),
+    "com.microsoft SkipLayerNormalization with beta and bias": _ms(
+        "SkipLayerNormalization", ["x", "r", "g", "be", "bias"],
+        [_weight("g", 16), _weight("be", 16), _weight("bias", 16)], epsilon=1e-5),
+    "com.microsoft SkipSimplifiedLayerNormalization": _ms(
+        "SkipSimplifiedLayerNormalization", ["x", "r", "g"], [_weight("g", 16)], epsilon=1e-5),
+    "SimplifiedLayerNormalization (onnxruntime's, ONNX domain)": (
+        [helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"], axis=-1)],
+        ["N", 6, 16], ["N", 6, 16], [_weight("g", 16)], 17),
+    "com.microsoft FusedMatMul, transposed B": _ms(
+        "FusedMatMul", ["x", "m"], [_weight("m", 5, 16)], y_shape=("N", 6, 5), alpha=0.5,
+        transB=1),
+    "com.microsoft Attention, causal": _ms(
+        "Attention", ["x", "w", "bqkv"], [_weight("w", 16, 48), _weight("bqkv", 48)],
+        num_heads=2, unidirectional=1),
+    "com.microsoft Attention, a [batch, keys] mask": _ms(
+        "Attention", ["x", "w", "bqkv", "m"], [_weight("w", 16, 48), _weight("bqkv", 48),
+                                               _c("zero", np.float32(0))],
+        before=[helper.make_node("ReduceMax", ["x"], ["most"], axes=[2], keepdims=0),
+                helper.make_node("Greater", ["most", "zero"], ["keep"]),
+                helper.make_node("Cast", ["keep"], ["m"], to=TensorProto.INT32)],
+        num_heads=2),
+    "expand to a constant shape": (
+        [helper.make_node("Expand", ["x", "shape"], ["y"])], ["N", 3, 1, 4], ["N", 3, 5, 4],
+        [_c("shape", np.array([3, 5, 1], np.int64))], 17),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_rewritten_operator_agrees_with_onnxruntime(tmp_path, case):
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    nodes, x_shape, y_shape, inits, opset = CASES[case]
+    src = tmp_path / "m.onnx"
+    _save(src, nodes, x_shape, y_shape, inits, opset)
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert any("cw/compile/decompose.py" in n for n in m.notes), m.notes
+    rng = np.random.default_rng(3)
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, *x_shape[1:])).astype(np.float32)
+        result = run_bundle(tmp_path / "b", [x], "cpu", src)
+        assert result.outputs[0].shape == (batch, *y_shape[1:])
+        assert result.relative_error <= 1e-5, (case, batch, result.relative_error)
+
+
+def test_a_fixed_batch_expand_is_rebatched(tmp_path):
+    """An export at batch 1 with Expand's shape written out: the importer alone crashed
+    ('Shape' object has no attribute 'numpy')."""
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = tmp_path / "m.onnx"
+    _save(src, [helper.make_node("Expand", ["x", "shape"], ["e"]),
+                helper.make_node("Relu", ["e"], ["y"])], [1, 1, 16], [1, 6, 16],
+          [_c("shape", np.array([1, 6, 16], np.int64))])
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert any("1 Expand written as" in n for n in m.notes), m.notes
+    x = np.random.default_rng(0).standard_normal((4, 1, 16)).astype(np.float32)
+    result = run_bundle(tmp_path / "b", [x], "cpu")
+    assert result.outputs[0].shape == (4, 6, 16)
+    np.testing.assert_array_equal(result.outputs[0], np.broadcast_to(np.maximum(x, 0),
+                                                                      (4, 6, 16)))
+
+
+def test_an_expand_adding_axes_compiles_at_a_fixed_batch(tmp_path):
+    """A graph that bakes its batch of 1 into a Reshape (not rebatched) and then expands a
+    tensor of fewer axes: reshaped to the target's rank first, then tiled."""
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = tmp_path / "m.onnx"
+    _save(src, [helper.make_node("Reshape", ["x", "flat"], ["v"]),
+                helper.make_node("Expand", ["v", "shape"], ["y"])], [1, 4], [1, 3, 4],
+          [_c("flat", np.array([4], np.int64)), _c("shape", np.array([1, 3, 4], np.int64))])
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1,)))
+    assert any("1 Expand written as" in n for n in m.notes), m.notes
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    result = run_bundle(tmp_path / "b", [x], "cpu", src)
+    assert result.outputs[0].shape == (1, 3, 4) and result.relative_error == 0
+
+
+@pytest.mark.parametrize("parts,inverse,onesided,length,windowed", [
+    (1, False, False, 16, False), (1, False, True, 16, True), (2, False, False, 12, False),
+    (2, True, False, 12, False), (1, False, False, 20, False), (1, False, True, 10, False),
+])
+def test_dft_matrix_is_numpys_fft(parts, inverse, onesided, length, windowed):
+    rng = np.random.default_rng(1)
+    samples = 16
+    x = rng.standard_normal((5, samples, parts))
+    window = np.hanning(samples) if windowed else None
+    matrix = _dft_matrix(samples, parts, length, inverse, onesided, window)
+    got = (x.reshape(5, -1) @ matrix.astype(np.float64)).reshape(5, -1, 2)
+    signal = x[..., 0] + (1j * x[..., 1] if parts == 2 else 0)
+    if windowed:
+        signal = signal * window
+    full = (np.fft.ifft if inverse else np.fft.fft)(signal, n=length, axis=1)
+    want = full[:, :length // 2 + 1] if onesided else full
+    np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], want, atol=2e-5)
+
+
+@pytest.mark.parametrize("nodes,inits,x_shape,y_shape,text", [
+    ([helper.make_node("NonZero", ["x"], ["y"], name="nz")], (), ["N", 4], [2, "k"],
+     "NonZero at node 'nz' of m.onnx: the size of its output depends on the input values"),
+    ([helper.make_node("Expand", ["x", "shape"], ["y"], name="ex")],
+     [_c("shape", np.array([2, 4], np.int64))], ["N", 4], [2, 4],
+     "m.onnx: the graph allows input 'x' only a batch of 2 (its shapes force it)"),
+    ([helper.make_node("Unsqueeze", ["x", "last"], ["s"]),
+      helper.make_node("STFT", ["s", "step", "", "n"], ["y"], name="st")],
+     [_c("last", np.array([-1], np.int64)), _c("step", np.array(4, np.int64)),
+      _c("n", np.array(8, np.int64))], ["N", 6], ["N", 1, 5, 2],
+     "STFT 'st' of m.onnx: frame_step 4 and frame_length 8 do not frame a signal of 6 "
+     "samples"),
+    ([helper.make_node("Attention", ["x", "x", "x"], ["a", "pk"], name="att", q_num_heads=2,
+                       kv_num_heads=2),
+      helper.make_node("Transpose", ["pk"], ["pt"], perm=[0, 2, 1, 3]),
+      helper.make_node("Reshape", ["pt", "merge"], ["p"]),
+      helper.make_node("Add", ["a", "p"], ["y"])],
+     [_c("merge", np.array([0, 6, 16], np.int64))], ["N", 6, 16], ["N", 6, 16],
+     "Attention 'att' of m.onnx has its present_key, present_value or qk_matmul_output used: "
+     "cw rewrites attention without caches"),
+])
+def test_what_cannot_be_batched_is_refused_in_one_line(cli, tmp_path, nodes, inits, x_shape,
+                                                       y_shape, text):
+    src = tmp_path / "m.onnx"
+    y_type = TensorProto.INT64 if nodes[0].op_type == "NonZero" else F
+    graph = helper.make_graph(nodes, "g", [_vi("x", x_shape)],
+                              [helper.make_tensor_value_info("y", y_type, y_shape)], list(inits))
+    opset = 23 if nodes[0].op_type == "Attention" else 17
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    onnx.save(model, src)
+    r = cli("compile", src, "-o", tmp_path / "b")
+    assert r.code == 3, r.err
+    lines = [line for line in r.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and text in lines[0], r.err
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_bert_fused_by_onnxruntimes_optimizer_compiles(tmp_path):
+    """The zoo's small BERT after onnxruntime's transformer optimizer, which fuses it into
+    com.microsoft Attention, SkipLayerNormalization and BiasGelu nodes (refused before): it
+    compiles, and agrees with onnxruntime on the fused file at batch 1 and 3."""
+    import collections
+    import logging
+
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    import model_zoo
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    plain, fused = tmp_path / "bert.onnx", tmp_path / "bert_fused.onnx"
+    model_zoo.export("small_bert", plain)
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    optimize_model(str(plain), model_type="bert", num_heads=0, hidden_size=0,
+                   opt_level=0).save_model_to_file(str(fused))
+    ops = collections.Counter(n.op_type for n in onnx.load(fused).graph.node
+                              if n.domain == MS)
+    assert ops["Attention"] == 2 and ops["SkipLayerNormalization"] == 4, ops
+    m = compile_model(fused, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert any("2 com.microsoft Attention" in n for n in m.notes), m.notes
+    rng = np.random.default_rng(0)
+    for batch in (1, 3):
+        ids = rng.integers(0, 1000, (batch, 32)).astype(np.int64)
+        result = run_bundle(tmp_path / "b", [ids], "cpu", fused)
+        assert result.relative_error <= 1e-5, (batch, result.relative_error)
+
+
+def _embedded_bert_layer(path, mask: bool, segments: bool):
+    """onnxruntime's BERT front as its optimizer writes it: token ids (with segment ids and
+    an attention mask, each optional) through EmbedLayerNormalization, whose second output,
+    each entry's number of tokens, is Attention's 1-D mask index."""
+    hidden, seq, vocab = 16, 8, 50
+    inits = [_weight(name, *shape) for name, shape in (
+        ("word", (vocab, hidden)), ("pos", (seq, hidden)), ("segt", (2, hidden)),
+        ("gamma", (hidden,)), ("beta", (hidden,)), ("wqkv", (hidden, 3 * hidden)),
+        ("bqkv", (3 * hidden,)))]
+    names = ["ids"] + (["seg"] if segments else []) + (["mask"] if mask else [])
+    nodes = [helper.make_node("Cast", [n], [f"{n}32"], to=TensorProto.INT32) for n in names]
+    nodes += [helper.make_node(
+        "EmbedLayerNormalization", ["ids32", "seg32" if segments else "", "word", "pos",
+                                    "segt" if segments else "", "gamma", "beta",
+                                    "mask32" if mask else ""], ["emb", "counts"],
+        domain=MS, epsilon=1e-12),
+        helper.make_node("Attention", ["emb", "wqkv", "bqkv", "counts"], ["y"], domain=MS,
+                         num_heads=2)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.INT64, ["N", seq])
+                     for n in names], [_vi("y", ["N", seq, hidden])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14),
+                                                    helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+@pytest.mark.parametrize("mask,segments", [(True, True), (False, True), (True, False)])
+def test_onnxruntimes_embedding_and_attention_with_token_counts(tmp_path, mask, segments):
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = tmp_path / "m.onnx"
+    _embedded_bert_layer(src, mask, segments)
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert any("1 com.microsoft EmbedLayerNormalization" in n for n in m.notes), m.notes
+    rng = np.random.default_rng(1)
+    for batch in (1, 3):
+        feeds = [rng.integers(0, 50, (batch, 8))]
+        if segments:
+            feeds.append(rng.integers(0, 2, (batch, 8)))
+        if mask:  # right-padded sequences of 1 to 8 tokens
+            lengths = rng.integers(1, 9, batch)
+            feeds.append((np.arange(8)[None] < lengths[:, None]).astype(np.int64))
+        result = run_bundle(tmp_path / "b", feeds, "cpu", src)
+        assert result.relative_error <= 1e-5, (batch, result.relative_error)
