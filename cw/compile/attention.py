@@ -136,3 +136,56 @@ def rewrite_node(e: Emitter, node: onnx.NodeProto, shapes: dict, types: dict, us
     heads_out = e.op("Transpose", [e.op("MatMul", [weights, v])], perm=[0, 2, 1, 3])
     e.op("Reshape", [heads_out, e.const(np.array([0, 0, -1], np.int64), "shape")],
          outputs=[node.output[0]])
+
+
+def rotary_node(e: Emitter, node: onnx.NodeProto, shapes: dict, where: str) -> None:
+    """ONNX's RotaryEmbedding (opset 23): each head's first `rotary_embedding_dim` features
+    taken as pairs (the two halves, or neighbours where `interleaved`) and turned by the angle
+    whose cosine and sine the caches hold for the token's position."""
+    x, cos, sin = node.input[:3]
+    positions = node.input[3] if len(node.input) > 3 else ""
+    dims = shapes.get(x)
+    if not dims or len(dims) not in (3, 4) or not all(isinstance(d, int) for d in dims[1:]):
+        raise ModelError(f"{where}: its input needs a known shape of rank 3 or 4",
+                         "fix the input shapes with --input-shape")
+    if len(dims) == 3:  # [B, S, heads * d] as [B, S, heads, d]
+        heads = int(attr(node, "num_heads", 0) or 0)
+        if not heads or dims[2] % heads:
+            raise ModelError(f"{where}: {dims[2]} features do not split into num_heads={heads}",
+                             "give num_heads for a 3-D input")
+        head = dims[2] // heads
+        x = e.op("Reshape", [x, e.const(np.array([0, 0, heads, head], np.int64), "shape")])
+        head_axis = 2  # where the caches' values broadcast over the heads
+    else:
+        head, head_axis = dims[3], 1
+    rotated = int(attr(node, "rotary_embedding_dim", 0) or 0) or head
+    half = rotated // 2
+    if positions:  # the caches hold every position: each token's rows picked
+        cos, sin = (e.op("Gather", [t, positions], axis=0) for t in (cos, sin))
+    # [B, S, half] -> beside each head
+    cos, sin = (e.op("Unsqueeze", [t, e.const(np.array([head_axis], np.int64), "axes")])
+                for t in (cos, sin))
+    kept = None
+    if rotated < head:
+        x, kept = e.split(x, [rotated, head - rotated], -1, "rot")
+    interleaved = bool(attr(node, "interleaved", 0))
+    if interleaved:  # pairs of neighbours: [..., half, 2]
+        pairs = e.op("Reshape", [x, e.const(np.array([0, 0, 0, half, 2], np.int64), "shape")])
+        first, second = e.split(pairs, [1, 1], -1, "pair")
+        cos, sin = (e.op("Unsqueeze", [t, e.const(np.array([-1], np.int64), "axes")])
+                    for t in (cos, sin))
+    else:
+        first, second = e.split(x, [half, half], -1, "half")
+    real = e.op("Sub", [e.op("Mul", [cos, first]), e.op("Mul", [sin, second])])
+    imaginary = e.op("Add", [e.op("Mul", [sin, first]), e.op("Mul", [cos, second])])
+    turned = e.op("Concat", [real, imaginary], axis=-1)
+    if interleaved:
+        turned = e.op("Reshape", [turned, e.const(np.array([0, 0, 0, rotated], np.int64),
+                                                  "shape")])
+    if kept is not None:
+        turned = e.op("Concat", [turned, kept], axis=-1)
+    if len(dims) == 3:
+        e.op("Reshape", [turned, e.const(np.array([0, 0, -1], np.int64), "shape")],
+             outputs=[node.output[0]])
+    else:
+        e.op("Identity", [turned], outputs=[node.output[0]])

@@ -7,7 +7,7 @@
   when the model runs, and the weight lifting then hands back a shape instead of a tensor (a
   crash). As Tile, with the repeats known, it is a broadcast.
 - Celu and LpNormalization: a few elementwise nodes, and a reduction.
-- Attention (opset 23; cw/compile/attention.py).
+- Attention and RotaryEmbedding (opset 23; cw/compile/attention.py).
 - DFT and STFT (audio front ends: PyTorch exports torch.stft as STFT): products by constant
   matrices of cosines and sines, an STFT's window folded into them and its frames one Gather
   of constant indices. Exact to fp32 rounding; a matrix product costs O(n^2), where an FFT
@@ -25,8 +25,8 @@ from cw.compile.emit import Emitter, attr
 from cw.errors import ModelError
 
 _DOMAINS = ("", "ai.onnx")
-_REWRITTEN = {"Celu", "LpNormalization", "DFT", "STFT"}
-_NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention"}
+_REWRITTEN = {"Celu", "LpNormalization", "DFT", "STFT", "RotaryEmbedding"}
+_NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding"}
 # a DFT matrix this large is more likely a whole-signal transform than a front end's frames
 _MAX_DFT_MATRIX_BYTES = 64 << 20
 
@@ -248,6 +248,8 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
         _dft(e, node, shapes, where)
     elif node.op_type == "Attention":
         attention.rewrite_node(e, node, shapes, types, used, where)
+    elif node.op_type == "RotaryEmbedding":
+        attention.rotary_node(e, node, shapes, where)
     else:
         _stft(e, node, shapes, where)
     return True
