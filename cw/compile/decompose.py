@@ -6,7 +6,7 @@
 - Expand to a constant shape: the importer reads an initializer there as a shape known only
   when the model runs, and the weight lifting then hands back a shape instead of a tensor (a
   crash). As Tile, with the repeats known, it is a broadcast.
-- Celu and LpNormalization: a few elementwise nodes, and a reduction.
+- Celu, Swish and LpNormalization: a few elementwise nodes, and a reduction.
 - Attention and RotaryEmbedding (opset 23; cw/compile/attention.py).
 - DFT and STFT (audio front ends: PyTorch exports torch.stft as STFT): products by constant
   matrices of cosines and sines, an STFT's window folded into them and its frames one Gather
@@ -25,7 +25,7 @@ from cw.compile.emit import Emitter, attr
 from cw.errors import ModelError
 
 _DOMAINS = ("", "ai.onnx")
-_REWRITTEN = {"Celu", "LpNormalization", "DFT", "STFT", "RotaryEmbedding"}
+_REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding"}
 _NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding"}
 # a DFT matrix this large is more likely a whole-signal transform than a front end's frames
 _MAX_DFT_MATRIX_BYTES = 64 << 20
@@ -106,6 +106,13 @@ def _celu(e: Emitter, node) -> None:
                          e.const(np.float32(alpha), "alpha")])
     negative = e.op("Min", [below, e.const(np.float32(0), "zero")])
     e.op("Add", [e.op("Relu", [x]), negative], outputs=[node.output[0]])
+
+
+def _swish(e: Emitter, node) -> None:
+    """x·sigmoid(alpha·x) (opset 24; a SiLU where alpha is 1)."""
+    x, alpha = node.input[0], float(attr(node, "alpha", 1.0))
+    gate = x if alpha == 1.0 else e.op("Mul", [x, e.const(np.float32(alpha), "alpha")])
+    e.op("Mul", [x, e.op("Sigmoid", [gate])], outputs=[node.output[0]])
 
 
 def _lp_normalization(e: Emitter, node, where: str) -> None:
@@ -242,6 +249,8 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
         return _expand(e, node, shapes, where)
     elif node.op_type == "Celu":
         _celu(e, node)
+    elif node.op_type == "Swish":
+        _swish(e, node)
     elif node.op_type == "LpNormalization":
         _lp_normalization(e, node, where)
     elif node.op_type == "DFT":

@@ -142,6 +142,8 @@ CASES = {
         ["N", 5, 16, 2], complex_signal=True, onesided=0),
     "celu": ([helper.make_node("Celu", ["x"], ["y"], alpha=2.0)], ["N", 6, 16], ["N", 6, 16],
              (), 17),
+    "swish (opset 24)": ([helper.make_node("Swish", ["x"], ["y"], alpha=1.5)], ["N", 6, 16],
+                         ["N", 6, 16], (), 24),
     "lp normalization, a row of zeros": (
         [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sub", ["r", "r"], ["z"]),
          helper.make_node("Concat", ["x", "z"], ["xz"], axis=2),
