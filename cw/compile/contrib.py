@@ -1,14 +1,14 @@
 """onnxruntime's own operators (the com.microsoft domain) as standard ONNX ones.
 
 onnxruntime's transformer optimizer (`onnxruntime.transformers.optimizer`, and models shipped
-"optimized" on model hubs) fuses BERT-, GPT- and ViT-style graphs into its own operators:
-Gelu, FastGelu, BiasGelu, QuickGelu, SkipLayerNormalization and its RMS form, FusedMatMul
-and Attention; SimplifiedLayerNormalization it registers in the ONNX domain. TVM 0.27's
-importer has some of them under the same names but refuses common forms (SkipLayerNormalization
-without beta and bias, Attention with a symbolic batch), so all are written here as the
-arithmetic onnxruntime's kernels compute (checked against them, tests/integration/
-test_decompose.py). Variants they would need more for (caches, rotary embeddings, 1-D mask
-indices, batched transposes) are refused by name.
+"optimized" on model hubs) fuses BERT-, GPT-, ViT- and T5-style graphs into its own operators:
+Gelu, FastGelu, BiasGelu, QuickGelu, EmbedLayerNormalization, SkipLayerNormalization and its
+RMS form, FusedMatMul, Attention and MultiHeadAttention; SimplifiedLayerNormalization it
+registers in the ONNX domain. TVM 0.27's importer has some of them under the same names but
+refuses common forms (SkipLayerNormalization without beta and bias, Attention with a symbolic
+batch), so all are written here as the arithmetic onnxruntime's kernels compute (checked
+against them, tests/integration/test_decompose.py). Variants they would need more for (caches,
+rotary embeddings, packed inputs, batched transposes) are refused by name.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from cw.errors import ModelError
 _MS = "com.microsoft"
 _MS_OPS = {"Gelu", "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization",
            "EmbedLayerNormalization",
-           "SkipSimplifiedLayerNormalization", "FusedMatMul", "Attention"}
+           "SkipSimplifiedLayerNormalization", "FusedMatMul", "Attention",
+           "MultiHeadAttention"}
 _SQRT_2_OVER_PI = 0.7978845608028654
 
 
@@ -176,33 +177,43 @@ def _fused_matmul(e: Emitter, node, shapes: dict, where: str) -> None:
         e.op("Mul", [e.op("MatMul", [a, b]), _f(e, alpha)], outputs=[node.output[0]])
 
 
-def _attention(e: Emitter, node, shapes: dict, types: dict, used: set, where: str) -> None:
-    inputs = list(node.input) + [""] * (8 - len(node.input))
-    if any(inputs[4:]) or any(_output(node, i, used) for i in (1,)):
-        raise _refusal(where, "has a past state, an attention bias or its present output used")
-    for name in ("do_rotary", "past_present_share_buffer"):
-        if attr(node, name, 0):
-            raise _refusal(where, f"sets {name}")
-    x, weights, bias, mask = inputs[:4]
+def _known(shapes: dict, x: str, where: str, what: str) -> list:
     dims = shapes.get(x)
     if not dims or len(dims) != 3 or not all(isinstance(d, int) for d in dims[1:]):
-        raise ModelError(f"{where}: its input needs a known shape [batch, sequence, hidden]",
+        raise ModelError(f"{where}: its {what} needs a known shape [batch, sequence, hidden]",
                          "fix the input shapes with --input-shape")
-    heads = int(attr(node, "num_heads"))
-    w_dims = shapes.get(weights)
-    sizes = list(attr(node, "qkv_hidden_sizes", []) or [])
-    if not sizes:
-        if not w_dims or w_dims[-1] % 3:
-            raise _refusal(where, "has weights of unknown width")
-        sizes = [w_dims[-1] // 3] * 3
-    projected = e.op("MatMul", [x, weights])
-    if bias:
-        projected = e.op("Add", [projected, bias])
-    q, k, v = e.split(projected, sizes, -1, "qkv")
-    seq = dims[1]
-    q, q_dims = heads_of(e, q, [dims[0], seq, sizes[0]], heads, where)
-    k, _ = heads_of(e, k, [dims[0], seq, sizes[1]], heads, where)
-    v, _ = heads_of(e, v, [dims[0], seq, sizes[2]], heads, where)
+    return dims
+
+
+def _key_mask(e: Emitter, mask: str, shapes: dict, keys: int, masked: float, where: str) -> str:
+    """What onnxruntime adds to the scores for a key mask, broadcast as [batch, 1, 1 or
+    queries, keys]: `masked` where a key is masked (1/0 values, or each entry's key count)."""
+    dims = shapes.get(mask)
+    if not dims or len(dims) not in (1, 2, 3) or len(dims) > 1 and dims[-1] != keys:
+        raise _refusal(where, "has a mask other than [batch] key counts, or [batch, keys] "
+                       "or [batch, queries, keys] 1/0 values")
+    if len(dims) == 1:  # each batch entry's number of keys (EmbedLayerNormalization's)
+        counts = e.op("Cast", [e.op("Unsqueeze", [mask, e.const(np.array([1], np.int64),
+                                                                  "axes")])],
+                      to=onnx.TensorProto.INT32)
+        positions = e.const(np.arange(keys, dtype=np.int32)[None], "positions")
+        keep = e.op("Cast", [e.op("Less", [positions, counts])], to=onnx.TensorProto.FLOAT)
+        dims = [dims[0], keys]
+    else:
+        keep = e.op("Cast", [mask], to=onnx.TensorProto.FLOAT)
+    penalty = e.op("Mul", [e.op("Sub", [_f(e, 1.0), keep]), _f(e, masked)])
+    axes = [1, 2] if len(dims) == 2 else [1]
+    return e.op("Unsqueeze", [penalty, e.const(np.array(axes, np.int64), "axes")])
+
+
+def _attend(e: Emitter, node, q: str, k: str, v: str, dims: tuple, heads: int, shapes: dict,
+            biases: list[str], mask: str, where: str) -> None:
+    """softmax(Q·Kᵀ·scale + biases + mask)·V over `heads`, as onnxruntime's Attention and
+    MultiHeadAttention compute it; `dims` are the [batch, sequence, hidden] of Q, K and V."""
+    (batch, queries, q_width), (_, keys, k_width), (_, _, v_width) = dims
+    q, q_dims = heads_of(e, q, [batch, queries, q_width], heads, where)
+    k, _ = heads_of(e, k, [batch, keys, k_width], heads, where)
+    v, _ = heads_of(e, v, [batch, keys, v_width], heads, where)
     scale = attr(node, "scale")
     scale = float(scale) if scale else 1.0 / np.sqrt(q_dims[3])
     scores = e.op("Mul", [e.op("MatMul", [q, e.op("Transpose", [k], perm=[0, 1, 3, 2])]),
@@ -210,32 +221,59 @@ def _attention(e: Emitter, node, shapes: dict, types: dict, used: set, where: st
     # onnxruntime adds this (finite) value where a key is masked: a row with every key masked
     # is a softmax of the raw scores, not zeros
     masked = float(attr(node, "mask_filter_value", -10000.0))
+    for bias in biases:
+        scores = e.op("Add", [scores, bias])
     if mask:
-        mask_dims = shapes.get(mask)
-        if not mask_dims or len(mask_dims) not in (1, 2, 3) or \
-                len(mask_dims) > 1 and mask_dims[-1] != seq:
-            raise _refusal(where, "has a mask other than [batch] key counts, or [batch, keys] "
-                           "or [batch, queries, keys] 1/0 values")
-        if len(mask_dims) == 1:  # each batch entry's number of keys (EmbedLayerNormalization's)
-            counts = e.op("Unsqueeze", [mask, e.const(np.array([1], np.int64), "axes")])
-            keep = e.op("Cast", [e.op("Less", [e.const(np.arange(seq, dtype=np.int32)[None],
-                                                       "positions"),
-                                               e.op("Cast", [counts], to=onnx.TensorProto.INT32)])],
-                        to=onnx.TensorProto.FLOAT)
-            mask_dims = [mask_dims[0], seq]
-        else:
-            keep = e.op("Cast", [mask], to=onnx.TensorProto.FLOAT)
-        penalty = e.op("Mul", [e.op("Sub", [_f(e, 1.0), keep]), _f(e, masked)])
-        axes = [1, 2] if len(mask_dims) == 2 else [1]
-        scores = e.op("Add", [scores, e.op("Unsqueeze", [penalty, e.const(
-            np.array(axes, np.int64), "axes")])])
+        scores = e.op("Add", [scores, _key_mask(e, mask, shapes, keys, masked, where)])
     if attr(node, "unidirectional", 0):
-        later = np.arange(seq)[None, :] > np.arange(seq)[:, None]
+        later = np.arange(keys)[None, :] > np.arange(queries)[:, None]
         scores = e.op("Add", [scores, e.const(np.where(later, masked, 0).astype(np.float32),
                                               "causal")])
     out = e.op("MatMul", [e.op("Softmax", [scores], axis=-1), v])
     e.op("Reshape", [e.op("Transpose", [out], perm=[0, 2, 1, 3]),
                      e.const(np.array([0, 0, -1], np.int64), "shape")], outputs=[node.output[0]])
+
+
+def _attention(e: Emitter, node, shapes: dict, used: set, where: str) -> None:
+    """com.microsoft Attention: Q, K and V projected from one input by one weight matrix."""
+    inputs = list(node.input) + [""] * (8 - len(node.input))
+    if any(inputs[4:]) or _output(node, 1, used):
+        raise _refusal(where, "has a past state, an attention bias or its present output used")
+    for name in ("do_rotary", "past_present_share_buffer"):
+        if attr(node, name, 0):
+            raise _refusal(where, f"sets {name}")
+    x, weights, bias, mask = inputs[:4]
+    dims = _known(shapes, x, where, "input")
+    sizes = list(attr(node, "qkv_hidden_sizes", []) or [])
+    if not sizes:
+        w_dims = shapes.get(weights)
+        if not w_dims or w_dims[-1] % 3:
+            raise _refusal(where, "has weights of unknown width")
+        sizes = [w_dims[-1] // 3] * 3
+    projected = e.op("MatMul", [x, weights])
+    if bias:
+        projected = e.op("Add", [projected, bias])
+    q, k, v = e.split(projected, sizes, -1, "qkv")
+    _attend(e, node, q, k, v, tuple([dims[0], dims[1], size] for size in sizes),
+            int(attr(node, "num_heads")), shapes, [], mask, where)
+
+
+def _multi_head_attention(e: Emitter, node, shapes: dict, used: set, where: str) -> None:
+    """com.microsoft MultiHeadAttention: Q, K and V given (projected), each [batch, sequence,
+    hidden], with one bias for the three, a key padding mask and an additive attention bias."""
+    inputs = list(node.input) + [""] * (10 - len(node.input))
+    if any(inputs[6:]) or any(_output(node, i, used) for i in (1, 2, 3)):
+        raise _refusal(where, "has a past state or its present or qk outputs used")
+    q, k, v, bias, mask, attention_bias = inputs[:6]
+    if not k or not v:
+        raise _refusal(where, "has packed query, key and value")
+    dims = tuple(_known(shapes, t, where, what) for t, what in ((q, "query"), (k, "key"),
+                                                                 (v, "value")))
+    if bias:
+        q_bias, k_bias, v_bias = e.split(bias, [dims[0][2], dims[1][2], dims[2][2]], 0, "bias")
+        q, k, v = (e.op("Add", [t, b]) for t, b in ((q, q_bias), (k, k_bias), (v, v_bias)))
+    _attend(e, node, q, k, v, dims, int(attr(node, "num_heads")), shapes,
+            [attention_bias] if attention_bias else [], mask, where)
 
 
 def rewrite_node(e: Emitter, node: onnx.NodeProto, shapes: dict, types: dict, used: set,
@@ -266,5 +304,7 @@ def rewrite_node(e: Emitter, node: onnx.NodeProto, shapes: dict, types: dict, us
         _normalized(e, node, node.input[0], used, True, axes, (-1, 1))
     elif op == "FusedMatMul":
         _fused_matmul(e, node, shapes, where)
+    elif op == "MultiHeadAttention":
+        _multi_head_attention(e, node, shapes, used, where)
     else:
-        _attention(e, node, shapes, types, used, where)
+        _attention(e, node, shapes, used, where)

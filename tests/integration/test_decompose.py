@@ -198,6 +198,25 @@ CASES = {
                 helper.make_node("Greater", ["most", "zero"], ["keep"]),
                 helper.make_node("Cast", ["keep"], ["m"], to=TensorProto.INT32)],
         num_heads=2),
+    "com.microsoft MultiHeadAttention, one bias, a key padding mask": _ms(
+        "MultiHeadAttention", ["q", "k", "v", "bqkv", "m"],
+        [_weight(f"w{t}", 16, 16) for t in "qkv"] + [_weight("bqkv", 48),
+                                                     _c("zero", np.float32(0))],
+        before=[*(helper.make_node("MatMul", ["x", f"w{t}"], [t]) for t in "qkv"),
+                helper.make_node("ReduceMax", ["x"], ["most"], axes=[2], keepdims=0),
+                helper.make_node("Greater", ["most", "zero"], ["keep"]),
+                helper.make_node("Cast", ["keep"], ["m"], to=TensorProto.INT32)],
+        num_heads=2),
+    "com.microsoft MultiHeadAttention, cross (4 keys), an attention bias": _ms(
+        "MultiHeadAttention", ["q", "k", "v", "", "", "ab"],
+        [_weight(f"w{t}", 16, 16) for t in "qkv"] + [
+            _weight("ab", 1, 2, 6, 4), _c("at0", np.array([0], np.int64)),
+            _c("at4", np.array([4], np.int64)), _c("at1", np.array([1], np.int64))],
+        before=[helper.make_node("MatMul", ["x", "wq"], ["q"]),
+                helper.make_node("Slice", ["x", "at0", "at4", "at1"], ["first4"]),
+                helper.make_node("MatMul", ["first4", "wk"], ["k"]),
+                helper.make_node("MatMul", ["first4", "wv"], ["v"])],
+        num_heads=2),
     "expand to a constant shape": (
         [helper.make_node("Expand", ["x", "shape"], ["y"])], ["N", 3, 1, 4], ["N", 3, 5, 4],
         [_c("shape", np.array([3, 5, 1], np.int64))], 17),
