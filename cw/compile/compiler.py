@@ -308,7 +308,8 @@ def _write_weights(writer: BundleWriter, imported, page_size: int) -> Weights:
             data = paging.page_bytes(layout, imported.weights, page)
             # every page starts aligned in the file too, so host views are aligned
             padding = -len(data) % TENSOR_ALIGNMENT
-            f.write(data + b"\0" * padding)
+            f.write(data)
+            f.write(b"\0" * padding)
             pages.append(WeightPage(page, offset, len(data)))
             offset += len(data) + padding
     tensors = [WeightTensor(plain(n), w.dtype.name, [int(d) for d in w.shape], w.nbytes,

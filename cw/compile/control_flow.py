@@ -18,6 +18,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from cw.compile import onnx_shapes
+
 _DOMAINS = ("", "ai.onnx")
 _COMPARE = {"Equal": np.equal, "Greater": np.greater, "Less": np.less,
             "GreaterOrEqual": np.greater_equal, "LessOrEqual": np.less_equal,
@@ -141,17 +143,7 @@ class _Evaluator:
 
 
 def _inferred_shapes(model: onnx.ModelProto) -> dict[str, list]:
-    inferred = onnx.shape_inference.infer_shapes(model)
-    shapes = {}
-    for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
-        t = vi.type.tensor_type
-        if not t.HasField("shape"):
-            continue
-        shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None
-                           for d in t.shape.dim]
-    for t in model.graph.initializer:
-        shapes[t.name] = list(t.dims)
-    return shapes
+    return onnx_shapes.dims(onnx_shapes.infer(model), model)
 
 
 def _inline(graph: onnx.GraphProto, index: int, branch: onnx.GraphProto) -> None:

@@ -20,13 +20,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from cw.compile import attention, contrib
+from cw.compile import attention, contrib, onnx_shapes
 from cw.compile.emit import Emitter, attr
 from cw.errors import ModelError
 
 _DOMAINS = ("", "ai.onnx")
 _REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding"}
-_INTEGER_TYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
 _NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding"}
 # a DFT matrix this large is more likely a whole-signal transform than a front end's frames
 _MAX_DFT_MATRIX_BYTES = 64 << 20
@@ -36,37 +35,17 @@ def is_rewritten(node: onnx.NodeProto) -> bool:
     return node.op_type in _REWRITTEN and node.domain in _DOMAINS
 
 
-def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` with its float initializers as typed inputs, without their bytes: shape
-    inference copies the whole model (4 s for BERT-base's 416 MiB, on every call). Integer
-    ones stay: shape arithmetic reads their values."""
-    graph = model.graph
-    kept = [t for t in graph.initializer if t.data_type in _INTEGER_TYPES]
-    typed = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-             for t in graph.initializer if t.data_type not in _INTEGER_TYPES]
-    light = helper.make_graph(list(graph.node), graph.name, [*graph.input, *typed],
-                              list(graph.output), kept, value_info=list(graph.value_info))
-    return helper.make_model(light, opset_imports=list(model.opset_import),
-                             ir_version=model.ir_version)
-
-
 def _shapes(model: onnx.ModelProto) -> tuple[dict[str, list], dict[str, int]]:
     """Each tensor's inferred dims (ints where known, the symbol (the batch's) where named)
     and element type."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(_without_weights(model))
+        inferred = onnx_shapes.infer(model)
     except Exception:  # the importer reports a model whose shapes do not infer
         return {}, {}
-    shapes, types = {}, {}
-    for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
-        tensor = vi.type.tensor_type
-        types[vi.name] = tensor.elem_type
-        if tensor.HasField("shape"):
-            shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                               for d in tensor.shape.dim]
-    for t in model.graph.initializer:
-        shapes[t.name], types[t.name] = list(t.dims), t.data_type
-    return shapes, types
+    types = {vi.name: vi.type.tensor_type.elem_type
+             for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output)}
+    types.update((t.name, t.data_type) for t in model.graph.initializer)
+    return onnx_shapes.dims(inferred, model, symbols=True), types
 
 
 def _where(node: onnx.NodeProto, path: str) -> str:

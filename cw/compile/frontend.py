@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from cw.compile import quantized, recurrent, relax_rewrite
+from cw.compile import onnx_shapes, quantized, recurrent, relax_rewrite
 from cw.errors import ModelError, UsageError
 from cw.tvm_env import load_tvm
 
@@ -385,7 +385,7 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
     printed = io.StringIO()
     # The importer prints the operator it failed on: that goes into our one line. The stderr
     # filter stays on until the exception (whose frames hold TVM's half-built module) is gone.
-    with contextlib.redirect_stdout(printed), _native_stderr_filtered():
+    with contextlib.redirect_stdout(printed), _native_stderr_filtered(), _checked_lightly():
         try:
             # Unsanitized names, so that messages and the manifest use the ONNX initializer names.
             mod = relax_onnx.from_onnx(onnx_model.model, keep_params_in_input=True,
@@ -509,7 +509,7 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         raise ModelError(f"{onnx_model.path.name} computes a shape from the values of a tensor "
                          "TVM's importer did not fold", "run with --verbose to see the steps; "
                          "export the model with constant shapes")
-    weights = [_contiguous(t.numpy()) for t in lifted]
+    weights = [_contiguous(_as_numpy(t)) for t in lifted]
     main = mod["main"]
     names = _unique([str(v) for v in main.params[num_inputs:]])
     mod = tvm.IRModule({**helpers, mod.get_global_var("main"): main})
@@ -546,6 +546,24 @@ def _cutlass_layouts(mod, onnx_model: OnnxModel, tf32: bool):
 
 
 @contextlib.contextmanager
+def _checked_lightly():
+    """TVM's importer runs onnx's checker first, for warnings only; the checker serializes the
+    whole model (12 s for BERT-base). It checks the graph without its weights' bytes here."""
+    checks = onnx.checker.check_model
+
+    def check_model(model, *args, **kwargs):
+        if isinstance(model, onnx.ModelProto):
+            model = onnx_shapes.without_weights(model)
+        return checks(model, *args, **kwargs)
+
+    onnx.checker.check_model = check_model
+    try:
+        yield
+    finally:
+        onnx.checker.check_model = checks
+
+
+@contextlib.contextmanager
 def _native_stderr_filtered():
     """Pass on TVM's native stderr except its destructor's warning about what a failed import
     left half-built ("BlockBuilder destroyed with remaining blocks"): the error line says it.
@@ -567,6 +585,15 @@ def _native_stderr_filtered():
                     if "BlockBuilder destroyed" not in line]
             sys.stderr.write("".join(kept))
             sys.stderr.flush()
+
+
+def _as_numpy(tensor) -> np.ndarray:
+    """A CPU tensor of TVM's as numpy, sharing its memory: .numpy() copies, which for a
+    model's hundreds of MiB of weights takes seconds (fresh pages)."""
+    try:
+        return np.from_dlpack(tensor)
+    except (TypeError, BufferError, RuntimeError):  # a dtype numpy's DLPack import lacks
+        return tensor.numpy()
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ import logging
 import numpy as np
 import onnx
 
+from cw.compile import onnx_shapes
 from cw.compile.frontend import (BATCH_VAR, OnnxModel, all_graphs, all_nodes,
                                  check_operators)
 from cw.errors import ModelError
@@ -68,7 +69,7 @@ def _slim(onnx_model: OnnxModel, say) -> None:
     # onnxslim logs and prints tables; a compiler's output is its own progress
     logging.getLogger("onnxslim").setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), _weightless_shape_inference():
             slimmed = onnxslim.slim(onnx_model.model, skip_fusion_patterns=skipped)
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
@@ -87,6 +88,27 @@ def _slim(onnx_model: OnnxModel, say) -> None:
         + f", {initializers} → {len(slimmed.graph.initializer)} initializers")
     _check_batch_kept(onnx_model, slimmed)
     onnx_model.model = slimmed
+
+
+@contextlib.contextmanager
+def _weightless_shape_inference():
+    """onnxslim's shape inference, run on the model without its weights' bytes. onnxslim
+    infers shapes after each round of folding, and for most transformers (any LayerNormalization:
+    its symbolic inference fails there and falls back to onnx's) that copies the whole model
+    twice a round: 40 of BERT-base's 60 s of normalization. `slim` looks the function up in
+    onnxslim.core on every call, which is where it is replaced."""
+    import onnxslim.core
+
+    slims = onnxslim.core.shape_infer
+
+    def shape_infer(model: onnx.ModelProto) -> onnx.ModelProto:
+        return onnx_shapes.annotate(model, slims(onnx_shapes.without_weights(model)))
+
+    onnxslim.core.shape_infer = shape_infer
+    try:
+        yield
+    finally:
+        onnxslim.core.shape_infer = slims
 
 
 def _check_batch_kept(onnx_model: OnnxModel, slimmed: onnx.ModelProto) -> None:
@@ -212,8 +234,7 @@ def _batch_first_outputs(onnx_model: OnnxModel, say) -> None:
 
     if onnx_model.fixed_batch is not None:
         return
-    probe = onnx.ModelProto()
-    probe.CopyFrom(onnx_model.model)
+    probe = onnx_shapes.without_weights(onnx_model.model)
     for out in probe.graph.output:  # what the exporter wrote there may name other symbols
         out.type.tensor_type.ClearField("shape")
     try:

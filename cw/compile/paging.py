@@ -70,11 +70,13 @@ def pack(names: list[str], sizes: list[int], page_size: int) -> PageLayout:
     return PageLayout(page_size, placements, used)  # type: ignore[arg-type]
 
 
-def page_bytes(layout: PageLayout, tensors: list[np.ndarray], page: int) -> bytes:
-    """The stored bytes of one page (its used prefix; free space is not stored)."""
+def page_bytes(layout: PageLayout, tensors: list[np.ndarray], page: int) -> bytearray:
+    """The stored bytes of one page (its used prefix; free space is not stored). Each tensor's
+    bytes are copied once, into the page: a page is up to hundreds of MiB."""
     buf = bytearray(layout.used_bytes[page])
+    view = np.frombuffer(buf, dtype=np.uint8)
     for tensor, place in zip(tensors, layout.placements):
         if place.page == page:
-            raw = tensor.tobytes(order="C")
-            buf[place.offset:place.offset + len(raw)] = raw
-    return bytes(buf)
+            raw = np.ascontiguousarray(tensor).reshape(-1).view(np.uint8)
+            view[place.offset:place.offset + raw.size] = raw
+    return buf

@@ -38,6 +38,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from cw.compile import onnx_shapes
 from cw.compile import quantized_activations as activations, quantized_products as products
 from cw.compile.quantized_products import attribute
 from cw.errors import ModelError
@@ -360,7 +361,8 @@ def _nonzero(zero) -> bool:
 
 def _ranks_and_types(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
     try:
-        inferred = onnx.shape_inference.infer_shapes(_standing_in(model))
+        light = onnx_shapes.without_weights(model)
+        inferred = onnx.shape_inference.infer_shapes(_standing_in(light))
     except Exception:  # a graph onnx cannot infer still gets default ranks
         inferred = model
     ranks, types = {}, {}

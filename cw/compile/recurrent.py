@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from cw.compile import onnx_shapes
 from cw.compile.emit import Emitter, attr as _attr
 from cw.errors import ModelError
 
@@ -200,10 +201,7 @@ def rewrite(model: onnx.ModelProto) -> dict[str, int]:
     graph = model.graph
     if not any(is_rewritten(n) for n in graph.node):
         return {}
-    inferred = onnx.shape_inference.infer_shapes(model)
-    dims = {vi.name: [d.dim_value if d.HasField("dim_value") else None
-                      for d in vi.type.tensor_type.shape.dim]
-            for vi in (*inferred.graph.input, *inferred.graph.value_info)}
+    dims = onnx_shapes.dims(onnx_shapes.infer(model))
     inits = {t.name: t for t in graph.initializer}
     nodes, count = [], {}
     for node in graph.node:

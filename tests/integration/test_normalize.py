@@ -217,3 +217,36 @@ def test_a_sequence_first_gru_compiles_batch_first(tmp_path):
         result = run_bundle(out, [random_input((batch, t, i), seed=batch)], "cpu", src)
         assert result.outputs[0].shape == (batch, t, 2, h)
         assert result.relative_error <= 1e-5, (batch, result.relative_error)
+
+
+@pytest.mark.parametrize("name", ["small_bert", "int8_activations", "edge:yolox_nano_416"])
+def test_onnxslim_folds_alike_with_shapes_inferred_without_the_weights(zoo_onnx, name,
+                                                                        monkeypatch):
+    """onnxslim's shape inference is run on the model without its weights' bytes: small_bert
+    takes the path where onnxslim's symbolic inference fails (LayerNormalization) and falls
+    back to onnx's, int8_activations the one where it succeeds and adds initializers. The
+    graph after normalization is byte for byte what onnxslim's own inference gives."""
+    import contextlib
+    import hashlib
+
+    from cw.compile import frontend, normalize, onnx_shapes
+
+    annotated = []  # onnx_shapes.annotate: only the weightless onnxslim inference calls it
+    annotate = onnx_shapes.annotate
+    monkeypatch.setattr(onnx_shapes, "annotate",
+                        lambda model, inferred: annotated.append(1) or annotate(model, inferred))
+
+    def normalized(weightless: bool):
+        if not weightless:
+            monkeypatch.setattr(normalize, "_weightless_shape_inference",
+                                contextlib.nullcontext)
+        m = frontend.load_onnx(zoo_onnx(name))
+        normalize.convert_version(m, lambda event, info: None)
+        normalize.dequantize(m, lambda event, info: None)
+        normalize.slim(m, lambda event, info: None)
+        data = m.model.SerializeToString(deterministic=True)
+        return hashlib.sha256(data).hexdigest(), m.notes
+
+    ours = normalized(True)
+    assert len(annotated) >= 2  # onnxslim infers after each of its (at least two) rounds
+    assert ours == normalized(False)

@@ -39,3 +39,14 @@ def test_page_bytes_places_tensor_data_at_offsets():
     data = page_bytes(layout, tensors, 0)
     for t, p in zip(tensors, layout.placements):
         assert data[p.offset:p.offset + t.nbytes] == t.tobytes()
+
+
+def test_page_bytes_takes_every_dtype_and_rank_and_strided_tensors():
+    tensors = [np.array(2.5, dtype=np.float32), np.array([True, False, True]),
+               np.arange(6, dtype=np.float16).reshape(2, 3),
+               np.arange(12, dtype=np.int8).reshape(3, 4).T]  # not C-contiguous
+    layout = pack(list("abcd"), [t.nbytes for t in tensors], MIB)
+    data = page_bytes(layout, tensors, 0)
+    assert len(data) == layout.used_bytes[0]
+    for t, p in zip(tensors, layout.placements):
+        assert data[p.offset:p.offset + t.nbytes] == t.tobytes(order="C")
