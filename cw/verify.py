@@ -85,8 +85,14 @@ def _exact_integer_form(path: Path) -> bytes | None:
     """A quantized model as `exact_integer_model` makes it, serialized; None for any other."""
     import onnx
 
+    from cw.compile import quantized
+
     try:
         model = onnx.load(str(path), load_external_data=False)
+        if not any(quantized.is_rewritten(n) for n in model.graph.node):
+            return None
+        # the form is handed to onnxruntime as bytes, with no directory to find data files in
+        onnx.load_external_data_for_model(model, str(Path(path).resolve().parent))
     except Exception:  # onnxruntime says what is wrong with the file
         return None
     model = exact_integer_model(model)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from cw.compile import onnx_shapes, quantized, recurrent, relax_rewrite
+from cw.compile import external_data, onnx_shapes, quantized, recurrent, relax_rewrite
 from cw.errors import ModelError, UsageError
 from cw.tvm_env import load_tvm
 
@@ -200,6 +200,8 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None,
     except Exception:  # protobuf raises several unrelated types for garbage input
         raise ModelError(f"{path} is not an ONNX model", "export the model to ONNX first") from None
 
+    digest = hashlib.sha256(data)
+    stored_beside = external_data.inline(path, model, digest)
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX_DOMAINS), 0)
     check_operators(path, model)
 
@@ -217,6 +219,9 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None,
         normalization_notes = [f"removed {dropped} initializers listed as graph inputs"]
     else:
         normalization_notes = []
+    if stored_beside:
+        normalization_notes.append(f"weights read from {', '.join(stored_beside)} (external "
+                                   "data; the source sha256 covers these files too)")
     input_shapes = dict(input_shapes or {})
     input_values = dict(input_values or {})
     for flag, given in (("--input-shape", input_shapes), ("--input-value", input_values)):
@@ -277,7 +282,7 @@ def load_onnx(path: str | Path, input_shapes: dict[str, list] | None = None,
     fixed_batch = next(iter(fixed_batches)) if fixed_batches else None
     _set_input_dims(model, graph_inputs, inputs)
     _batch_first_inputs(model, batch_axes)
-    return OnnxModel(path, model, hashlib.sha256(data).hexdigest(), opset, inputs, fixed_batch,
+    return OnnxModel(path, model, digest.hexdigest(), opset, inputs, fixed_batch,
                      notes, changed_dims, source_batch_axes=batch_axes,
                      fixed_inputs=fixed_inputs)
 
