@@ -6,8 +6,11 @@ looked for relative to the working directory."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
 from onnx.external_data_helper import ExternalDataInfo
@@ -32,34 +35,47 @@ def _tensors(graph: onnx.GraphProto):
 
 def inline(path: Path, model: onnx.ModelProto, digest: hashlib._Hash) -> list[str]:
     """Read `model`'s external tensors (stored beside `path`) into it; each file's bytes also go
-    into `digest`, in the order of their names. Returns the files' names."""
+    into `digest`, in the order of their names. Returns the files' names. Each tensor is read
+    from its file on its own, so that the bytes exist twice (read, and in the model) for one
+    tensor at a time, not for the whole file (a 2.6 GB model peaked at 2x its size)."""
     external = [t for t in _tensors(model.graph)
                 if t.data_location == onnx.TensorProto.EXTERNAL]
     if not external:
         return []
     base = path.resolve().parent
-    files: dict[str, bytes] = {}
-    for tensor in external:
-        info = ExternalDataInfo(tensor)
-        if info.location not in files:
-            files[info.location] = _read(path, base, info.location, tensor.name)
-        blob = files[info.location]
-        start = info.offset or 0
-        end = start + info.length if info.length else len(blob)
-        if end > len(blob):
-            raise ModelError(f"{path.name}: tensor '{tensor.name}' lies at bytes {start}-{end} "
-                             f"of {info.location}, which has {len(blob)}",
-                             "the data file is truncated or belongs to another export: "
-                             "export the model again")
-        tensor.raw_data = blob[start:end]
-        tensor.data_location = onnx.TensorProto.DEFAULT
-        del tensor.external_data[:]
-    for name in sorted(files):
-        digest.update(files[name])
+    files: dict[str, Path] = {}
+    with contextlib.ExitStack() as opened:
+        handles: dict[str, BinaryIO] = {}
+        for tensor in external:
+            info = ExternalDataInfo(tensor)
+            if info.location not in files:
+                files[info.location] = _located(path, base, info.location, tensor.name)
+                handles[info.location] = opened.enter_context(files[info.location].open("rb"))
+            f = handles[info.location]
+            size = os.fstat(f.fileno()).st_size
+            start = info.offset or 0
+            end = start + info.length if info.length else size
+            if end > size:
+                raise ModelError(f"{path.name}: tensor '{tensor.name}' lies at bytes "
+                                 f"{start}-{end} of {info.location}, which has {size}",
+                                 "the data file is truncated or belongs to another export: "
+                                 "export the model again")
+            f.seek(start)
+            tensor.raw_data = f.read(end - start)
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            del tensor.external_data[:]
+        for name in sorted(files):
+            f = handles[name]
+            f.seek(0)
+            while chunk := f.read(_HASH_CHUNK):
+                digest.update(chunk)
     return sorted(files)
 
 
-def _read(path: Path, base: Path, location: str, tensor: str) -> bytes:
+_HASH_CHUNK = 64 << 20
+
+
+def _located(path: Path, base: Path, location: str, tensor: str) -> Path:
     file = (base / location).resolve()
     if not file.is_relative_to(base):
         raise ModelError(f"{path.name}: tensor '{tensor}' is stored at {location!r}, outside "
@@ -68,4 +84,4 @@ def _read(path: Path, base: Path, location: str, tensor: str) -> bytes:
         raise ModelError(f"{path.name}: tensor '{tensor}' is stored in {location}, which is not "
                          f"in {base}", f"copy {location} next to {path.name} (an ONNX file "
                          "with external data needs its data files beside it)")
-    return file.read_bytes()
+    return file

@@ -495,7 +495,7 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
     mod = relax.transform.LiftTransformParams()(mod)
     if "main_transform_params" not in [gv.name_hint for gv in mod.functions]:
         return ImportedModel(mod, num_inputs, raw_names, raw_names,
-                             [w.numpy() for w in raw_weights])
+                             [_contiguous(_as_numpy(w)) for w in raw_weights])
     transform = mod["main_transform_params"]
     sources = _trace_sources(transform, raw_names)
     # Keep the TIR functions the importer emitted (emit_te): both functions may call them.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import io
 import logging
 
@@ -69,7 +70,7 @@ def _slim(onnx_model: OnnxModel, say) -> None:
     # onnxslim logs and prints tables; a compiler's output is its own progress
     logging.getLogger("onnxslim").setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), _weightless_shape_inference():
+        with contextlib.redirect_stdout(io.StringIO()), _lighter_onnxslim():
             slimmed = onnxslim.slim(onnx_model.model, skip_fusion_patterns=skipped)
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
@@ -88,27 +89,78 @@ def _slim(onnx_model: OnnxModel, say) -> None:
         + f", {initializers} → {len(slimmed.graph.initializer)} initializers")
     _check_batch_kept(onnx_model, slimmed)
     onnx_model.model = slimmed
+    # onnxslim's graphs are cycles that hold a round's copy of the weights until the
+    # collector runs (a 2.6 GB model: 7.9 GB held into TVM's import, not 2.6)
+    _collected(slimmed)
+
+
+def _collected(model: onnx.ModelProto) -> None:
+    """Garbage collected now if `model`'s weights are large enough for their copies to matter;
+    a collection costs tens of ms, which small models' whole normalization does not take."""
+    if onnx_shapes.weights_bytes(model) >= _COLLECTED_FROM_BYTES:
+        gc.collect()
+
+
+_COLLECTED_FROM_BYTES = 64 << 20
+
+
+def _matchers_released() -> None:
+    """onnxslim's fusion matchers are module-level objects that keep, as attributes named
+    after their pattern's nodes, the last graph nodes they matched; through those a round's
+    graph, and its copy of the weights, outlived the round and `slim` (onnxslim 0.1.98)."""
+    from onnxslim.core.pattern.registry import DEFAULT_FUSION_PATTERNS
+
+    for matchers in DEFAULT_FUSION_PATTERNS.values():
+        for matcher in matchers if isinstance(matchers, list) else [matchers]:
+            for name in getattr(matcher, "pattern_dict", {}):
+                if name in vars(matcher):
+                    delattr(matcher, name)
 
 
 @contextlib.contextmanager
-def _weightless_shape_inference():
-    """onnxslim's shape inference, run on the model without its weights' bytes. onnxslim
-    infers shapes after each round of folding, and for most transformers (any LayerNormalization:
-    its symbolic inference fails there and falls back to onnx's) that copies the whole model
-    twice a round: 40 of BERT-base's 60 s of normalization. `slim` looks the function up in
-    onnxslim.core on every call, which is where it is replaced."""
-    import onnxslim.core
+def _lighter_onnxslim():
+    """onnxslim.slim with its two whole-model steps made light; `slim` looks both up on every
+    call (in onnxslim.core and onnxslim.utils), which is where they are replaced.
 
-    slims = onnxslim.core.shape_infer
+    - Shape inference, after each round of folding, runs on the model without its weights'
+      bytes. For most transformers (any LayerNormalization: onnxslim's symbolic inference fails
+      there and falls back to onnx's) it copied the whole model twice a round: 40 of BERT-base's
+      60 s of normalization.
+    - The check for convergence after each round compares the graph without its weights'
+      values (nodes, attributes, names, types and shapes), not graphsurgeon's import of the whole
+      model, which compared every weight byte by byte through two copies (6 s on BERT-base) and
+      held each round's model alive into the next. A 2.6 GB model peaked at 4x its size; now
+      3x: the model given, the last round's and the new one. A
+      round that changes a weight's values also changes the nodes (a fold or fusion removes
+      them), so the rounds run are the same, or one more where onnx's inference gives a
+      branch's outer names shapes, which graphsurgeon reads from the outer graph (Silero VAD);
+      the graph comes out the same."""
+    import onnxslim.core
+    import onnxslim.utils
+
+    slims_inference, slims_check_point = onnxslim.core.shape_infer, onnxslim.utils.check_point
 
     def shape_infer(model: onnx.ModelProto) -> onnx.ModelProto:
-        return onnx_shapes.annotate(model, slims(onnx_shapes.without_weights(model)))
+        return onnx_shapes.annotate(model, slims_inference(onnx_shapes.without_weights(model)))
 
-    onnxslim.core.shape_infer = shape_infer
+    def check_point(model: onnx.ModelProto) -> tuple:
+        # the last round's graphs (cycles, and the matchers' last matches) hold its copy of
+        # the weights
+        _matchers_released()
+        _collected(model)
+        light = onnx_shapes.without_weights(model)
+        # as graphsurgeon reads them: one shape per name (onnx's inference may list a name
+        # twice), order aside
+        shapes = {v.name: v.SerializeToString(deterministic=True) for v in light.graph.value_info}
+        del light.graph.value_info[:]
+        return light.SerializeToString(deterministic=True), sorted(shapes.items())
+
+    onnxslim.core.shape_infer, onnxslim.utils.check_point = shape_infer, check_point
     try:
         yield
     finally:
-        onnxslim.core.shape_infer = slims
+        onnxslim.core.shape_infer, onnxslim.utils.check_point = slims_inference, slims_check_point
+        _matchers_released()
 
 
 def _check_batch_kept(onnx_model: OnnxModel, slimmed: onnx.ModelProto) -> None:

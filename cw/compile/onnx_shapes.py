@@ -23,6 +23,22 @@ def _weight(tensor: onnx.TensorProto) -> bool:
     return tensor.data_type not in _VALUED_TYPES and elements > _VALUED_ELEMENTS
 
 
+def weights_bytes(model: onnx.ModelProto) -> int:
+    """The size of the top-level initializers' values, from their dims (reading raw_data would
+    copy it)."""
+    total = 0
+    for tensor in model.graph.initializer:
+        try:
+            itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        except (KeyError, ValueError):  # UNDEFINED, STRING
+            itemsize = 1
+        elements = 1
+        for d in tensor.dims:
+            elements *= d
+        total += elements * itemsize
+    return total
+
+
 def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of `model` whose weights are typed graph inputs without data. Everything else
     (opsets, local functions, metadata, value_info, subgraphs) is copied."""

@@ -220,33 +220,55 @@ def test_a_sequence_first_gru_compiles_batch_first(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["small_bert", "int8_activations", "edge:yolox_nano_416"])
-def test_onnxslim_folds_alike_with_shapes_inferred_without_the_weights(zoo_onnx, name,
-                                                                        monkeypatch):
-    """onnxslim's shape inference is run on the model without its weights' bytes: small_bert
-    takes the path where onnxslim's symbolic inference fails (LayerNormalization) and falls
-    back to onnx's, int8_activations the one where it succeeds and adds initializers. The
-    graph after normalization is byte for byte what onnxslim's own inference gives."""
+def test_onnxslim_folds_alike_made_lighter(zoo_onnx, name, monkeypatch):
+    """onnxslim's shape inference and its check for convergence run on the model without its
+    weights' bytes: small_bert takes the path where onnxslim's symbolic inference fails
+    (LayerNormalization) and falls back to onnx's, int8_activations the one where it succeeds
+    and adds initializers. The graph after normalization is byte for byte what onnxslim's own
+    steps give, after as many rounds."""
     import contextlib
     import hashlib
 
     from cw.compile import frontend, normalize, onnx_shapes
 
+    import onnxslim.core
+
     annotated = []  # onnx_shapes.annotate: only the weightless onnxslim inference calls it
     annotate = onnx_shapes.annotate
     monkeypatch.setattr(onnx_shapes, "annotate",
                         lambda model, inferred: annotated.append(1) or annotate(model, inferred))
+    rounds = []  # onnxslim's rounds of folding, until the graph stops changing
+    optimize = onnxslim.core.optimize
+    monkeypatch.setattr(onnxslim.core, "optimize",
+                        lambda *args, **kwargs: rounds.append(1) or optimize(*args, **kwargs))
 
-    def normalized(weightless: bool):
-        if not weightless:
-            monkeypatch.setattr(normalize, "_weightless_shape_inference",
-                                contextlib.nullcontext)
+    def normalized(lighter: bool):
+        if not lighter:
+            monkeypatch.setattr(normalize, "_lighter_onnxslim", contextlib.nullcontext)
+        rounds.clear()
         m = frontend.load_onnx(zoo_onnx(name))
         normalize.convert_version(m, lambda event, info: None)
         normalize.dequantize(m, lambda event, info: None)
         normalize.slim(m, lambda event, info: None)
         data = m.model.SerializeToString(deterministic=True)
-        return hashlib.sha256(data).hexdigest(), m.notes
+        return hashlib.sha256(data).hexdigest(), m.notes, len(rounds)
 
     ours = normalized(True)
     assert len(annotated) >= 2  # onnxslim infers after each of its (at least two) rounds
     assert ours == normalized(False)
+
+
+def test_onnxslim_keeps_no_graph_once_done(zoo_onnx):
+    """onnxslim's fusion matchers are module-level and kept their last matches (graph nodes,
+    and through them a copy of the weights) after `slim`: normalization releases them."""
+    from onnxslim.core.pattern.registry import DEFAULT_FUSION_PATTERNS
+
+    from cw.compile import frontend, normalize
+
+    m = frontend.load_onnx(zoo_onnx("small_bert"))
+    normalize.slim(m, lambda event, info: None)
+    matchers = [x for ms in DEFAULT_FUSION_PATTERNS.values() for x in ms]
+    assert len(matchers) > 10
+    held = [(type(x).__name__, name) for x in matchers for name in x.pattern_dict
+            if name in vars(x)]
+    assert held == []

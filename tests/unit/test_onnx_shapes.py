@@ -92,3 +92,11 @@ def test_tvms_checker_call_sees_the_model_without_its_weights_and_still_checks()
         with pytest.raises(onnx.checker.ValidationError, match="nowhere"):
             onnx.checker.check_model(broken, full_check=True)
     assert onnx.checker.check_model is original
+
+
+def test_weights_bytes_counts_every_initializer_from_its_dims():
+    model = _model()
+    # w 64x128 and b 128 float32, shape 3 int64, scale 1 float32
+    assert onnx_shapes.weights_bytes(model) == (64 * 128 + 128) * 4 + 3 * 8 + 4
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros((2, 5), np.float16), "h"))
+    assert onnx_shapes.weights_bytes(model) == (64 * 128 + 128) * 4 + 3 * 8 + 4 + 2 * 5 * 2
