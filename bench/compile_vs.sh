@@ -2,7 +2,8 @@
 # Compile time of this checkout against another commit, alternated ROUNDS times in one go, on
 # zoo models: wall time per run, and whether the two bundles' weights and kernel libraries came
 # out byte-identical. Usage: bash bench/compile_vs.sh COMMIT [ROUNDS] [MODEL...]
-# (default models: bert_base resnet50 mobilenet_v2, batch 1; BERT-base with --page-size 128MiB)
+# (default models: bert_base resnet50 mobilenet_v2, batch 1; BERT-base with --page-size 128MiB,
+# as before stop 72, which split its embedding into blocks of the default page)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 commit=${1:?usage: bash bench/compile_vs.sh COMMIT [ROUNDS] [MODEL...]}

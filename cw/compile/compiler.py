@@ -112,9 +112,11 @@ def _tensor_specs(struct_info, batch_size: int, names: list[str],
         sample_bytes = itemsize
         for d in sample:
             sample_bytes *= d
-        if shape[0] != batch_size:
-            raise ModelError(f"output {i} has leading dimension {shape[0]} at batch size "
-                             f"{batch_size}", "cw needs outputs batched along the first axis")
+        if not shape or shape[0] != batch_size:
+            raise ModelError(f"output {i} has " + (f"leading dimension {shape[0]}" if shape
+                                                   else "no dimension (a scalar)")
+                             + f" at batch size {batch_size}",
+                             "cw needs outputs batched along the first axis")
         name = plain(names[i]) if i < len(names) else f"output{i}"
         specs.append(TensorSpec(name, dtype, sample, sample_bytes,
                                 (index_limits or {}).get(name, 0),
@@ -273,6 +275,8 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
     onnx_model.index_limits = {name: limits[graph_input.name] for (name, _, _), graph_input
                                in zip(onnx_model.inputs, onnx_model.model.graph.input)
                                if graph_input.name in limits}
+    # after the limits, which are the whole tables' rows
+    normalize.split_weights(onnx_model, config.page_size, progress)
     conv_block = 0
     if config.target == "cpu" and config.conv_layout == "nchwc":
         conv_block = cpu_conv.widest_block(targets.tvm_target("cpu", config.resolved_arch))

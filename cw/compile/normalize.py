@@ -11,6 +11,7 @@ shapes are fixed. Two well-kept tools do the work, each step recorded in the man
    ConstantOfShape weights — into initializers, removes no-op and dead nodes, and keeps the graph
    in topological order. onnxsim would do similar folding but ships native code per platform;
    onnxoptimizer does no constant folding.
+3. Tables larger than a weights page are used in blocks that fit one (cw/compile/weight_split.py).
 
 Constant folding is what keeps weights out of kernel libraries: a weight computed by a node
 becomes an initializer, which cw packs into the paged weights blob.
@@ -27,7 +28,7 @@ import logging
 import numpy as np
 import onnx
 
-from cw.compile import onnx_shapes
+from cw.compile import onnx_shapes, weight_split
 from cw.compile.frontend import (BATCH_VAR, OnnxModel, all_graphs, all_nodes,
                                  check_operators)
 from cw.errors import ModelError
@@ -406,6 +407,15 @@ def _reporter(onnx_model: OnnxModel, progress):
         onnx_model.notes.append(f"normalize: {text}")
         progress("note", {"text": text})
     return say
+
+
+def split_weights(onnx_model: OnnxModel, page_size: int,
+                  progress=lambda event, info: None) -> None:
+    """Step 3, in place: tables larger than a weights page used in blocks that each fit one
+    (cw/compile/weight_split.py)."""
+    say = _reporter(onnx_model, progress)
+    for note in weight_split.split(onnx_model.model, page_size, onnx_model.opset):
+        say(note)
 
 
 def convert_version(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:

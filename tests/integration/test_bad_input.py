@@ -84,12 +84,23 @@ def test_dynamic_non_batch_dimension_names_it_and_shows_option(cli, tmp_path):
 
 
 def test_tensor_larger_than_a_page(cli, tmp_path):
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1024])
+    """A large weight added to the input (not a table cw splits into blocks: an embedding's
+    or a matrix product's)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1024, 600])
     w = numpy_helper.from_array(np.ones((1024, 600), np.float32), "big.weight")
-    path = _model(tmp_path / "m.onnx", [helper.make_node("MatMul", ["x", "big.weight"], ["y"])],
+    path = _model(tmp_path / "m.onnx", [helper.make_node("Add", ["x", "big.weight"], ["y"])],
                   [x], [w])
     line = _one_error_line(cli("compile", path, "-o", tmp_path / "out", "--page-size", "1MiB"))
     assert "big.weight" in line and "--page-size 4MiB" in line
+    _nothing_written(tmp_path)
+
+
+def test_an_output_without_a_batch_axis(cli, tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
+    path = _model(tmp_path / "m.onnx", [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)],
+                  [x])
+    line = _one_error_line(cli("compile", path, "-o", tmp_path / "out", "--batch-sizes", "1"))
+    assert "output 0 has no dimension (a scalar) at batch size 1" in line
     _nothing_written(tmp_path)
 
 

@@ -1,0 +1,177 @@
+"""Weights larger than a page, split into blocks that each fit one.
+
+A page is the unit of the worker's GPU weights cache, and every bundle a worker serves has
+the same page size (16 MiB by default, as Clockwork's), so a tensor larger than a page cannot
+be loaded. Transformers' vocabulary tables are: BERT-base's word embeddings are 94 MB, GPT-2's
+154 MB. Rather than make the user raise the page size of every bundle served with them, the
+two ways such a table is used are rewritten to use blocks of it:
+
+- `Gather(table, ids)` on axis 0 (an embedding): one Gather per block of rows, of the ids
+  shifted into the block and clipped to it, and a Where per block boundary choosing among
+  them. Ids out of range are clamped to the first or last row, as cw's kernels clamp them.
+- `MatMul(x, W)` by a 2-D matrix (a language model's head), or `Gemm(x, W, c)` (a classifier's
+  with thousands of classes): one product per block of output columns, concatenated, each
+  with its columns of the bias. Blocks are whole multiples of 64 columns, so that the CPU's
+  column panels (cw/compile/cpu_matmul.py) pad none but the last.
+
+A table used any other way is left as it is, and the page check names it as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from cw.compile.emit import Emitter, attr
+
+_DOMAINS = ("", "ai.onnx")
+_FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                onnx.TensorProto.BFLOAT16}
+_COLUMN_MULTIPLE = 64
+
+
+def _nbytes(tensor: onnx.TensorProto) -> int:
+    itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    return int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+
+
+def _blocks(length: int, per_block: int) -> list[tuple[int, int]]:
+    return [(start, min(start + per_block, length)) for start in range(0, length, per_block)]
+
+
+def _use(node: onnx.NodeProto, name: str, inits: dict) -> tuple[str, int] | None:
+    """How `node` uses the tensor `name`, and along which of its axes blocks are taken:
+    ("gather", 0) as the table of a Gather on axis 0, ("matmul", 1) as a MatMul's matrix,
+    ("gemm", 0 or 1) as a Gemm's B (its output columns are B's rows where transB, else its
+    columns; a bias C must be a constant or absent); else None."""
+    if node.domain not in _DOMAINS or not node.input:
+        return None
+    rest = [i for k, i in enumerate(node.input) if k != (0 if node.op_type == "Gather" else 1)]
+    if name in rest:
+        return None
+    if node.op_type == "Gather" and node.input[0] == name and attr(node, "axis", 0) == 0:
+        return "gather", 0
+    if node.op_type == "MatMul" and node.input[1] == name:
+        return "matmul", 1
+    if node.op_type == "Gemm" and node.input[1] == name and \
+            (len(node.input) < 3 or not node.input[2] or node.input[2] in inits):
+        return "gemm", 0 if attr(node, "transB", 0) else 1
+    return None
+
+
+def split(model: onnx.ModelProto, page_size: int, opset: int) -> list[str]:
+    """Rewrite, in place, the uses of each float initializer of `model`'s top-level graph
+    larger than `page_size` bytes, where all its uses are of one kind above; returns a note for
+    each one split."""
+    graph = model.graph
+    large = [t for t in graph.initializer
+             if t.data_type in _FLOAT_TYPES and _nbytes(t) > page_size]
+    if not large or opset < 13:  # the rewrite's Clip on integers and Unsqueeze's axes input
+        return []
+    inits = {t.name: t for t in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    notes = []
+    for tensor in large:
+        users = [n for n in graph.node if tensor.name in n.input]
+        uses = {_use(n, tensor.name, inits) for n in users}
+        if len(uses) != 1 or None in uses or tensor.name in outputs or \
+                _in_subgraphs(graph, tensor.name):
+            continue
+        (use, axis), dims, nbytes = uses.pop(), list(tensor.dims), _nbytes(tensor)
+        if use != "gather" and len(dims) != 2:
+            continue
+        per_block = page_size // (nbytes // dims[axis])
+        if use != "gather":  # whole column panels
+            per_block -= per_block % _COLUMN_MULTIPLE
+        if per_block < 1:
+            continue
+        blocks = _blocks(dims[axis], per_block)
+        emit = Emitter(tensor.name, inits, opset)
+        values = numpy_helper.to_array(tensor)
+        parts = [f"{emit.prefix}__cw_block{k}" for k in range(len(blocks))]
+        emit.new_inits += [numpy_helper.from_array(values[:, a:b] if axis else values[a:b], name)
+                           for name, (a, b) in zip(parts, blocks)]
+        del values
+        rewrite = {"gather": _gathered, "matmul": _multiplied, "gemm": _gemms}[use]
+        by_output = {n.output[0]: rewrite(emit, n, parts, blocks, len(dims)) for n in users}
+        nodes = []
+        for node in graph.node:
+            nodes += by_output.get(node.output[0], [node]) if tensor.name in node.input \
+                else [node]
+        del graph.node[:]
+        graph.node.extend(nodes)
+        kept = [t for t in graph.initializer if t.name != tensor.name]
+        del graph.initializer[:]
+        graph.initializer.extend(kept + emit.new_inits)
+        kind = {"gather": "rows, a Gather each", "matmul": "columns, a MatMul each",
+                "gemm": f"{'rows' if axis == 0 else 'columns'}, a Gemm each"}[use]
+        notes.append(f"weight {tensor.name} ({nbytes / 2**20:.1f} MiB) larger than a page: split "
+                     f"into {len(blocks)} blocks of up to {per_block} {kind}")
+    return notes
+
+
+def _in_subgraphs(graph: onnx.GraphProto, name: str) -> bool:
+    """Whether a branch or loop body of `graph` reads `name`."""
+    def reads(g: onnx.GraphProto) -> bool:
+        return any(name in n.input or any(reads(sub) for a in n.attribute
+                                          for sub in (*([a.g] if a.HasField("g") else []),
+                                                      *a.graphs))
+                   for n in g.node)
+    return any(reads(sub) for n in graph.node for a in n.attribute
+               for sub in (*([a.g] if a.HasField("g") else []), *a.graphs))
+
+
+def _gathered(emit: Emitter, node: onnx.NodeProto, parts: list[str],
+              blocks: list[tuple[int, int]], rank: int) -> list[onnx.NodeProto]:
+    start = len(emit.nodes)
+
+    def index(value: int, what: str) -> str:
+        return emit.const(np.array(value, np.int64), what)
+
+    ids = emit.op("Cast", [node.input[1]], "ids", to=onnx.TensorProto.INT64)
+    # negative ids count from the end, as ONNX says
+    ids = emit.op("Where", [emit.op("Less", [ids, index(0, "zero")]),
+                            emit.op("Add", [ids, index(blocks[-1][1], "rows")]), ids], "wrapped")
+    picked = []
+    for part, (a, b) in zip(parts, blocks):
+        local = emit.op("Clip", [emit.op("Sub", [ids, index(a, "start")]), index(0, "first"),
+                                 index(b - a - 1, "last")])
+        picked.append(emit.op("Gather", [part, local], "rows", axis=0))
+    result = picked[-1]
+    for k in range(len(blocks) - 2, -1, -1):
+        inside = emit.op("Less", [ids, index(blocks[k][1], "end")])
+        if rank > 1:  # the choice of block broadcast over each row's own axes
+            axes = list(range(-1, -rank, -1))
+            inside = emit.op("Unsqueeze", [inside, emit.const(np.array(axes, np.int64), "axes")])
+        result = emit.op("Where", [inside, picked[k], result],
+                         outputs=[node.output[0]] if k == 0 else None)
+    if len(blocks) == 1:
+        emit.op("Identity", [result], outputs=[node.output[0]])
+    return emit.nodes[start:]
+
+
+def _multiplied(emit: Emitter, node: onnx.NodeProto, parts: list[str],
+                blocks: list[tuple[int, int]], rank: int) -> list[onnx.NodeProto]:
+    start = len(emit.nodes)
+    products = [emit.op("MatMul", [node.input[0], part], "product") for part in parts]
+    emit.op("Concat", products, outputs=[node.output[0]], axis=-1)
+    return emit.nodes[start:]
+
+
+def _gemms(emit: Emitter, node: onnx.NodeProto, parts: list[str],
+           blocks: list[tuple[int, int]], rank: int) -> list[onnx.NodeProto]:
+    """A Gemm per block of output columns, its bias's columns with it where the bias has
+    them (a bias broadcast along the columns is shared)."""
+    start = len(emit.nodes)
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    biases = [bias] * len(blocks)
+    if bias is not None:
+        c = numpy_helper.to_array(emit.inits[bias])
+        if c.ndim and c.shape[-1] == blocks[-1][1] > 1:
+            biases = [emit.const(c[..., a:b], "bias") for a, b in blocks]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    products = [emit.op("Gemm", [node.input[0], part] + ([b] if b else []), "product", **attrs)
+                for part, b in zip(parts, biases)]
+    emit.op("Concat", products, outputs=[node.output[0]], axis=1)
+    return emit.nodes[start:]
