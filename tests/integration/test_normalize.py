@@ -229,7 +229,7 @@ def test_onnxslim_folds_alike_made_lighter(zoo_onnx, name, monkeypatch):
     import contextlib
     import hashlib
 
-    from cw.compile import frontend, normalize, onnx_shapes
+    from cw.compile import frontend, normalize, onnx_shapes, slimming
 
     import onnxslim.core
 
@@ -244,7 +244,7 @@ def test_onnxslim_folds_alike_made_lighter(zoo_onnx, name, monkeypatch):
 
     def normalized(lighter: bool):
         if not lighter:
-            monkeypatch.setattr(normalize, "_lighter_onnxslim", contextlib.nullcontext)
+            monkeypatch.setattr(slimming, "_lighter_onnxslim", contextlib.nullcontext)
         rounds.clear()
         m = frontend.load_onnx(zoo_onnx(name))
         normalize.convert_version(m, lambda event, info: None)
