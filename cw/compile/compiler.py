@@ -16,8 +16,8 @@ from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKern
                        FixedInput, Manifest, Source, Target, TensorSpec, WeightPage, Weights,
                        WeightTensor, model_name_from)
 from cw.compile import (cpu_conv, cpu_kernels, cuda_conv, cutlass_build, cutlass_conv,
-                        cutlass_plans, fast_math, fast_tvmscript, frontend, normalize,
-                        onnx_shapes, paging, rebatch, relax_rewrite, targets, tuning)
+                        cutlass_plans, fast_math, fast_tvmscript, frontend, normalize, paging,
+                        rebatch, relax_rewrite, targets, tuning)
 from cw.compile.config import (  # noqa: F401 (compile's constants, importable from here too)
     CONV_ALGOS, CUTLASS_MIN_SM, DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, DEFAULT_PAGE_SIZE,
     LARGE_KERNEL_LIBRARY_BYTES, MAX_AUTO_JOBS, PRECISIONS, CompileConfig)
@@ -285,9 +285,6 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
                                      fp16=config.precision == "fp16", conv_algo=config.conv_algo,
                                      page_size=config.page_size,
                                      tf32=config.precision == "tf32")
-    # TVM holds the weights now; the graph stays for its names (outputs, producer). Dropping
-    # the ONNX copy of the weights here saves their size again in the peak of what follows.
-    onnx_model.model = onnx_shapes.without_weights(onnx_model.model)
     if config.conv_algo != "direct" and config.target == "cpu":
         onnx_model.notes.append(f"{config.conv_algo} on the CPU: Winograd's kernels get TVM's "
                                 "default loops, far slower than cw's NCHWc convolutions (it is "

@@ -8,6 +8,7 @@ out and evaluated once here, so one weights blob serves every batch size.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import io
 import os
@@ -417,6 +418,12 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
     onnx_names = [t.name for t in onnx_model.model.graph.initializer]
     if len(onnx_names) == len(raw_names):  # the importer keeps initializer order
         raw_names = onnx_names
+    # TVM holds the weights now; the graph stays for its names (outputs, producer). Dropping
+    # the ONNX copy here takes its size off the peak of evaluating and paging the weights.
+    weights_bytes = onnx_shapes.weights_bytes(onnx_model.model)
+    onnx_model.model = onnx_shapes.without_weights(onnx_model.model)
+    if weights_bytes >= 64 << 20:
+        gc.collect()  # the importer's own objects (cycles) still hold the ONNX model
     mod = relax.transform.DecomposeOpsForInference()(mod)
     mod, _ = relax_rewrite.bounded_takes(mod)
     # before any layout conversion (NCHWc on the CPU, NHWC for CUTLASS), which a stack of
@@ -506,6 +513,8 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
             "main_transform_params"): transform}), target=tvm.target.Target("llvm"))
         vm = relax.VirtualMachine(executable, tvm.cpu())
         lifted = vm["main_transform_params"](list(raw_weights))
+        # what `lifted` passes through it shares; the rest, a second copy, goes now
+        params = raw_weights = None
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
         raise ModelError(f"TVM could not precompute the weights of {onnx_model.path.name}: "

@@ -14,7 +14,8 @@ two ways such a table is used are rewritten to use blocks of it:
   with its columns of the bias. Blocks are whole multiples of 64 columns, so that the CPU's
   column panels (cw/compile/cpu_matmul.py) pad none but the last.
 
-A table used any other way is left as it is, and the page check names it as before.
+A table used any other way, or one that would take more than MAX_BLOCKS blocks, is left as it
+is, and the page check names it as before.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ _DOMAINS = ("", "ai.onnx")
 _FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                 onnx.TensorProto.BFLOAT16}
 _COLUMN_MULTIPLE = 64
+# a chain of this many Wheres (a vocabulary of 128k x 4,096 floats in 16 MiB pages needs 125) is
+# as far as the split goes; past it, a larger page is the better answer
+MAX_BLOCKS = 128
 
 
 def _nbytes(tensor: onnx.TensorProto) -> int:
@@ -87,12 +91,10 @@ def split(model: onnx.ModelProto, page_size: int, opset: int) -> list[str]:
         if per_block < 1:
             continue
         blocks = _blocks(dims[axis], per_block)
+        if len(blocks) > MAX_BLOCKS:
+            continue
         emit = Emitter(tensor.name, inits, opset)
-        values = numpy_helper.to_array(tensor)
         parts = [f"{emit.prefix}__cw_block{k}" for k in range(len(blocks))]
-        emit.new_inits += [numpy_helper.from_array(values[:, a:b] if axis else values[a:b], name)
-                           for name, (a, b) in zip(parts, blocks)]
-        del values
         rewrite = {"gather": _gathered, "matmul": _multiplied, "gemm": _gemms}[use]
         by_output = {n.output[0]: rewrite(emit, n, parts, blocks, len(dims)) for n in users}
         nodes = []
@@ -101,14 +103,40 @@ def split(model: onnx.ModelProto, page_size: int, opset: int) -> list[str]:
                 else [node]
         del graph.node[:]
         graph.node.extend(nodes)
-        kept = [t for t in graph.initializer if t.name != tensor.name]
-        del graph.initializer[:]
-        graph.initializer.extend(kept + emit.new_inits)
+        graph.initializer.extend(emit.new_inits)  # (a Gemm's bias blocks)
+        _stored_in_blocks(graph, tensor, parts, blocks, axis)
+        biases = {n.input[2] for n in users if n.op_type == "Gemm" and len(n.input) > 2}
+        _drop_unused(graph, biases - {""} - outputs)
         kind = {"gather": "rows, a Gather each", "matmul": "columns, a MatMul each",
                 "gemm": f"{'rows' if axis == 0 else 'columns'}, a Gemm each"}[use]
         notes.append(f"weight {tensor.name} ({nbytes / 2**20:.1f} MiB) larger than a page: split "
                      f"into {len(blocks)} blocks of up to {per_block} {kind}")
     return notes
+
+
+def _stored_in_blocks(graph: onnx.GraphProto, tensor: onnx.TensorProto, parts: list[str],
+                      blocks: list[tuple[int, int]], axis: int) -> None:
+    """`tensor`'s initializer replaced by its blocks. Each block is written into the graph
+    directly, and the other initializers are left where they are: rebuilding the list, or
+    adding whole TensorProtos, copies every weight again (a 2.6 GB model grew by 6.4 GB)."""
+    values = numpy_helper.to_array(tensor)
+    for name, (a, b) in zip(parts, blocks):
+        block = graph.initializer.add()
+        block.name, block.data_type = name, tensor.data_type
+        part = values[:, a:b] if axis else values[a:b]
+        block.dims.extend(part.shape)
+        block.raw_data = np.ascontiguousarray(part).tobytes()
+    del values
+    index = next(k for k, t in enumerate(graph.initializer) if t.name == tensor.name)
+    del graph.initializer[index]
+
+
+def _drop_unused(graph: onnx.GraphProto, names: set[str]) -> None:
+    """The initializers `names` that no node reads any more (a bias now in blocks)."""
+    unused = {n for n in names if not any(n in node.input for node in graph.node)
+              and not _in_subgraphs(graph, n)}
+    for index in reversed([k for k, t in enumerate(graph.initializer) if t.name in unused]):
+        del graph.initializer[index]
 
 
 def _in_subgraphs(graph: onnx.GraphProto, name: str) -> bool:
@@ -126,8 +154,11 @@ def _gathered(emit: Emitter, node: onnx.NodeProto, parts: list[str],
               blocks: list[tuple[int, int]], rank: int) -> list[onnx.NodeProto]:
     start = len(emit.nodes)
 
-    def index(value: int, what: str) -> str:
-        return emit.const(np.array(value, np.int64), what)
+    def index(value, what: str) -> str:
+        # a Constant node, not an initializer: TVM folds it into the kernels, where an
+        # initializer would be one more weight tensor in a page (632 for a 2.6 GB pair of tables)
+        return emit.op("Constant", [], what,
+                       value=numpy_helper.from_array(np.array(value, np.int64)))
 
     ids = emit.op("Cast", [node.input[1]], "ids", to=onnx.TensorProto.INT64)
     # negative ids count from the end, as ONNX says
@@ -143,7 +174,7 @@ def _gathered(emit: Emitter, node: onnx.NodeProto, parts: list[str],
         inside = emit.op("Less", [ids, index(blocks[k][1], "end")])
         if rank > 1:  # the choice of block broadcast over each row's own axes
             axes = list(range(-1, -rank, -1))
-            inside = emit.op("Unsqueeze", [inside, emit.const(np.array(axes, np.int64), "axes")])
+            inside = emit.op("Unsqueeze", [inside, index(axes, "axes")])
         result = emit.op("Where", [inside, picked[k], result],
                          outputs=[node.output[0]] if k == 0 else None)
     if len(blocks) == 1:

@@ -100,6 +100,16 @@ def test_gemm_blocks_give_the_whole_products_outputs():
         [True, True], notes
     for e, g in zip(expected, _run(model, feeds)):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+    # the per-column bias went into blocks with its matrix; the broadcast one is shared
+    names = [t.name for t in model.graph.initializer]
+    assert "c" not in names and "c1" in names, names
+
+
+def test_a_table_past_the_most_blocks_stays_whole(monkeypatch):
+    monkeypatch.setattr(weight_split, "MAX_BLOCKS", 1)
+    model = _model()
+    assert weight_split.split(model, MIB, 17) == []
+    assert [t.name for t in model.graph.initializer] == ["table", "axes", "head"]
 
 
 def test_a_table_used_two_ways_stays_whole():
