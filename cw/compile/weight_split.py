@@ -93,7 +93,8 @@ def split(model: onnx.ModelProto, page_size: int, opset: int) -> list[str]:
         blocks = _blocks(dims[axis], per_block)
         if len(blocks) > MAX_BLOCKS:
             continue
-        emit = Emitter(tensor.name, inits, opset)
+        name = tensor.name  # (read before its initializer goes)
+        emit = Emitter(name, inits, opset)
         parts = [f"{emit.prefix}__cw_block{k}" for k in range(len(blocks))]
         rewrite = {"gather": _gathered, "matmul": _multiplied, "gemm": _gemms}[use]
         by_output = {n.output[0]: rewrite(emit, n, parts, blocks, len(dims)) for n in users}
@@ -109,8 +110,8 @@ def split(model: onnx.ModelProto, page_size: int, opset: int) -> list[str]:
         _drop_unused(graph, biases - {""} - outputs)
         kind = {"gather": "rows, a Gather each", "matmul": "columns, a MatMul each",
                 "gemm": f"{'rows' if axis == 0 else 'columns'}, a Gemm each"}[use]
-        notes.append(f"weight {tensor.name} ({nbytes / 2**20:.1f} MiB) larger than a page: split "
-                     f"into {len(blocks)} blocks of up to {per_block} {kind}")
+        notes.append(f"weight {name} ({nbytes / 2**20:.1f} MiB) larger than a page: split into "
+                     f"{len(blocks)} blocks of up to {per_block} {kind}")
     return notes
 
 
