@@ -43,15 +43,14 @@ def inline(path: Path, model: onnx.ModelProto, digest: hashlib._Hash) -> list[st
     if not external:
         return []
     base = path.resolve().parent
-    files: dict[str, Path] = {}
     with contextlib.ExitStack() as opened:
-        handles: dict[str, BinaryIO] = {}
+        files: dict[str, BinaryIO] = {}  # by location
         for tensor in external:
             info = ExternalDataInfo(tensor)
             if info.location not in files:
-                files[info.location] = _located(path, base, info.location, tensor.name)
-                handles[info.location] = opened.enter_context(files[info.location].open("rb"))
-            f = handles[info.location]
+                files[info.location] = opened.enter_context(
+                    _located(path, base, info.location, tensor.name).open("rb"))
+            f = files[info.location]
             size = os.fstat(f.fileno()).st_size
             start = info.offset or 0
             end = start + info.length if info.length else size
@@ -65,7 +64,7 @@ def inline(path: Path, model: onnx.ModelProto, digest: hashlib._Hash) -> list[st
             tensor.data_location = onnx.TensorProto.DEFAULT
             del tensor.external_data[:]
         for name in sorted(files):
-            f = handles[name]
+            f = files[name]
             f.seek(0)
             while chunk := f.read(_HASH_CHUNK):
                 digest.update(chunk)

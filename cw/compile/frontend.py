@@ -8,7 +8,6 @@ out and evaluated once here, so one weights blob serves every batch size.
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import io
 import os
@@ -420,10 +419,7 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         raw_names = onnx_names
     # TVM holds the weights now; the graph stays for its names (outputs, producer). Dropping
     # the ONNX copy here takes its size off the peak of evaluating and paging the weights.
-    weights_bytes = onnx_shapes.weights_bytes(onnx_model.model)
     onnx_model.model = onnx_shapes.without_weights(onnx_model.model)
-    if weights_bytes >= 64 << 20:
-        gc.collect()  # the importer's own objects (cycles) still hold the ONNX model
     mod = relax.transform.DecomposeOpsForInference()(mod)
     mod, _ = relax_rewrite.bounded_takes(mod)
     # before any layout conversion (NCHWc on the CPU, NHWC for CUTLASS), which a stack of
