@@ -23,20 +23,21 @@ def _weight(tensor: onnx.TensorProto) -> bool:
     return tensor.data_type not in _VALUED_TYPES and elements > _VALUED_ELEMENTS
 
 
+def tensor_bytes(tensor: onnx.TensorProto) -> int:
+    """The size of an initializer's values, from its dims (reading raw_data would copy it)."""
+    try:
+        itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, ValueError):  # UNDEFINED, STRING
+        itemsize = 1
+    elements = 1
+    for d in tensor.dims:
+        elements *= d
+    return elements * itemsize
+
+
 def weights_bytes(model: onnx.ModelProto) -> int:
-    """The size of the top-level initializers' values, from their dims (reading raw_data would
-    copy it)."""
-    total = 0
-    for tensor in model.graph.initializer:
-        try:
-            itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-        except (KeyError, ValueError):  # UNDEFINED, STRING
-            itemsize = 1
-        elements = 1
-        for d in tensor.dims:
-            elements *= d
-        total += elements * itemsize
-    return total
+    """The size of the top-level initializers' values."""
+    return sum(map(tensor_bytes, model.graph.initializer))
 
 
 def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:

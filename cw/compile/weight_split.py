@@ -25,6 +25,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from cw.compile.emit import Emitter, attr
+from cw.compile.onnx_shapes import tensor_bytes
 
 _DOMAINS = ("", "ai.onnx")
 _FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
@@ -33,11 +34,6 @@ _COLUMN_MULTIPLE = 64
 # a chain of this many Wheres (a vocabulary of 128k x 4,096 floats in 16 MiB pages needs 125) is
 # as far as the split goes; past it, a larger page is the better answer
 MAX_BLOCKS = 128
-
-
-def _nbytes(tensor: onnx.TensorProto) -> int:
-    itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    return int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
 
 
 def _blocks(length: int, per_block: int) -> list[tuple[int, int]]:
@@ -70,7 +66,7 @@ def split(model: onnx.ModelProto, page_size: int, opset: int) -> list[str]:
     each one split."""
     graph = model.graph
     large = [t for t in graph.initializer
-             if t.data_type in _FLOAT_TYPES and _nbytes(t) > page_size]
+             if t.data_type in _FLOAT_TYPES and tensor_bytes(t) > page_size]
     if not large or opset < 13:  # the rewrite's Clip on integers and Unsqueeze's axes input
         return []
     inits = {t.name: t for t in graph.initializer}
@@ -82,7 +78,7 @@ def split(model: onnx.ModelProto, page_size: int, opset: int) -> list[str]:
         if len(uses) != 1 or None in uses or tensor.name in outputs or \
                 _in_subgraphs(graph, tensor.name):
             continue
-        (use, axis), dims, nbytes = uses.pop(), list(tensor.dims), _nbytes(tensor)
+        (use, axis), dims, nbytes = uses.pop(), list(tensor.dims), tensor_bytes(tensor)
         if use != "gather" and len(dims) != 2:
             continue
         per_block = page_size // (nbytes // dims[axis])
@@ -141,14 +137,16 @@ def _drop_unused(graph: onnx.GraphProto, names: set[str]) -> None:
 
 
 def _in_subgraphs(graph: onnx.GraphProto, name: str) -> bool:
-    """Whether a branch or loop body of `graph` reads `name`."""
+    """Whether a branch or loop body of `graph` (at any depth) reads `name`."""
+    def subgraphs(g: onnx.GraphProto):
+        for node in g.node:
+            for a in node.attribute:
+                yield from ([a.g] if a.HasField("g") else [])
+                yield from a.graphs
+
     def reads(g: onnx.GraphProto) -> bool:
-        return any(name in n.input or any(reads(sub) for a in n.attribute
-                                          for sub in (*([a.g] if a.HasField("g") else []),
-                                                      *a.graphs))
-                   for n in g.node)
-    return any(reads(sub) for n in graph.node for a in n.attribute
-               for sub in (*([a.g] if a.HasField("g") else []), *a.graphs))
+        return any(name in n.input for n in g.node) or any(map(reads, subgraphs(g)))
+    return any(map(reads, subgraphs(graph)))
 
 
 def _gathered(emit: Emitter, node: onnx.NodeProto, parts: list[str],

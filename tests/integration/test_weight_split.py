@@ -147,3 +147,13 @@ def test_the_blocks_pass_the_layout_conversion_for_cutlass(tmp_path):
     assert weight_split.split(model.model, MIB, 17)
     frontend.import_model(model, conv_algo="cutlass")
     assert not [n for n in model.notes if "layout conversion" in n], model.notes
+
+
+def test_a_table_a_branch_reads_stays_whole():
+    model = _model()
+    branch = helper.make_graph([helper.make_node("Identity", ["table"], ["t"])], "b", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    model.graph.node.append(helper.make_node("If", ["cond"], ["chosen"], then_branch=branch,
+                                             else_branch=branch))
+    assert all("table" not in note for note in weight_split.split(model, MIB, 17))
+    assert "table" in [t.name for t in model.graph.initializer]
