@@ -1,7 +1,7 @@
 """CPU bundles of real-world ONNX files against onnxruntime on the same input, side by side.
 
     python bench/edge_speed.py MODEL.onnx=BUNDLE[,BUNDLE2...] [...] [--runs 10] [--rounds 2]
-                               [--batch 1] [--stat median|min]
+                               [--batch 1] [--stat median|min] [--engine-of CHECKOUT]
 
 For each ONNX file: onnxruntime (CPU, its default graph optimizations) and each bundle given for
 it (`cw compile MODEL.onnx -o BUNDLE --batch-sizes 1`; several: e.g. the same model compiled by
@@ -9,7 +9,8 @@ older code), run in turn on one random input at batch `--batch` (a size the bund
 padded up to one), round after round (onnxruntime's session
 opened anew each round and closed before cw runs); prints the median (or, with `--stat min`,
 the fastest) of `--runs` runs per round and each bundle's time over onnxruntime's in the same
-round.
+round. With `--engine-of`, each bundle also runs through the `LocalModel` of another checkout's
+cw/engine.py (the rest of cw is this one's): what a change to the run path itself costs.
 """
 
 from __future__ import annotations
@@ -42,6 +43,20 @@ def onnxruntime_ms(onnx_path: str, options, feeds: dict, runs: int, stat: str) -
     return median_ms(lambda: session.run(None, feeds), runs, stat)
 
 
+def engine_of(checkout: str):
+    """The LocalModel class of `checkout`'s cw/engine.py, loaded as a module of its own."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    name = "cw_engine_of_checkout"
+    spec = importlib.util.spec_from_file_location(name, Path(checkout) / "cw" / "engine.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module.LocalModel
+
+
 def main() -> None:
     import onnxruntime as ort
 
@@ -57,12 +72,17 @@ def main() -> None:
     # on a noisy machine the fastest run is less moved by its slow spells than the median (on
     # the 2-core build machine a median of 9 moved 30 % between rounds, 2026-11-30)
     ap.add_argument("--stat", choices=("median", "min"), default="median")
+    ap.add_argument("--engine-of", metavar="CHECKOUT",
+                    help="also run each bundle through this checkout's cw/engine.py")
     args = ap.parse_args()
+    other = engine_of(args.engine_of) if args.engine_of else None
     options = ort.SessionOptions()
     options.log_severity_level = 3  # (old exporters' initializer-as-input warnings, hundreds)
     for pair in args.pairs:
         onnx_path, _, bundles = pair.partition("=")
         models = [(b, LocalModel(b)) for b in bundles.split(",")]
+        if other is not None:
+            models += [(f"{b} [{args.engine_of}'s engine]", other(b)) for b in bundles.split(",")]
         # the bundle's shape: the file's may leave more than the batch open (--input-shape);
         # values valid for it (token ids within the vocabulary)
         manifest = models[0][1].manifest
@@ -78,9 +98,9 @@ def main() -> None:
             cells = []
             for name, m in models:
                 ms = median_ms(lambda m=m: m.run(xs), args.runs, args.stat)
-                cells.append(f"{name} {ms:.2f} ms (×{ms / ref:.2f})")
+                cells.append(f"{name} {ms:.3f} ms (×{ms / ref:.2f})")
             print(f"{onnx_path} batch {args.batch} round {r} ({args.stat}): onnxruntime "
-                  f"{ref:.2f} ms; " + "; ".join(cells), flush=True)
+                  f"{ref:.3f} ms; " + "; ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Actions per second through one simulated worker process over loopback ZeroMQ.
 
     python bench/worker_throughput.py --models DIR [--actions 50000] [--in-flight 256]
-        [--batch 1] [--no-lane]
+        [--batch 1] [--no-lane] [--runtime simulated|tvm]
 
 This process plays a minimal controller (a ROUTER: it answers registration and pings) and keeps
 `--in-flight` INFERs outstanding, each with an open window starting now; the worker
@@ -10,7 +10,8 @@ output executors. As a controller on the worker's host does, it opens a lane and
 its Welcome: the worker's INFER results come back past ZeroMQ (`--no-lane`: through ZeroMQ, as
 from another host). Prints actions/s and the result statuses. Use a bundle whose profile makes
 the simulated phases short (e.g. the demo mlp profiled on the CPU), so that the worker's own
-overhead is what is measured.
+overhead is what is measured. `--runtime tvm`: a TVM-CPU worker that runs the kernels (the
+inputs are zeros), for what the worker's run path costs a small model.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ def main() -> None:
     ap.add_argument("--in-flight", type=int, default=256)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--no-lane", action="store_true", help="results through ZeroMQ only")
+    ap.add_argument("--runtime", choices=("simulated", "tvm"), default="simulated")
     args = ap.parse_args()
     router = ZmqRouter("tcp://127.0.0.1:*", p.Codec(p.FromWorker), p.Codec(p.ToWorker),
                        lane=not args.no_lane)
-    procs = WorkerProcesses(local_address(router.address), Path(args.models), 1, "simulated",
+    procs = WorkerProcesses(local_address(router.address), Path(args.models), 1, args.runtime,
                             ["cpu"])
     try:
         peer = registration = None
@@ -55,13 +57,14 @@ def main() -> None:
         router.send(peer, p.Welcome(1, registration.worker_ns, now_ns(), True,
                                     router.lane_address))
         model = registration.models[0]
-        if model.estimates_from not in ("profile", "profile-partial"):
+        unprofiled = model.estimates_from not in ("profile", "profile-partial")
+        if args.runtime == "simulated" and unprofiled:
             # then each EXEC takes a made-up 1.5 ms and that, not the worker, is what is timed
             print(f"warning: {model.model_id} has no profile.json, so simulated EXECs take "
                   f"{model.exec_ns.get(args.batch, 0) / 1e6:.2f} ms ({model.estimates_from} "
                   f"timings); run `cw profile BUNDLE --device cpu` first", flush=True)
-        spec = model.inputs[0]
-        data = np.zeros(args.batch * spec.sample_bytes, np.uint8).tobytes()
+        inputs = [[np.zeros(args.batch * spec.sample_bytes, np.uint8).tobytes()]
+                  for spec in model.inputs]
         t = now_ns()
         router.send(peer, p.Load(id=0, model=model.model_id, gpu=0, earliest_ns=t,
                                  latest_ns=t + 1000 * MS, expected_ns=0))
@@ -81,7 +84,7 @@ def main() -> None:
                 t = now_ns()
                 router.send(peer, p.Infer(id=sent, model=model.model_id, gpu=0, earliest_ns=t,
                                           latest_ns=t + 1000 * MS, expected_ns=0,
-                                          batch_size=args.batch, n=args.batch, inputs=[[data]]))
+                                          batch_size=args.batch, n=args.batch, inputs=inputs))
             for who, msg in router.poll(10):
                 if isinstance(msg, p.Result):
                     done += 1
@@ -90,7 +93,8 @@ def main() -> None:
                     router.send(who, p.Pong(msg.worker_sent_ns, now_ns()))
         elapsed = time.perf_counter() - start
         print(f"{args.actions} INFERs (batch {args.batch}, {args.in_flight} in flight) through "
-              f"one simulated worker in {elapsed:.2f} s: {args.actions / elapsed:,.0f} actions/s; "
+              f"one {args.runtime} worker in {elapsed:.2f} s: "
+              f"{args.actions / elapsed:,.0f} actions/s; "
               f"statuses {dict(statuses)}; results by the lane: "
               f"{router.lane.received if router.lane is not None else 0}")
     finally:

@@ -91,6 +91,39 @@ def test_batch_larger_than_compiled_is_refused(cpu_bundle):
         model.run([random_input((5, 64))])
 
 
+def test_one_local_model_runs_again_and_again_alike(cpu_bundle):
+    """LocalModel reuses one input buffer per batch size: each run's outputs stay its own, a
+    smaller batch after a larger one finds its padding zeroed, and runs from several threads
+    take turns (they would overwrite each other's inputs)."""
+    import threading
+
+    model = LocalModel(cpu_bundle("mlp"))
+    x4, x2 = random_input((4, 64), seed=4), random_input((2, 64), seed=2)
+    y4 = model.run([x4])[0]
+    kept = y4.copy()
+    y2 = model.run([x2])[0]
+    assert np.array_equal(y4, kept)
+    assert np.array_equal(y2, LocalModel(cpu_bundle("mlp")).run([x2])[0])
+    assert not model._kernel(4).hosts[0][2:].any()  # x4's last rows are not left as padding
+    inputs = [random_input((1 + i % 4, 64), seed=10 + i) for i in range(8)]
+    expected = [model.run([x])[0] for x in inputs]
+    wrong = []
+
+    def runs(offset: int) -> None:
+        for k in range(100):
+            i = (offset + k) % len(inputs)
+            try:
+                if not np.array_equal(model.run([inputs[i]])[0], expected[i]):
+                    wrong.append(i)
+            except Exception as e:  # (TVM's VM, run by two threads at once, fails)
+                wrong.append(repr(e))
+
+    threads = [threading.Thread(target=runs, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
 @pytest.mark.slow
 def test_resnet18_verifies_at_batch_1_and_3(cpu_bundle, zoo_onnx):
     bundle = cpu_bundle("resnet18")

@@ -1668,9 +1668,10 @@ def test_cw_serve_without_restarts_stops_when_no_worker_is_left(models_dir):
     assert last.startswith("error: worker 0 was killed by SIGKILL"), err
 
 
-def test_the_workers_of_a_killed_cw_serve_stop_too(models_dir):
+def test_the_workers_of_a_killed_cw_serve_stop_too(models_dir, tmp_path):
     """`cw serve` killed outright (SIGKILL: no cleanup of its own) leaves no worker serving
     nobody: each watches the process that started it."""
+    import os
     import signal
     import subprocess
     import sys
@@ -1681,7 +1682,8 @@ def test_the_workers_of_a_killed_cw_serve_stop_too(models_dir):
         [sys.executable, "-m", "cw", "serve", "--models", str(models_dir), "--workers", "2",
          "--runtime", "simulated", "--workers-listen", "tcp://127.0.0.1:*",
          "--clients-listen", "tcp://127.0.0.1:*"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)})  # (its workers' logs: it cannot clean up)
     try:
         deadline = time.monotonic() + 120
         while "clients:" not in proc.stdout.readline() and time.monotonic() < deadline:

@@ -6,9 +6,11 @@ kernels read their weights zero-copy from there, exactly as the GPU runtime does
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-from cw.engine import check_target
+from cw.engine import check_target, host_rows
 from cw.serve.runtime.base import (IOSlot, PhaseTiming, Runtime, RuntimeFault, fill_input,
                                    now_ns)
 from cw.serve.runtime.host import HostModel
@@ -29,6 +31,13 @@ def aligned_zeros(shape: tuple, dtype: str) -> np.ndarray:
     return buf.view(dt).reshape(shape)
 
 
+@dataclass
+class _CpuIO(IOSlot):
+    # TVM's views of `inputs`, made once with the slot (with `main` kept and the outputs taken
+    # by DLPack: Silero VAD's output phase 40-64 us -> 5-10, docs/benchmarks.md, stop 73)
+    tensors: list = field(default_factory=list)
+
+
 class TvmCpuRuntime(Runtime):
     name = "tvm-cpu"
 
@@ -38,8 +47,9 @@ class TvmCpuRuntime(Runtime):
         self.device = self.tvm.cpu(0)
         self.memory = aligned_empty(page_size * num_pages)
         self._weights: dict[str, list] = {}  # model id -> TVM tensors aliasing cache pages
-        # (id(bundle), batch, lane) -> VM, shared by copies of a model. A TVM VM is not
-        # thread-safe, so concurrent executions (the profiler's concurrency runs) get a lane each.
+        # (id(bundle), batch, lane) -> the VM's entry point, shared by copies of a model. A TVM
+        # VM is not thread-safe, so concurrent executions (the profiler's concurrency runs) get
+        # a lane each.
         self._vms: dict[tuple[int, int, int], object] = {}
         self._free_slots: dict[tuple[str, int], list[IOSlot]] = {}
 
@@ -74,16 +84,17 @@ class TvmCpuRuntime(Runtime):
                 if lib is None:
                     kernel = next(k for k in model.manifest.kernels if k.batch_size == batch_size)
                     lib = self.tvm.runtime.load_module(str(model.bundle.file(kernel.kernel_file)))
-                self._vms[key] = VirtualMachine(lib, self.device)
+                self._vms[key] = VirtualMachine(lib, self.device)["main"]
 
     def acquire_slot(self, model: HostModel, batch_size: int,
                      deadline_ns: int | None = None) -> IOSlot | None:
         free = self._free_slots.get((model.model_id, batch_size))
         if free:
             return free.pop()
-        slot = IOSlot(model.model_id, batch_size)
+        slot = _CpuIO(model.model_id, batch_size)
         slot.inputs = [aligned_zeros((batch_size, *s.sample_shape), s.dtype)
                        for s in model.manifest.inputs]
+        slot.tensors = [self.tvm.runtime.from_dlpack(x) for x in slot.inputs]
         return slot
 
     def release_slot(self, slot: IOSlot) -> None:
@@ -97,14 +108,13 @@ class TvmCpuRuntime(Runtime):
         end = now_ns()
         return PhaseTiming(start, end, end - start)
 
-    def execute(self, model: HostModel, slot: IOSlot, lane: int = 0) -> PhaseTiming:
-        vm = self._vms.get((id(model.bundle), slot.batch_size, lane))
+    def execute(self, model: HostModel, slot: _CpuIO, lane: int = 0) -> PhaseTiming:
+        main = self._vms.get((id(model.bundle), slot.batch_size, lane))
         weights = self._weights.get(model.model_id)
-        if vm is None or weights is None:
+        if main is None or weights is None:
             raise RuntimeFault(f"model {model.model_id} batch {slot.batch_size} is not ready")
-        rt = self.tvm.runtime
         start = now_ns()
-        result = vm["main"](*[rt.from_dlpack(x) for x in slot.inputs], *weights)
+        result = main(*slot.tensors, *weights)
         end = now_ns()
         slot.outputs = [result] if hasattr(result, "numpy") else list(result)
         return PhaseTiming(start, end, end - start)
@@ -123,6 +133,6 @@ class TvmCpuRuntime(Runtime):
 
     def copy_output(self, model: HostModel, slot: IOSlot) -> tuple[list[np.ndarray], PhaseTiming]:
         start = now_ns()
-        outs = [o.numpy()[:slot.n] for o in slot.outputs]
+        outs = [host_rows(o, slot.n) for o in slot.outputs]
         end = now_ns()
         return outs, PhaseTiming(start, end, end - start)
