@@ -79,7 +79,7 @@ def compile_cmd(
       [bold]cw compile r50.onnx -o r50-gpu --target cuda --arch sm_90 --batch-sizes 1,4,16[/]
       [bold]cw compile r50.onnx -o r50 --tune-db r50-tuning[/]
     """
-    from cw.compile.frontend import parse_input_shapes, parse_input_values
+    from cw.compile.onnx_load import parse_input_shapes, parse_input_values
 
     config = CompileConfig(target=target, arch=arch, batch_sizes=parse_batch_sizes(batch_sizes),
                            page_size=parse_size(page_size, "page size"), name=name, force=force,

@@ -63,7 +63,7 @@ def tune_cmd(
       [bold]cw tune r50.onnx --db r50-h100 --target cuda --time-budget 25m[/]
       [bold]cw tune r50.onnx --db r50-h100 --target cuda --precision fp16[/]
     """
-    from cw.compile.frontend import parse_input_shapes, parse_input_values
+    from cw.compile.onnx_load import parse_input_shapes, parse_input_values
 
     budget_s = parse_duration_ns(time_budget, "time budget") / 1e9 if time_budget else None
     config = TuneConfig(db=str(db), target=target, arch=arch,
@@ -192,7 +192,7 @@ def tune_stage_cmd(
     Example:
       [bold]cw tune-stage r50.onnx --kit kit --db r50-h100 --target cuda --batch-sizes 1,16[/]
     """
-    from cw.compile.frontend import parse_input_shapes, parse_input_values
+    from cw.compile.onnx_load import parse_input_shapes, parse_input_values
     from cw.compile.tunekit import stage_kit
 
     budget_s = parse_duration_ns(time_budget, "time budget") / 1e9 if time_budget else None

@@ -16,8 +16,8 @@ from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKern
                        FixedInput, Manifest, Source, Target, TensorSpec, WeightPage, Weights,
                        WeightTensor, model_name_from)
 from cw.compile import (cpu_conv, cpu_kernels, cuda_conv, cutlass_build, cutlass_conv,
-                        cutlass_plans, fast_math, fast_tvmscript, frontend, normalize, paging,
-                        rebatch, relax_rewrite, targets, tuning)
+                        cutlass_plans, fast_math, fast_tvmscript, frontend, normalize, onnx_load,
+                        paging, rebatch, relax_rewrite, targets, tuning)
 from cw.compile.config import (  # noqa: F401 (compile's constants, importable from here too)
     CONV_ALGOS, CUTLASS_MIN_SM, DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, DEFAULT_PAGE_SIZE,
     LARGE_KERNEL_LIBRARY_BYTES, MAX_AUTO_JOBS, PRECISIONS, CompileConfig)
@@ -42,7 +42,7 @@ def bind_batch(mod, onnx_model, batch: int):
     from tvm import relax
 
     if onnx_model.fixed_batch is None:
-        mod = relax.transform.BindSymbolicVars({frontend.BATCH_VAR: batch})(mod)
+        mod = relax.transform.BindSymbolicVars({onnx_load.BATCH_VAR: batch})(mod)
         # TIR kernels emitted before this (the importer's emit_te, cw's Winograd transforms)
         # still have a symbolic batch in their buffers; FuseTIR rejects a fused kernel whose
         # buffers disagree with the now static Relax shapes ("Inconsistent buffers")
@@ -238,7 +238,7 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
     for. Shared by `cw compile` and `cw tune` so that both see the very same kernels."""
     load_tvm()
     progress("stage", {"text": "reading ONNX"})
-    onnx_model = frontend.load_onnx(onnx_path, config.input_shapes, config.input_values)
+    onnx_model = onnx_load.load_onnx(onnx_path, config.input_shapes, config.input_values)
     progress("stage", {"text": "normalizing the graph"})
     normalize.convert_version(onnx_model, progress)
     normalize.dequantize(onnx_model, progress)
@@ -271,7 +271,7 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
     progress("stage", {"text": "folding constants and shapes (onnxslim)"})
     normalize.slim(onnx_model, progress)
     # by position: normalization may have renamed an input, the manifest keeps its own name
-    limits = frontend.index_limits(onnx_model.model)
+    limits = onnx_load.index_limits(onnx_model.model)
     onnx_model.index_limits = {name: limits[graph_input.name] for (name, _, _), graph_input
                                in zip(onnx_model.inputs, onnx_model.model.graph.input)
                                if graph_input.name in limits}

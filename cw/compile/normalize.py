@@ -24,8 +24,8 @@ import numpy as np
 import onnx
 
 from cw.compile import onnx_shapes, slimming, weight_split
-from cw.compile.frontend import (BATCH_VAR, OnnxModel, all_graphs, all_nodes,
-                                 check_operators)
+from cw.compile.onnx_load import (BATCH_VAR, OnnxModel, all_graphs, all_nodes,
+                                  check_operators)
 from cw.errors import ModelError
 from cw.tvm_env import load_tvm
 

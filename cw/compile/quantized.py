@@ -45,7 +45,7 @@ from cw.errors import ModelError
 
 _ONNX = ("", "ai.onnx")
 _MS = ("com.microsoft",)
-# (domains, operator): every one of these is rewritten; frontend's operator check lets them by
+# (domains, operator): every one of these is rewritten; onnx_load's operator check lets them by
 REWRITTEN = {
     "QuantizeLinear": _ONNX, "DequantizeLinear": _ONNX, "QLinearConv": _ONNX,
     "QLinearMatMul": _ONNX, "QLinearAdd": _MS, "QLinearGlobalAveragePool": _MS, "QGemm": _MS,

@@ -2,8 +2,10 @@
 
 Soundness is checked, not assumed: with the leading dimension of every input and output made
 symbolic, onnxruntime must accept a batch of 3 and produce exactly what three batch-1 runs
-produce. Graphs that bake the batch into shape constants (a Reshape to [1, -1], say) fail that
-check and stay at batch 1, with the reason in one line.
+produce. An export traced at batch 1 often bakes that 1 into a Reshape's constant shape (a
+flatten to [1, 512] before the classifier); such a leading 1 is first made 0, ONNX's "keep the
+input's dimension", and the check decides whether that was right. Graphs that still fail it
+stay at batch 1, with the reason in one line.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import onnx
 
-from cw.compile.frontend import BATCH_VAR, OnnxModel
+from cw.compile.onnx_load import BATCH_VAR, OnnxModel
 
 CHECK_BATCH = 3
 TOLERANCE = 1e-5
@@ -26,19 +29,71 @@ def _symbolic_leading(value_infos) -> None:
             dims[0].dim_param = BATCH_VAR
 
 
+def _reshapes_keeping_the_batch(graph: onnx.GraphProto) -> int:
+    """Each Reshape of `graph` to a constant shape whose first entry is 1 gets a copy of that
+    shape with 0 there, which keeps the input's leading dimension (allowzero unset); returns
+    how many. A shape given by a Constant node or an initializer; one shared by several
+    Reshapes is copied for each, so that no other reader sees the change."""
+    constants = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output and len(node.attribute) == 1 and \
+                node.attribute[0].name == "value":
+            constants[node.output[0]] = node.attribute[0].t
+    rewritten = 0
+    for node in graph.node:
+        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or \
+                len(node.input) < 2 or node.input[1] not in constants or \
+                any(a.name == "allowzero" and a.i for a in node.attribute):
+            continue
+        shape = onnx.numpy_helper.to_array(constants[node.input[1]])
+        if shape.ndim != 1 or not len(shape) or shape[0] != 1:
+            continue
+        kept = shape.copy()
+        kept[0] = 0
+        name = f"{node.input[1]}__cw_batch_kept_{rewritten}"
+        graph.initializer.append(onnx.numpy_helper.from_array(kept, name))
+        node.input[1] = name
+        rewritten += 1
+    return rewritten
+
+
 def try_rebatch(onnx_model: OnnxModel) -> tuple[bool, str]:
     """Rebatch `onnx_model` in place if sound; returns (rebatched, one-line reason)."""
-    import onnxruntime as ort
-
     if onnx_model.fixed_batch != 1:
         return False, "batch is not fixed at 1"
     for name, dtype, _ in onnx_model.inputs:
         if not np.issubdtype(np.dtype(dtype), np.floating):
             return False, f"input '{name}' is {dtype}: cannot check soundness with random data"
-    candidate = copy.deepcopy(onnx_model.model)
+    candidate = _symbolic_copy(onnx_model.model)
+    kept = _reshapes_keeping_the_batch(candidate.graph)
+    why = _unsound(onnx_model, candidate)
+    if why and kept:  # the 0s made it worse or did not help: judge the graph as it was
+        candidate = _symbolic_copy(onnx_model.model)
+        kept, why = 0, _unsound(onnx_model, candidate)
+    if why:
+        return False, why
+    onnx_model.model = candidate
+    onnx_model.inputs = [(n, d, [BATCH_VAR, *dims[1:]]) for n, d, dims in onnx_model.inputs]
+    onnx_model.fixed_batch = None
+    note = (f"rebatched: the graph's fixed batch of 1 is now symbolic (a batch of "
+            f"{CHECK_BATCH} equals {CHECK_BATCH} batch-1 runs in onnxruntime)")
+    if kept:
+        note += f"; the leading 1 of {kept} Reshape shape(s) made 0 (the input's batch)"
+    return True, note
+
+
+def _symbolic_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    candidate = copy.deepcopy(model)
     _symbolic_leading(candidate.graph.input)
     _symbolic_leading(candidate.graph.output)
     del candidate.graph.value_info[:]  # shapes recorded for batch 1 would be stale
+    return candidate
+
+
+def _unsound(onnx_model: OnnxModel, candidate: onnx.ModelProto) -> str:
+    """Why `candidate` (`onnx_model` with a symbolic batch) is not sound; "" when it is."""
+    import onnxruntime as ort
+
     rng = np.random.default_rng(0)
     feeds = {name: rng.standard_normal((CHECK_BATCH, *dims[1:])).astype(dtype)
              for name, dtype, dims in onnx_model.inputs}
@@ -52,18 +107,14 @@ def try_rebatch(onnx_model: OnnxModel) -> tuple[bool, str]:
                    for i in range(CHECK_BATCH)]
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        return False, f"onnxruntime rejects a batch of {CHECK_BATCH}: {first[:160]}"
+        return f"onnxruntime rejects a batch of {CHECK_BATCH}: {first[:160]}"
     for k, y in enumerate(batched):
         expected = np.concatenate([s[k] for s in singles])
         if y.shape != expected.shape:
-            return False, (f"output {k} has shape {list(y.shape)} for a batch of {CHECK_BATCH}, "
-                           f"not {list(expected.shape)}")
+            return (f"output {k} has shape {list(y.shape)} for a batch of {CHECK_BATCH}, "
+                    f"not {list(expected.shape)}")
         scale = float(np.max(np.abs(expected))) or 1.0
         if float(np.max(np.abs(y - expected))) > TOLERANCE * scale:
-            return False, (f"output {k} for a batch of {CHECK_BATCH} differs from "
-                           f"{CHECK_BATCH} batch-1 runs")
-    onnx_model.model = candidate
-    onnx_model.inputs = [(n, d, [BATCH_VAR, *dims[1:]]) for n, d, dims in onnx_model.inputs]
-    onnx_model.fixed_batch = None
-    return True, (f"rebatched: the graph's fixed batch of 1 is now symbolic (a batch of "
-                  f"{CHECK_BATCH} equals {CHECK_BATCH} batch-1 runs in onnxruntime)")
+            return (f"output {k} for a batch of {CHECK_BATCH} differs from "
+                    f"{CHECK_BATCH} batch-1 runs")
+    return ""

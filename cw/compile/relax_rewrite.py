@@ -6,7 +6,7 @@ embedding table and die of a segmentation fault (id 10^12) or answer garbage (id
 size); in a worker that is every model's requests lost, and on a GPU a dead CUDA context. So
 takes clamp their indices (mode "clip": a min and a max per index, nothing measurable), and
 the bundle's manifest carries each index input's range so that cw run, the client and the
-controller refuse such a request in one line before it reaches a kernel (frontend.index_limits).
+controller refuse such a request in one line before it reaches a kernel (onnx_load.index_limits).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import logging
 import onnx
 
 from cw.compile import onnx_shapes
-from cw.compile.frontend import BATCH_VAR, OnnxModel
+from cw.compile.onnx_load import BATCH_VAR, OnnxModel
 from cw.errors import ModelError
 
 # onnxslim's fusions that fold a Mul after a convolution or matrix product into its weights

@@ -229,7 +229,7 @@ def test_onnxslim_folds_alike_made_lighter(zoo_onnx, name, monkeypatch):
     import contextlib
     import hashlib
 
-    from cw.compile import frontend, normalize, onnx_shapes, slimming
+    from cw.compile import normalize, onnx_load, onnx_shapes, slimming
 
     import onnxslim.core
 
@@ -246,7 +246,7 @@ def test_onnxslim_folds_alike_made_lighter(zoo_onnx, name, monkeypatch):
         if not lighter:
             monkeypatch.setattr(slimming, "_lighter_onnxslim", contextlib.nullcontext)
         rounds.clear()
-        m = frontend.load_onnx(zoo_onnx(name))
+        m = onnx_load.load_onnx(zoo_onnx(name))
         normalize.convert_version(m, lambda event, info: None)
         normalize.dequantize(m, lambda event, info: None)
         normalize.slim(m, lambda event, info: None)
@@ -263,9 +263,9 @@ def test_onnxslim_keeps_no_graph_once_done(zoo_onnx):
     and through them a copy of the weights) after `slim`: normalization releases them."""
     from onnxslim.core.pattern.registry import DEFAULT_FUSION_PATTERNS
 
-    from cw.compile import frontend, normalize
+    from cw.compile import normalize, onnx_load
 
-    m = frontend.load_onnx(zoo_onnx("small_bert"))
+    m = onnx_load.load_onnx(zoo_onnx("small_bert"))
     normalize.slim(m, lambda event, info: None)
     matchers = [x for ms in DEFAULT_FUSION_PATTERNS.values() for x in ms]
     assert len(matchers) > 10

@@ -139,11 +139,11 @@ def test_the_blocks_pass_the_layout_conversion_for_cutlass(tmp_path):
     """CUDA bundles convert layouts to NHWC for CUTLASS over the whole graph; ONNX Max/Min on
     the ids (imported as stacks) made that conversion fail, and so turned CUTLASS off for every
     convolution of a model with a split table."""
-    from cw.compile import frontend
+    from cw.compile import frontend, onnx_load
 
     src = tmp_path / "tables.onnx"
     onnx.save(_model(), src)
-    model = frontend.load_onnx(src)
+    model = onnx_load.load_onnx(src)
     assert weight_split.split(model.model, MIB, 17)
     frontend.import_model(model, conv_algo="cutlass")
     assert not [n for n in model.notes if "layout conversion" in n], model.notes

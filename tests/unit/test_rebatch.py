@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from cw.compile import frontend
+from cw.compile import onnx_load
 from cw.compile.rebatch import try_rebatch
 
 
@@ -16,7 +16,7 @@ def _save(tmp_path, nodes, inits, out_shape):
     m.ir_version = 8
     path = tmp_path / "m.onnx"
     onnx.save(m, path)
-    return frontend.load_onnx(path)
+    return onnx_load.load_onnx(path)
 
 
 def test_batch_independent_graph_is_rebatched(tmp_path):
@@ -25,14 +25,49 @@ def test_batch_independent_graph_is_rebatched(tmp_path):
     assert model.fixed_batch == 1
     ok, why = try_rebatch(model)
     assert ok and "rebatched" in why
-    assert model.fixed_batch is None and model.inputs[0][2][0] == frontend.BATCH_VAR
+    assert model.fixed_batch is None and model.inputs[0][2][0] == onnx_load.BATCH_VAR
     dim = model.model.graph.input[0].type.tensor_type.shape.dim[0]
-    assert dim.dim_param == frontend.BATCH_VAR
+    assert dim.dim_param == onnx_load.BATCH_VAR
 
 
-def test_reshape_to_a_fixed_batch_is_not_rebatched(tmp_path):
+def _reshaped_by(model) -> list:
+    graph = model.model.graph
+    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    return [values[n.input[1]].tolist() for n in graph.node if n.op_type == "Reshape"]
+
+
+def test_reshape_to_a_fixed_batch_keeps_the_batch(tmp_path):
+    """A flatten traced at batch 1 (Reshape to the constant [1, 8]) keeps the input's batch
+    instead (0), from an initializer or a Constant node; the check finds that sound."""
     shape = numpy_helper.from_array(np.array([1, 8], np.int64), "shape")
     model = _save(tmp_path, [helper.make_node("Reshape", ["x", "shape"], ["y"])], [shape], [1, 8])
+    ok, why = try_rebatch(model)
+    assert ok and "the leading 1 of 1 Reshape shape(s) made 0" in why, why
+    assert model.fixed_batch is None and _reshaped_by(model) == [[0, 8]]
+    constant = helper.make_node("Constant", [], ["s"], value=numpy_helper.from_array(
+        np.array([1, 2, 4], np.int64)))
+    model = _save(tmp_path, [constant, helper.make_node("Reshape", ["x", "s"], ["y"])], [],
+                  [1, 2, 4])
+    ok, why = try_rebatch(model)
+    assert ok and "made 0" in why and _reshaped_by(model) == [[0, 2, 4]]
+
+
+def test_a_leading_1_that_is_not_the_batch_is_left_alone(tmp_path):
+    """[1, 4, 2] -> [8] -> [1, 8]: the second Reshape's 1 is not the batch (the first one lost
+    it), so 0 there does not help; the graph is judged as it was, and stays at batch 1."""
+    flat = numpy_helper.from_array(np.array([8], np.int64), "flat")
+    shape = numpy_helper.from_array(np.array([1, 8], np.int64), "shape")
+    model = _save(tmp_path, [helper.make_node("Reshape", ["x", "flat"], ["v"]),
+                             helper.make_node("Reshape", ["v", "shape"], ["y"])],
+                  [flat, shape], [1, 8])
+    ok, why = try_rebatch(model)
+    assert not ok and "onnxruntime rejects a batch of 3" in why, why
+    assert model.fixed_batch == 1 and _reshaped_by(model) == [[8], [1, 8]]
+
+
+def test_reshape_to_a_fixed_batch_of_2_is_not_rebatched(tmp_path):
+    shape = numpy_helper.from_array(np.array([2, 4], np.int64), "shape")
+    model = _save(tmp_path, [helper.make_node("Reshape", ["x", "shape"], ["y"])], [shape], [2, 4])
     ok, why = try_rebatch(model)
     assert not ok and "batch of 3" in why
     assert model.fixed_batch == 1
