@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from cw.compile import onnx_shapes, slimming, weight_split
+from cw.compile import onnx_shapes, resize_scales, slimming, weight_split
 from cw.compile.onnx_load import (BATCH_VAR, OnnxModel, all_graphs, all_nodes,
                                   check_operators)
 from cw.errors import ModelError
@@ -149,6 +149,20 @@ def _decomposed(onnx_model: OnnxModel, say) -> None:
     if done:
         say(", ".join(f"{n} {op}" for op, n in sorted(done.items())) + " written as operators "
             "TVM imports (cw/compile/decompose.py)")
+
+
+def _sizes_as_scales(onnx_model: OnnxModel, say) -> None:
+    """Resizes to computed sizes (an export with a symbolic batch takes the batch from Shape)
+    given the same scales where exact: TVM's importer takes sizes only as numbers
+    (cw/compile/resize_scales.py)."""
+    if not resize_scales.computed_sizes(onnx_model.model.graph):
+        return
+    # (onnx's data propagation follows the Shape -> Slice -> Concat that computes the sizes)
+    dims = onnx_shapes.dims(onnx_shapes.infer(onnx_model.model, data_prop=True))
+    count = resize_scales.rewrite(onnx_model.model.graph, dims, computed_only=True)
+    if count:
+        say(f"{count} Resize node{'s' * (count != 1)} to computed sizes given the same "
+            "scales")
 
 
 def _batch_first_outputs(onnx_model: OnnxModel, say) -> None:
@@ -317,6 +331,7 @@ def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
         slimming.fold(onnx_model, say)  # the branches' shape tests and identities, folded
     _unrolled_recurrences(onnx_model, say)
     _decomposed(onnx_model, say)
+    _sizes_as_scales(onnx_model, say)
     _batch_first_outputs(onnx_model, say)
     _whole_axis_slices(onnx_model, say)
     _squares_as_products(onnx_model, say)

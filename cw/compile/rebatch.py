@@ -3,9 +3,10 @@
 Soundness is checked, not assumed: with the leading dimension of every input and output made
 symbolic, onnxruntime must accept a batch of 3 and produce exactly what three batch-1 runs
 produce. An export traced at batch 1 often bakes that 1 into a Reshape's constant shape (a
-flatten to [1, 512] before the classifier); such a leading 1 is first made 0, ONNX's "keep the
-input's dimension", and the check decides whether that was right. Graphs that still fail it
-stay at batch 1, with the reason in one line.
+flatten to [1, 512] before the classifier) or a Resize's constant sizes. Such a Reshape's
+leading 1 is first made 0 ("keep the input's dimension"), such a Resize given the same scales
+(where exact, cw/compile/resize_scales.py), and the check decides whether that was right.
+Graphs that still fail it stay at batch 1, with the reason in one line.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import copy
 import numpy as np
 import onnx
 
+from cw.compile import onnx_shapes, resize_scales
 from cw.compile.onnx_load import BATCH_VAR, OnnxModel
 
 CHECK_BATCH = 3
@@ -57,6 +59,16 @@ def _reshapes_keeping_the_batch(graph: onnx.GraphProto) -> int:
     return rewritten
 
 
+def _resizes_by_scales(model: onnx.ModelProto, candidate: onnx.ModelProto) -> int:
+    """`candidate`'s Resizes to constant sizes (their batch of 1 written in) by exact scales
+    instead (cw/compile/resize_scales.py), with the ratios read from `model`'s shapes at
+    batch 1."""
+    if not any(n.op_type == "Resize" and len(n.input) > 3 and n.input[3]
+               for n in candidate.graph.node):
+        return 0
+    return resize_scales.rewrite(candidate.graph, onnx_shapes.dims(onnx_shapes.infer(model)))
+
+
 def try_rebatch(onnx_model: OnnxModel) -> tuple[bool, str]:
     """Rebatch `onnx_model` in place if sound; returns (rebatched, one-line reason)."""
     if onnx_model.fixed_batch != 1:
@@ -66,10 +78,11 @@ def try_rebatch(onnx_model: OnnxModel) -> tuple[bool, str]:
             return False, f"input '{name}' is {dtype}: cannot check soundness with random data"
     candidate = _symbolic_copy(onnx_model.model)
     kept = _reshapes_keeping_the_batch(candidate.graph)
+    scaled = _resizes_by_scales(onnx_model.model, candidate)
     why = _unsound(onnx_model, candidate)
-    if why and kept:  # the 0s made it worse or did not help: judge the graph as it was
+    if why and kept + scaled:  # those made it worse or did not help: judge the graph as it was
         candidate = _symbolic_copy(onnx_model.model)
-        kept, why = 0, _unsound(onnx_model, candidate)
+        kept, scaled, why = 0, 0, _unsound(onnx_model, candidate)
     if why:
         return False, why
     onnx_model.model = candidate
@@ -79,6 +92,8 @@ def try_rebatch(onnx_model: OnnxModel) -> tuple[bool, str]:
             f"{CHECK_BATCH} equals {CHECK_BATCH} batch-1 runs in onnxruntime)")
     if kept:
         note += f"; the leading 1 of {kept} Reshape shape(s) made 0 (the input's batch)"
+    if scaled:
+        note += f"; {scaled} Resize(s) to sizes [1, ...] made Resizes by the same scales"
     return True, note
 
 

@@ -49,7 +49,28 @@ def test_reshape_to_a_fixed_batch_keeps_the_batch(tmp_path):
     model = _save(tmp_path, [constant, helper.make_node("Reshape", ["x", "s"], ["y"])], [],
                   [1, 2, 4])
     ok, why = try_rebatch(model)
-    assert ok and "made 0" in why and _reshaped_by(model) == [[0, 2, 4]]
+    assert ok and "the leading 1 of 1" in why and _reshaped_by(model) == [[0, 2, 4]]
+
+
+def test_resize_to_fixed_sizes_keeps_the_batch(tmp_path):
+    """An upsampling traced at batch 1 (Resize to the constant sizes [1, 4, 4, 2]) becomes a
+    Resize by the scales [1, 1, 2, 2], which name no batch: a batch of 3 is resized as three
+    single runs."""
+    sizes = numpy_helper.from_array(np.array([1, 4, 4, 2], np.int64), "sizes")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2, 1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 2])
+    graph = helper.make_graph([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"],
+                                                mode="nearest")], "g", [x], [y], [sizes])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    model = onnx_load.load_onnx(tmp_path / "m.onnx")
+    ok, why = try_rebatch(model)
+    assert ok and "1 Resize(s) to sizes [1, ...] made Resizes by the same scales" in why, why
+    (resize,) = model.model.graph.node
+    values = {t.name: numpy_helper.to_array(t) for t in model.model.graph.initializer}
+    assert len(resize.input) == 3 and values[resize.input[2]].tolist() == [1, 1, 2, 2]
+    assert "sizes" not in values  # (read by nothing now)
 
 
 def test_a_leading_1_that_is_not_the_batch_is_left_alone(tmp_path):

@@ -92,16 +92,32 @@ def test_a_held_gil_is_told_apart_from_a_process_without_a_core():
                               if "could not run" in line)
     assert late_ms > 20 and no_core_ms < late_ms / 2, lines
 
-    # no core: this watch's process, at the lowest nice level, shares its one core with a
-    # process that spins (in a process of its own, so that only the OS can be in the way).
-    # Not SCHED_IDLE: on Linux 6.18 with the machine's cores taken it waited over a minute
-    # for a core to report and exit in.
-    script = textwrap.dedent("""
+    # no core: this watch's process shares its one core with a process that spins (in a
+    # process of its own, so that only the OS can be in the way): in real-time priority 60 ms
+    # of every 100 where it may (root), so that the watch cannot run then; else all the time,
+    # at normal priority against this one's lowest. (That alone let the watch run on time for
+    # 30 s in 1 of 3 runs on Linux 6.18, whose scheduler runs a thread that wakes soon.) Not
+    # SCHED_IDLE: with the machine's cores taken it waited over a minute for a core to report
+    # and exit in.
+    spinner = textwrap.dedent("""
+        import os, sys, time
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+            on_s, off_s = 0.06, 0.04
+        except (PermissionError, AttributeError):
+            on_s, off_s = 1.0, 0.0
+        print(flush=True)
+        while True:
+            end = time.perf_counter() + on_s
+            while time.perf_counter() < end:
+                pass
+            time.sleep(off_s)
+    """)
+    script = textwrap.dedent(f"""
         import os, subprocess, sys, time
         from cw.serve.stalls import StallWatch
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-        spin = subprocess.Popen([sys.executable, "-c", "import sys\\nprint(flush=True)\\n"
-                                 "while True: pass"], stdout=subprocess.PIPE)
+        os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})
+        spin = subprocess.Popen([sys.executable, "-c", {spinner!r}], stdout=subprocess.PIPE)
         spin.stdout.readline()  # it spins now
         os.nice(19)  # (this thread's: the threads it starts inherit it)
         lines = []
