@@ -6,6 +6,9 @@
 - Expand to a constant shape: the importer reads an initializer there as a shape known only
   when the model runs, and the weight lifting then hands back a shape instead of a tensor (a
   crash). As Tile, with the repeats known, it is a broadcast.
+- ConvTranspose with `output_shape` (tf2onnx writes it): the importer ignores that attribute
+  and gave the natural size (11 x 11 where the file says 10 x 10). Its padding is computed as
+  ONNX says and written as `pads`.
 - Celu, Swish and LpNormalization: a few elementwise nodes, and a reduction.
 - Attention and RotaryEmbedding (opset 23; cw/compile/attention.py).
 - DFT and STFT (audio front ends: PyTorch exports torch.stft as STFT): products by constant
@@ -26,7 +29,7 @@ from cw.errors import ModelError
 
 _DOMAINS = ("", "ai.onnx")
 _REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding"}
-_NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding"}
+_NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvTranspose"}
 # a DFT matrix this large is more likely a whole-signal transform than a front end's frames
 _MAX_DFT_MATRIX_BYTES = 64 << 20
 
@@ -90,6 +93,39 @@ def _expand(e: Emitter, node, shapes, where: str) -> bool:
                              "the input's Shape)")
     e.op("Tile", [x, e.const(np.array(repeats, np.int64), "repeats")], outputs=[node.output[0]])
     return True
+
+
+def _conv_transpose(e: Emitter, node, shapes, where: str) -> None:
+    """`node`'s output_shape as the pads that give it (ONNX's ConvTranspose: the total padding
+    is stride * (in - 1) + output_padding + (kernel - 1) * dilation + 1 - out, the larger half
+    at the end with SAME_UPPER, at the start otherwise)."""
+    x_dims, w_dims = shapes.get(node.input[0]), shapes.get(node.input[1])
+    if not x_dims or not w_dims or len(x_dims) != len(w_dims):
+        raise ModelError(f"{where} has an output_shape, and the shape of its input is not "
+                         "known", "export it with pads instead of output_shape")
+    spatial = len(x_dims) - 2
+    sizes_out = list(attr(node, "output_shape"))[-spatial:]
+    kernel = list(attr(node, "kernel_shape", w_dims[2:]))
+    strides = list(attr(node, "strides", [1] * spatial))
+    dilations = list(attr(node, "dilations", [1] * spatial))
+    extra = list(attr(node, "output_padding", [0] * spatial))
+    upper = attr(node, "auto_pad", "NOTSET") == "SAME_UPPER"
+    begin, end = [], []
+    for i in range(spatial):
+        if not isinstance(x_dims[2 + i], int):
+            raise ModelError(f"{where} has an output_shape, and its input's spatial size is not "
+                             "fixed", "fix it with --input-shape")
+        total = strides[i] * (x_dims[2 + i] - 1) + extra[i] + (kernel[i] - 1) * dilations[i] + \
+            1 - sizes_out[i]
+        if total < 0:
+            raise ModelError(f"{where}: its output_shape {sizes_out} is larger than the "
+                             "convolution gives", "export it with output_padding instead")
+        small = total // 2
+        begin.append(small if upper else total - small)
+        end.append(total - small if upper else small)
+    kept = {a.name: helper.get_attribute_value(a) for a in node.attribute
+            if a.name not in ("output_shape", "auto_pad", "pads")}
+    e.op("ConvTranspose", list(node.input), outputs=[node.output[0]], pads=begin + end, **kept)
 
 
 def _celu(e: Emitter, node) -> None:
@@ -241,6 +277,8 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
         contrib.rewrite_node(e, node, shapes, types, used, where)
     elif node.op_type == "Expand":
         return _expand(e, node, shapes, where)
+    elif node.op_type == "ConvTranspose":
+        _conv_transpose(e, node, shapes, where)
     elif node.op_type == "Celu":
         _celu(e, node)
     elif node.op_type == "Swish":
@@ -271,6 +309,7 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
     inits = {t.name: t for t in graph.initializer}
     todo = [n for n in graph.node if n.domain in _DOMAINS and (
         n.op_type in _REWRITTEN or n.op_type == "Expand" and n.input[1] in inits
+        or n.op_type == "ConvTranspose" and attr(n, "output_shape") is not None
         or attention.is_rewritten(n, opset) or n.op_type not in supported) or
         contrib.is_rewritten(n)]
     if not todo:
@@ -284,7 +323,7 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
             nodes.append(node)
             continue
         where = _where(node, path)
-        if node.op_type not in _REWRITTEN and node.op_type != "Expand" and \
+        if node.op_type not in _REWRITTEN and node.op_type not in ("Expand", "ConvTranspose") and \
                 not attention.is_rewritten(node, opset) and not contrib.is_rewritten(node):
             if not all(i in inits for i in node.input if i) or node.op_type in ("If", "Loop",
                                                                                 "Scan"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from cw.compile import onnx_shapes, resize_scales, slimming, weight_split
+from cw.compile import onnx_shapes, resize_scales, shape_constants, slimming, weight_split
 from cw.compile.onnx_load import (BATCH_VAR, OnnxModel, all_graphs, all_nodes,
                                   check_operators)
 from cw.errors import ModelError
@@ -332,6 +332,10 @@ def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
     _unrolled_recurrences(onnx_model, say)
     _decomposed(onnx_model, say)
     _sizes_as_scales(onnx_model, say)
+    inlined = shape_constants.inline(onnx_model.model.graph)
+    if inlined:
+        say(f"{inlined} integer constant{'s' * (inlined != 1)} of shape arithmetic (on the "
+            "batch) as Constant nodes, for TVM's importer to follow")
     _batch_first_outputs(onnx_model, say)
     _whole_axis_slices(onnx_model, say)
     _squares_as_products(onnx_model, say)

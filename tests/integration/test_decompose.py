@@ -274,6 +274,84 @@ def test_an_expand_adding_axes_compiles_at_a_fixed_batch(tmp_path):
     assert result.outputs[0].shape == (1, 3, 4) and result.relative_error == 0
 
 
+def _conv_transpose(**attrs):
+    weight = np.random.default_rng(0).standard_normal((4, 2, 3, 3)).astype(np.float32)
+    return [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], **attrs)], \
+        ["N", 4, 5, 5], None, [_c("w", weight)]
+
+
+@pytest.mark.parametrize("attrs", [
+    {"output_shape": [10, 10]}, {"output_shape": [9, 10]}, {"output_shape": [11, 11]},
+    {"output_shape": [10, 9], "auto_pad": "SAME_UPPER"},
+    {"output_shape": [10, 10], "auto_pad": "SAME_LOWER"},
+    {"output_shape": [10, 10], "output_padding": [1, 1]},
+], ids=lambda a: "-".join(f"{k}={v}" for k, v in a.items()))
+def test_conv_transpose_output_shape_is_kept(tmp_path, attrs):
+    """TVM's importer ignores a ConvTranspose's output_shape: cw gave 11 x 11 where the file
+    says 10 x 10, with no error. It is now written as the pads ONNX derives from it."""
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = tmp_path / "m.onnx"
+    _save(src, *_conv_transpose(**attrs))
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert any("ConvTranspose" in n for n in m.notes), m.notes
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 4, 5, 5)).astype(np.float32)
+        result = run_bundle(tmp_path / "b", [x], "cpu", src)
+        assert result.outputs[0].shape == (batch, 2, *attrs["output_shape"])
+        assert result.relative_error <= 1e-5, (batch, result.relative_error)
+
+
+def test_conv_transpose_output_shape_larger_than_it_gives_is_refused(tmp_path, cli):
+    src = tmp_path / "m.onnx"
+    _save(src, *_conv_transpose(output_shape=[12, 12]))
+    r = cli("compile", src, "-o", tmp_path / "b")
+    assert r.code != 0 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "output_shape [12, 12] is larger than the convolution gives" in r.err, r.err
+
+
+def _batch_of(x: str) -> tuple[list, list]:
+    """[N] from `x`'s shape, as an export with a symbolic batch computes it."""
+    return [helper.make_node("Shape", [x], ["shape_of_x"]),
+            helper.make_node("Gather", ["shape_of_x", "zero"], ["n0"], axis=0),
+            helper.make_node("Unsqueeze", ["n0", "axis0"], ["n"])], \
+        [_c("zero", np.array(0)), _c("axis0", np.array([0]))]
+
+
+@pytest.mark.parametrize("pattern", ["class_token", "zero_state"])
+def test_shapes_computed_from_the_batch_compile(tmp_path, pattern):
+    """A ViT's class token expanded to the batch (Expand to [N, 1, 8]) and a state of zeros
+    of the batch's size (ConstantOfShape [N, 5]): the shape arithmetic's constants were
+    parameters TVM's importer could not read, the shapes known only at run time, and cw
+    refused the model. They agree with onnxruntime at batch 1 and 3."""
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    nodes, inits = _batch_of("x")
+    if pattern == "class_token":
+        token = np.random.default_rng(0).standard_normal((1, 1, 8)).astype(np.float32)
+        nodes += [helper.make_node("Concat", ["n", "rest"], ["shape"], axis=0),
+                  helper.make_node("Expand", ["token", "shape"], ["tokens"]),
+                  helper.make_node("Concat", ["tokens", "x"], ["y"], axis=1)]
+        inits += [_c("rest", np.array([1, 8])), _c("token", token)]
+        x_shape, y_shape = ["N", 5, 8], ["N", 6, 8]
+    else:
+        nodes += [helper.make_node("Concat", ["n", "five"], ["shape"], axis=0),
+                  helper.make_node("ConstantOfShape", ["shape"], ["zeros"],
+                                   value=_c("v", np.array([0.5], np.float32))),
+                  helper.make_node("Concat", ["x", "zeros"], ["y"], axis=1)]
+        inits += [_c("five", np.array([5]))]
+        x_shape, y_shape = ["N", 3], ["N", 8]
+    src = tmp_path / "m.onnx"
+    _save(src, nodes, x_shape, y_shape, inits)
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert any("of shape arithmetic (on the batch) as Constant nodes" in n for n in m.notes)
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, *x_shape[1:]))
+        result = run_bundle(tmp_path / "b", [x.astype(np.float32)], "cpu", src)
+        assert result.outputs[0].shape == (batch, *y_shape[1:])
+        assert result.relative_error == 0, (batch, result.relative_error)
+
+
 def _upsampling(size: int, sizes, mode: str):
     """x [batch, 3, size, size] -> Conv to 4 channels -> Resize to `sizes` (a list: a
     constant; None: computed as an export with a symbolic batch writes them, the batch and
