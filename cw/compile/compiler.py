@@ -270,6 +270,14 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
         batch_sizes = (fixed,)
     progress("stage", {"text": "folding constants and shapes (onnxslim)"})
     normalize.slim(onnx_model, progress)
+    mixing = rebatch.batch_mixing(onnx_model.model) if max(batch_sizes) > 1 else ""
+    if mixing:
+        if config.batch_sizes != DEFAULT_BATCH_SIZES:
+            raise UsageError(f"{Path(onnx_path).name}: {mixing}; cannot compile batch sizes "
+                             f"{','.join(map(str, batch_sizes))}",
+                             "use --batch-sizes 1 (cw batches independent requests)")
+        onnx_model.notes.append(f"{mixing}: only batch size 1 compiled")
+        batch_sizes = (1,)
     # by position: normalization may have renamed an input, the manifest keeps its own name
     limits = onnx_load.index_limits(onnx_model.model)
     onnx_model.index_limits = {name: limits[graph_input.name] for (name, _, _), graph_input

@@ -9,6 +9,9 @@
 - ConvTranspose with `output_shape` (tf2onnx writes it): the importer ignores that attribute
   and gave the natural size (11 x 11 where the file says 10 x 10). Its padding is computed as
   ONNX says and written as `pads`.
+- Resize with antialias (opset 18; torchvision's resize): the importer ignores the attribute
+  (0.7 off onnxruntime). Each resized axis is a product by a constant matrix, the resize of
+  each unit vector along that axis as onnxruntime computes it.
 - Celu, Swish and LpNormalization: a few elementwise nodes, and a reduction.
 - Attention and RotaryEmbedding (opset 23; cw/compile/attention.py).
 - DFT and STFT (audio front ends: PyTorch exports torch.stft as STFT): products by constant
@@ -29,7 +32,8 @@ from cw.errors import ModelError
 
 _DOMAINS = ("", "ai.onnx")
 _REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding"}
-_NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvTranspose"}
+_NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvTranspose",
+                 "Resize"}
 # a DFT matrix this large is more likely a whole-signal transform than a front end's frames
 _MAX_DFT_MATRIX_BYTES = 64 << 20
 
@@ -126,6 +130,73 @@ def _conv_transpose(e: Emitter, node, shapes, where: str) -> None:
     kept = {a.name: helper.get_attribute_value(a) for a in node.attribute
             if a.name not in ("output_shape", "auto_pad", "pads")}
     e.op("ConvTranspose", list(node.input), outputs=[node.output[0]], pads=begin + end, **kept)
+
+
+def _antialiased_resize(e: Emitter, node, shapes, where: str) -> None:
+    """An antialiased Resize as one matrix product per resized axis. The resize is linear and
+    done axis by axis, so each axis's matrix is the resize of the unit vectors along it, which
+    onnxruntime computes here once (as `--verify` and onnxruntime itself would)."""
+    import onnxruntime as ort
+
+    dims = shapes.get(node.input[0])
+    scales = e.constant(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    sizes = e.constant(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+    if not dims or not all(isinstance(d, int) for d in dims[1:]) or \
+            (scales is None or not scales.size) and sizes is None or \
+            attr(node, "axes") is not None or \
+            attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch" or \
+            attr(node, "coordinate_transformation_mode") == "tf_crop_and_resize":
+        raise ModelError(f"{where} resizes with antialias, and its sizes, scales or input "
+                         "shape are not constants cw can read", "export the model without "
+                         "antialias, or resize before the model")
+    rank = len(dims)
+    kept = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    x = node.input[0]
+    for axis in range(2, rank):
+        one = [1.0] * rank
+        if sizes is not None:
+            size_out = int(sizes.reshape(-1)[axis])
+        else:
+            one[axis] = float(scales.reshape(-1)[axis])
+            size_out = int(np.floor(dims[axis] * np.float32(one[axis])))
+        if size_out == dims[axis] and one[axis] == 1.0:
+            continue
+        basis_shape = [dims[axis]] + [1] * (rank - 1)
+        basis_shape[axis] = dims[axis]
+        basis = np.zeros(basis_shape, np.float32)
+        for k in range(dims[axis]):
+            basis[(k,) + (0,) * (axis - 1) + (k,) + (0,) * (rank - axis - 1)] = 1
+        inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, basis_shape)]
+        if sizes is not None:
+            target = [dims[axis]] + [1] * (rank - 1)
+            target[axis] = size_out
+            extra = [numpy_helper.from_array(np.array(target, np.int64), "sizes")]
+            resize_inputs = ["x", "", "", "sizes"]
+        else:
+            extra = [numpy_helper.from_array(np.array(one, np.float32), "scales")]
+            resize_inputs = ["x", "", "scales"]
+        graph = helper.make_graph(
+            [helper.make_node("Resize", resize_inputs, ["y"], **kept)], "basis", inputs,
+            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], extra)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", e.opset)])
+        try:
+            session = ort.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+            matrix = session.run(None, {"x": basis})[0].reshape(dims[axis], size_out)
+        except Exception as error:  # (onnxruntime refuses nearest with antialias, say)
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0][-160:]
+            raise ModelError(f"{where} resizes with antialias, and onnxruntime cannot "
+                             f"compute it: {first}", "export the model without antialias") \
+                from None
+        last = axis == rank - 1
+        perm = list(range(rank))
+        perm[axis], perm[-1] = perm[-1], perm[axis]
+        if not last:
+            x = e.op("Transpose", [x], perm=perm)
+        x = e.op("MatMul", [x, e.const(matrix, "antialias")])
+        if not last:
+            x = e.op("Transpose", [x], perm=perm)
+    e.op("Identity", [x], outputs=[node.output[0]])
 
 
 def _celu(e: Emitter, node) -> None:
@@ -279,6 +350,8 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
         return _expand(e, node, shapes, where)
     elif node.op_type == "ConvTranspose":
         _conv_transpose(e, node, shapes, where)
+    elif node.op_type == "Resize":
+        _antialiased_resize(e, node, shapes, where)
     elif node.op_type == "Celu":
         _celu(e, node)
     elif node.op_type == "Swish":
@@ -310,6 +383,7 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
     todo = [n for n in graph.node if n.domain in _DOMAINS and (
         n.op_type in _REWRITTEN or n.op_type == "Expand" and n.input[1] in inits
         or n.op_type == "ConvTranspose" and attr(n, "output_shape") is not None
+        or n.op_type == "Resize" and attr(n, "antialias", 0)
         or attention.is_rewritten(n, opset) or n.op_type not in supported) or
         contrib.is_rewritten(n)]
     if not todo:
@@ -323,7 +397,8 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
             nodes.append(node)
             continue
         where = _where(node, path)
-        if node.op_type not in _REWRITTEN and node.op_type not in ("Expand", "ConvTranspose") and \
+        if node.op_type not in _REWRITTEN and \
+                node.op_type not in ("Expand", "ConvTranspose", "Resize") and \
                 not attention.is_rewritten(node, opset) and not contrib.is_rewritten(node):
             if not all(i in inits for i in node.input if i) or node.op_type in ("If", "Loop",
                                                                                 "Scan"):

@@ -133,3 +133,55 @@ def _unsound(onnx_model: OnnxModel, candidate: onnx.ModelProto) -> str:
             return (f"output {k} for a batch of {CHECK_BATCH} differs from "
                     f"{CHECK_BATCH} batch-1 runs")
     return ""
+
+
+_REDUCTIONS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+               "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
+# operators along one axis, and that axis's default
+_ALONG_AXIS = {"Softmax": -1, "LogSoftmax": -1, "Hardmax": -1, "ArgMax": 0, "ArgMin": 0,
+               "TopK": -1}
+
+
+def _axes(node: onnx.NodeProto, constants: dict, rank: int) -> set[int] | None:
+    """The axes `node` combines values along (0 .. rank-1), None where not known."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type in _ALONG_AXIS:
+        axes = [attrs.get("axis", _ALONG_AXIS[node.op_type])]
+    elif node.op_type == "CumSum":
+        if len(node.input) < 2 or node.input[1] not in constants:
+            return None
+        axes = onnx.numpy_helper.to_array(constants[node.input[1]]).reshape(-1).tolist()
+    elif node.op_type == "MeanVarianceNormalization":
+        axes = attrs.get("axes", [0, 2, 3])
+    else:  # a reduction: its axes as an attribute, or (opset 18; ReduceSum 13) an input
+        axes = attrs.get("axes")
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            if node.input[1] not in constants:
+                return None
+            axes = onnx.numpy_helper.to_array(constants[node.input[1]]).reshape(-1).tolist()
+        if not axes:
+            return set() if attrs.get("noop_with_empty_axes") else set(range(rank))
+    return {int(a) % rank for a in axes}
+
+
+def batch_mixing(model: onnx.ModelProto) -> str:
+    """What in `model` (batch symbolic) combines the samples of a batch: a reduction, softmax,
+    scan, selection or normalization along the batch axis. Served in batches, each request's
+    answer would then depend on the others' (and on the padding); "" when nothing does."""
+    graph = model.graph
+    kinds = _REDUCTIONS | set(_ALONG_AXIS) | {"CumSum", "MeanVarianceNormalization"}
+    candidates = [n for n in graph.node if n.op_type in kinds and n.domain in ("", "ai.onnx")]
+    if not candidates:
+        return ""
+    dims = onnx_shapes.dims(onnx_shapes.infer(model), symbols=True)
+    constants = {t.name: t for t in graph.initializer}
+    for node in candidates:
+        shape = dims.get(node.input[0])
+        if not shape or shape[0] != BATCH_VAR:
+            continue
+        axes = _axes(node, constants, len(shape))
+        if axes is not None and 0 in axes:
+            return (f"{node.op_type} '{node.name or node.output[0]}' combines the samples of a "
+                    f"batch (along axes {sorted(axes)}, the batch's included)")
+    return ""
+

@@ -310,6 +310,42 @@ def test_conv_transpose_output_shape_larger_than_it_gives_is_refused(tmp_path, c
     assert "output_shape [12, 12] is larger than the convolution gives" in r.err, r.err
 
 
+@pytest.mark.parametrize("mode,scales,attrs", [
+    ("linear", [1, 1, 0.5, 0.5], {}), ("linear", [1, 1, 0.625, 0.625], {}),
+    ("linear", [1, 1, 1, 0.5], {}), ("linear", [1, 1, 2, 2], {}),
+    ("linear", [1, 1, 0.5, 0.5], {"coordinate_transformation_mode": "align_corners"}),
+    ("cubic", [1, 1, 0.5, 0.5], {"exclude_outside": 1, "cubic_coeff_a": -0.5}),
+])
+def test_an_antialiased_resize_agrees_with_onnxruntime(tmp_path, mode, scales, attrs):
+    """TVM's importer ignores Resize's antialias (opset 18, torchvision's resize): the bundle
+    was 0.7 off onnxruntime, silently. Each axis is now a product by the matrix onnxruntime
+    gives for it."""
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    out = [int(np.floor(8 * np.float32(s))) for s in scales[2:]]
+    src = tmp_path / "m.onnx"
+    _save(src, [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, antialias=1,
+                                 **attrs)], ["N", 2, 8, 8], ["N", 2, *out],
+          [_c("scales", np.array(scales, np.float32))], opset=18)
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert any("Resize" in n for n in m.notes), m.notes
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 2, 8, 8)).astype(np.float32)
+        result = run_bundle(tmp_path / "b", [x], "cpu", src)
+        assert result.outputs[0].shape == (batch, 2, *out)
+        assert result.relative_error <= 1e-6, (batch, result.relative_error)
+
+
+def test_an_antialiased_nearest_resize_is_refused_as_onnxruntime_does(tmp_path, cli):
+    src = tmp_path / "m.onnx"
+    _save(src, [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest",
+                                 antialias=1)], ["N", 2, 8, 8], ["N", 2, 4, 4],
+          [_c("scales", np.array([1, 1, 0.5, 0.5], np.float32))], opset=18)
+    r = cli("compile", src, "-o", tmp_path / "b")
+    assert r.code != 0 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "resizes with antialias, and onnxruntime cannot compute it" in r.err, r.err
+
+
 def _batch_of(x: str) -> tuple[list, list]:
     """[N] from `x`'s shape, as an export with a symbolic batch computes it."""
     return [helper.make_node("Shape", [x], ["shape_of_x"]),
