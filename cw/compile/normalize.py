@@ -11,7 +11,10 @@ shapes are fixed. Two well-kept tools do the work, each step recorded in the man
    ConstantOfShape weights — into initializers, removes no-op and dead nodes, and keeps the graph
    in topological order (cw/compile/slimming.py runs it). onnxsim would do similar folding but
    ships native code per platform; onnxoptimizer does no constant folding.
-3. Tables larger than a weights page are used in blocks that fit one (cw/compile/weight_split.py).
+3. What onnxslim cannot fold because it reads the batch: a Resize to sizes computed from Shape
+   is given the same scales (cw/compile/resize_scales.py), and the integer constants of such
+   shape arithmetic become Constant nodes the importer can read (cw/compile/shape_constants.py).
+4. Tables larger than a weights page are used in blocks that fit one (cw/compile/weight_split.py).
 
 Constant folding is what keeps weights out of kernel libraries: a weight computed by a node
 becomes an initializer, which cw packs into the paged weights blob.
@@ -158,7 +161,10 @@ def _sizes_as_scales(onnx_model: OnnxModel, say) -> None:
     if not resize_scales.computed_sizes(onnx_model.model.graph):
         return
     # (onnx's data propagation follows the Shape -> Slice -> Concat that computes the sizes)
-    dims = onnx_shapes.dims(onnx_shapes.infer(onnx_model.model, data_prop=True))
+    try:
+        dims = onnx_shapes.dims(onnx_shapes.infer(onnx_model.model, data_prop=True))
+    except Exception:  # (TVM's importer then says what it cannot take)
+        return
     count = resize_scales.rewrite(onnx_model.model.graph, dims, computed_only=True)
     if count:
         say(f"{count} Resize node{'s' * (count != 1)} to computed sizes given the same "

@@ -66,7 +66,11 @@ def _resizes_by_scales(model: onnx.ModelProto, candidate: onnx.ModelProto) -> in
     if not any(n.op_type == "Resize" and len(n.input) > 3 and n.input[3]
                for n in candidate.graph.node):
         return 0
-    return resize_scales.rewrite(candidate.graph, onnx_shapes.dims(onnx_shapes.infer(model)))
+    try:
+        dims = onnx_shapes.dims(onnx_shapes.infer(model))
+    except Exception:  # (shapes onnx cannot infer: the Resizes stay, and the check decides)
+        return 0
+    return resize_scales.rewrite(candidate.graph, dims)
 
 
 def try_rebatch(onnx_model: OnnxModel) -> tuple[bool, str]:
@@ -173,7 +177,10 @@ def batch_mixing(model: onnx.ModelProto) -> str:
     candidates = [n for n in graph.node if n.op_type in kinds and n.domain in ("", "ai.onnx")]
     if not candidates:
         return ""
-    dims = onnx_shapes.dims(onnx_shapes.infer(model), symbols=True)
+    try:
+        dims = onnx_shapes.dims(onnx_shapes.infer(model), symbols=True)
+    except Exception:  # shapes onnx cannot infer: nothing to tell from (TVM's import judges)
+        return ""
     constants = {t.name: t for t in graph.initializer}
     for node in candidates:
         shape = dims.get(node.input[0])
