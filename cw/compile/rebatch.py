@@ -168,10 +168,12 @@ def _axes(node: onnx.NodeProto, constants: dict, rank: int) -> set[int] | None:
     return {int(a) % rank for a in axes}
 
 
-def batch_mixing(model: onnx.ModelProto) -> str:
+def batch_mixing(model: onnx.ModelProto, quantized: bool = False) -> str:
     """What in `model` (batch symbolic) combines the samples of a batch: a reduction, softmax,
     scan, selection or normalization along the batch axis. Served in batches, each request's
-    answer would then depend on the others' (and on the padding); "" when nothing does."""
+    answer would then depend on the others' (and on the padding); "" when nothing does.
+    With `quantized`, a whole tensor's min or max is not counted: dynamic quantization's range,
+    which ONNX and onnxruntime take over the batch too (quantized.py's note says so)."""
     graph = model.graph
     kinds = _REDUCTIONS | set(_ALONG_AXIS) | {"CumSum", "MeanVarianceNormalization"}
     candidates = [n for n in graph.node if n.op_type in kinds and n.domain in ("", "ai.onnx")]
@@ -187,8 +189,12 @@ def batch_mixing(model: onnx.ModelProto) -> str:
         if not shape or shape[0] != BATCH_VAR:
             continue
         axes = _axes(node, constants, len(shape))
-        if axes is not None and 0 in axes:
-            return (f"{node.op_type} '{node.name or node.output[0]}' combines the samples of a "
-                    f"batch (along axes {sorted(axes)}, the batch's included)")
+        if axes is None or 0 not in axes:
+            continue
+        if quantized and node.op_type in ("ReduceMin", "ReduceMax") and \
+                axes == set(range(len(shape))):
+            continue
+        return (f"{node.op_type} '{node.name or node.output[0]}' combines the samples of a "
+                f"batch (along axes {sorted(axes)}, the batch's included)")
     return ""
 
