@@ -9,10 +9,17 @@
 - ConvTranspose with `output_shape` (tf2onnx writes it): the importer ignores that attribute
   and gave the natural size (11 x 11 where the file says 10 x 10). Its padding is computed as
   ONNX says and written as `pads`.
-- Resize with antialias (opset 18; torchvision's resize): the importer ignores the attribute
-  (0.7 off onnxruntime). Each resized axis is a product by a constant matrix, the resize of
-  each unit vector along that axis as onnxruntime computes it.
-- Celu, Swish and LpNormalization: a few elementwise nodes, and a reduction.
+- Resize in the forms the importer gets wrong or lacks (antialias, a scale that does not give
+  whole sizes, opset 18's axes and aspect policies, half_pixel_symmetric):
+  cw/compile/resize_forms.py.
+- Celu, Swish and LpNormalization: a few elementwise nodes, and a reduction. Sinh and Cosh
+  (the importer takes them; TVM's CPU code generator has no such intrinsic) from Exp.
+- Three the importer takes and gets wrong: IsInf with detect_negative or detect_positive 0
+  (ignored, silently: 1.0 off), Dropout's mask (all true at inference; onnxslim took it for
+  the input, so it is rewritten before onnxslim runs), and a MaxPool padded SAME (a crash on
+  a symbolic batch), given the pads ONNX derives.
+- Compress by a constant condition along an axis other than the batch's: a Gather of the
+  indices it keeps (refused before as an output whose size the values decide).
 - Attention and RotaryEmbedding (opset 23; cw/compile/attention.py).
 - DFT and STFT (audio front ends: PyTorch exports torch.stft as STFT): products by constant
   matrices of cosines and sines, an STFT's window folded into them and its frames one Gather
@@ -26,14 +33,16 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from cw.compile import attention, contrib, onnx_shapes
+from cw.compile import attention, contrib, onnx_shapes, resize_forms
 from cw.compile.emit import Emitter, attr
 from cw.errors import ModelError
 
 _DOMAINS = ("", "ai.onnx")
-_REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding"}
+_REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding", "Sinh",
+              "Cosh"}
 _NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvTranspose",
-                 "Resize"}
+                 "Resize", "MaxPool"}
+_SAME = ("SAME_UPPER", "SAME_LOWER")
 # a DFT matrix this large is more likely a whole-signal transform than a front end's frames
 _MAX_DFT_MATRIX_BYTES = 64 << 20
 
@@ -132,73 +141,6 @@ def _conv_transpose(e: Emitter, node, shapes, where: str) -> None:
     e.op("ConvTranspose", list(node.input), outputs=[node.output[0]], pads=begin + end, **kept)
 
 
-def _antialiased_resize(e: Emitter, node, shapes, where: str) -> None:
-    """An antialiased Resize as one matrix product per resized axis. The resize is linear and
-    done axis by axis, so each axis's matrix is the resize of the unit vectors along it, which
-    onnxruntime computes here once (as `--verify` and onnxruntime itself would)."""
-    import onnxruntime as ort
-
-    dims = shapes.get(node.input[0])
-    scales = e.constant(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-    sizes = e.constant(node.input[3]) if len(node.input) > 3 and node.input[3] else None
-    if not dims or not all(isinstance(d, int) for d in dims[1:]) or \
-            (scales is None or not scales.size) and sizes is None or \
-            attr(node, "axes") is not None or \
-            attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch" or \
-            attr(node, "coordinate_transformation_mode") == "tf_crop_and_resize":
-        raise ModelError(f"{where} resizes with antialias, and its sizes, scales or input "
-                         "shape are not constants cw can read", "export the model without "
-                         "antialias, or resize before the model")
-    rank = len(dims)
-    kept = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    x = node.input[0]
-    for axis in range(2, rank):
-        one = [1.0] * rank
-        if sizes is not None:
-            size_out = int(sizes.reshape(-1)[axis])
-        else:
-            one[axis] = float(scales.reshape(-1)[axis])
-            size_out = int(np.floor(dims[axis] * np.float32(one[axis])))
-        if size_out == dims[axis] and one[axis] == 1.0:
-            continue
-        basis_shape = [dims[axis]] + [1] * (rank - 1)
-        basis_shape[axis] = dims[axis]
-        basis = np.zeros(basis_shape, np.float32)
-        for k in range(dims[axis]):
-            basis[(k,) + (0,) * (axis - 1) + (k,) + (0,) * (rank - axis - 1)] = 1
-        inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, basis_shape)]
-        if sizes is not None:
-            target = [dims[axis]] + [1] * (rank - 1)
-            target[axis] = size_out
-            extra = [numpy_helper.from_array(np.array(target, np.int64), "sizes")]
-            resize_inputs = ["x", "", "", "sizes"]
-        else:
-            extra = [numpy_helper.from_array(np.array(one, np.float32), "scales")]
-            resize_inputs = ["x", "", "scales"]
-        graph = helper.make_graph(
-            [helper.make_node("Resize", resize_inputs, ["y"], **kept)], "basis", inputs,
-            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], extra)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", e.opset)])
-        try:
-            session = ort.InferenceSession(model.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
-            matrix = session.run(None, {"x": basis})[0].reshape(dims[axis], size_out)
-        except Exception as error:  # (onnxruntime refuses nearest with antialias, say)
-            first = (str(error).strip().splitlines() or [type(error).__name__])[0][-160:]
-            raise ModelError(f"{where} resizes with antialias, and onnxruntime cannot "
-                             f"compute it: {first}", "export the model without antialias") \
-                from None
-        last = axis == rank - 1
-        perm = list(range(rank))
-        perm[axis], perm[-1] = perm[-1], perm[axis]
-        if not last:
-            x = e.op("Transpose", [x], perm=perm)
-        x = e.op("MatMul", [x, e.const(matrix, "antialias")])
-        if not last:
-            x = e.op("Transpose", [x], perm=perm)
-    e.op("Identity", [x], outputs=[node.output[0]])
-
-
 def _celu(e: Emitter, node) -> None:
     alpha = float(attr(node, "alpha", 1.0))
     x = node.input[0]
@@ -226,6 +168,79 @@ def _lp_normalization(e: Emitter, node, where: str) -> None:
     # a row of zeros stays zeros, as onnxruntime gives it (not 0/0)
     safe = e.op("Where", [e.op("Equal", [norm, zero]), one, norm])
     e.op("Div", [x, safe], outputs=[node.output[0]])
+
+
+def _hyperbolic(e: Emitter, node) -> None:
+    """sinh x = (e^x - e^-x) / 2, cosh x = (e^x + e^-x) / 2."""
+    x = node.input[0]
+    both = e.op("Sub" if node.op_type == "Sinh" else "Add",
+                [e.op("Exp", [x]), e.op("Exp", [e.op("Neg", [x])])])
+    e.op("Mul", [both, e.const(np.float32(0.5), "half")], outputs=[node.output[0]])
+
+
+def _is_inf(e: Emitter, node) -> None:
+    x = node.input[0]
+    found = e.op("IsInf", [x])
+    zero = e.const(np.float32(0), "zero")
+    if not attr(node, "detect_negative", 1):
+        found = e.op("And", [found, e.op("Greater", [x, zero])])
+    if not attr(node, "detect_positive", 1):
+        found = e.op("And", [found, e.op("Less", [x, zero])])
+    e.op("Identity", [found], outputs=[node.output[0]])
+
+
+def dropout_masks(model: onnx.ModelProto) -> int:
+    """Before onnxslim, in place: each Dropout whose mask is read, as its input passed through
+    and a mask of all true (inference's). onnxslim takes every output of a Dropout for its
+    input, the mask too; TVM's importer gave a mask of zeros. Returns how many."""
+    graph, count = model.graph, 0
+    for k in reversed(range(len(graph.node))):
+        node = graph.node[k]
+        if node.op_type != "Dropout" or node.domain not in _DOMAINS or len(node.output) < 2 \
+                or not node.output[1]:
+            continue
+        e = Emitter(node.name or node.output[0], {})
+        e.op("Identity", [node.input[0]], outputs=[node.output[0]])
+        e.op("Expand", [e.const(np.array(True), "true"), e.op("Shape", [node.input[0]])],
+             outputs=[node.output[1]])
+        del graph.node[k]
+        for j, made in enumerate(e.nodes):
+            graph.node.insert(k + j, made)
+        graph.initializer.extend(e.new_inits)
+        count += 1
+    return count
+
+
+def _compress(e: Emitter, node) -> None:
+    """Along an axis, by a constant condition: a Gather of the chosen indices (the output size
+    is then fixed; only a condition computed when the model runs makes it vary)."""
+    chosen = np.flatnonzero(e.constant(node.input[1]).reshape(-1)).astype(np.int64)
+    e.op("Gather", [node.input[0], e.const(chosen, "chosen")], outputs=[node.output[0]],
+         axis=int(attr(node, "axis")))
+
+
+def _same_padded_pool(e: Emitter, node, shapes, where: str) -> bool:
+    """A pooling padded SAME_UPPER / SAME_LOWER with the pads ONNX derives for it: the total is
+    (ceil(in / stride) - 1) * stride + (kernel - 1) * dilation + 1 - in, its larger half at
+    the end for SAME_UPPER, at the start for SAME_LOWER."""
+    dims = shapes.get(node.input[0])
+    kernel = list(attr(node, "kernel_shape", []))
+    if not dims or len(dims) != len(kernel) + 2 or \
+            not all(isinstance(d, int) for d in dims[2:]):
+        return False  # (the importer takes a fixed shape, or says why not)
+    strides = list(attr(node, "strides", [1] * len(kernel)))
+    dilations = list(attr(node, "dilations", [1] * len(kernel)))
+    upper = attr(node, "auto_pad") == "SAME_UPPER"
+    begin, end = [], []
+    for size, k, stride, dilation in zip(dims[2:], kernel, strides, dilations):
+        total = max((-(-size // stride) - 1) * stride + (k - 1) * dilation + 1 - size, 0)
+        small = total // 2
+        begin.append(small if upper else total - small)
+        end.append(total - small if upper else small)
+    kept = {a.name: helper.get_attribute_value(a) for a in node.attribute
+            if a.name not in ("auto_pad", "pads")}
+    e.op(node.op_type, list(node.input), outputs=list(node.output), pads=begin + end, **kept)
+    return True
 
 
 def _dft_matrix(samples: int, parts: int, length: int, inverse: bool, onesided: bool,
@@ -351,9 +366,17 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
     elif node.op_type == "ConvTranspose":
         _conv_transpose(e, node, shapes, where)
     elif node.op_type == "Resize":
-        _antialiased_resize(e, node, shapes, where)
+        return resize_forms.rewrite_node(e, node, shapes, where)
     elif node.op_type == "Celu":
         _celu(e, node)
+    elif node.op_type in ("Sinh", "Cosh"):
+        _hyperbolic(e, node)
+    elif node.op_type == "IsInf":
+        _is_inf(e, node)
+    elif node.op_type == "Compress":
+        _compress(e, node)
+    elif node.op_type == "MaxPool":
+        return _same_padded_pool(e, node, shapes, where)
     elif node.op_type == "Swish":
         _swish(e, node)
     elif node.op_type == "LpNormalization":
@@ -383,7 +406,11 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
     todo = [n for n in graph.node if n.domain in _DOMAINS and (
         n.op_type in _REWRITTEN or n.op_type == "Expand" and n.input[1] in inits
         or n.op_type == "ConvTranspose" and attr(n, "output_shape") is not None
-        or n.op_type == "Resize" and attr(n, "antialias", 0)
+        or resize_forms.candidate(n, inits)
+        or n.op_type == "IsInf" and not (attr(n, "detect_negative", 1) and
+                                         attr(n, "detect_positive", 1))
+        or n.op_type == "MaxPool" and attr(n, "auto_pad") in _SAME
+        or n.op_type == "Compress" and n.input[1] in inits and attr(n, "axis", 0) != 0
         or attention.is_rewritten(n, opset) or n.op_type not in supported) or
         contrib.is_rewritten(n)]
     if not todo:
@@ -398,7 +425,8 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
             continue
         where = _where(node, path)
         if node.op_type not in _REWRITTEN and \
-                node.op_type not in ("Expand", "ConvTranspose", "Resize") and \
+                node.op_type not in ("Expand", "ConvTranspose", "Resize", "IsInf",
+                                     "MaxPool", "Compress") and \
                 not attention.is_rewritten(node, opset) and not contrib.is_rewritten(node):
             if not all(i in inits for i in node.input if i) or node.op_type in ("If", "Loop",
                                                                                 "Scan"):

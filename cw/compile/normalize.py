@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from cw.compile import onnx_shapes, resize_scales, shape_constants, slimming, weight_split
+from cw.compile import (old_opsets, onnx_shapes, resize_scales, shape_constants, slimming,
+                        weight_split)
 from cw.compile.onnx_load import (BATCH_VAR, OnnxModel, all_graphs, all_nodes,
                                   check_operators)
 from cw.errors import ModelError
@@ -41,6 +42,7 @@ def _convert_version(onnx_model: OnnxModel, say) -> None:
         return
     from onnx import version_converter
 
+    legacy = old_opsets.legacy_nodes(onnx_model.model, onnx_model.opset)
     try:
         converted = version_converter.convert_version(onnx_model.model, TARGET_OPSET)
     except Exception as e:  # the converter raises bare RuntimeErrors for unsupported adapters
@@ -48,6 +50,8 @@ def _convert_version(onnx_model: OnnxModel, say) -> None:
         say(f"opset {onnx_model.opset} kept: onnx's version converter failed ({first})")
         return
     say(f"converted from opset {onnx_model.opset} to {TARGET_OPSET} (onnx version converter)")
+    for note in old_opsets.repair(converted, legacy, onnx_model.path.name):
+        say(note)
     onnx_model.model = converted
     onnx_model.opset = TARGET_OPSET
 
@@ -331,6 +335,11 @@ def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
     say = _reporter(onnx_model, progress)
     _c_safe_names(onnx_model, say)
     _sums_as_adds(onnx_model, say)
+    from cw.compile import decompose
+
+    masks = decompose.dropout_masks(onnx_model.model)
+    if masks:
+        say(f"{masks} Dropout mask(s) made all true, as at inference")
     slimming.fold(onnx_model, say)
     if any(n.op_type == "If" for n in onnx_model.model.graph.node):
         _static_branches(onnx_model, say)

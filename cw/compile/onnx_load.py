@@ -316,6 +316,11 @@ def check_operators(path: Path, model: onnx.ModelProto, final: bool = False) -> 
                 contrib.is_rewritten(node):
             continue
         constant = not any(i in varying for i in node.input)
+        if final and node.op_type == "Compress" and node.domain in _ONNX_DOMAINS and \
+                not constant and node.input[1] not in varying:
+            raise ModelError(f"Compress at {where} selects along the batch axis, or from its "
+                             "input flattened (no axis): cw cannot batch it",
+                             "give the Compress an axis other than the batch's")
         if final and node.op_type in VALUE_SHAPED_OPS and node.domain in _ONNX_DOMAINS and \
                 not constant:
             raise ModelError(f"{node.op_type} at {where}: the size of its output depends on "

@@ -217,6 +217,24 @@ CASES = {
                 helper.make_node("MatMul", ["first4", "wk"], ["k"]),
                 helper.make_node("MatMul", ["first4", "wv"], ["v"])],
         num_heads=2),
+    # the importer takes these; TVM's CPU code generator has no sinh or cosh
+    "sinh": ([helper.make_node("Sinh", ["x"], ["y"])], ["N", 6, 16], ["N", 6, 16], (), 17),
+    "cosh": ([helper.make_node("Cosh", ["x"], ["y"])], ["N", 6, 16], ["N", 6, 16], (), 17),
+    # the importer ignored detect_negative / detect_positive (1.0 off)
+    **{f"isinf, detect_{sign} 0": (
+        [helper.make_node("Div", ["x", "zero"], ["q"]),
+         helper.make_node("IsInf", ["q"], ["inf"], **{f"detect_{sign}": 0}),
+         helper.make_node("Cast", ["inf"], ["y"], to=F)], ["N", 6, 16], ["N", 6, 16],
+        [_c("zero", np.float32(0))], 17) for sign in ("negative", "positive")},
+    # the importer crashed on a symbolic batch ("int() argument must be ... not 'Var'")
+    **{f"max pool {pad}": (
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                          auto_pad=pad)], ["N", 4, 7, 7], ["N", 4, 4, 4], (), 17)
+       for pad in ("SAME_UPPER", "SAME_LOWER")},
+    # refused before as an output whose size the values decide
+    "compress by a constant condition": (
+        [helper.make_node("Compress", ["x", "keep"], ["y"], axis=2)], ["N", 6, 16],
+        ["N", 6, 3], [_c("keep", np.array([1, 0, 0, 1, 0, 1], bool))], 17),
     "expand to a constant shape": (
         [helper.make_node("Expand", ["x", "shape"], ["y"])], ["N", 3, 1, 4], ["N", 3, 5, 4],
         [_c("shape", np.array([3, 5, 1], np.int64))], 17),
@@ -238,6 +256,34 @@ def test_rewritten_operator_agrees_with_onnxruntime(tmp_path, case):
         result = run_bundle(tmp_path / "b", [x], "cpu", src)
         assert result.outputs[0].shape == (batch, *y_shape[1:])
         assert result.relative_error <= 1e-5, (case, batch, result.relative_error)
+
+
+def test_a_dropouts_mask_is_all_true(tmp_path):
+    """onnxslim took a Dropout's mask for its input (so mask + output came out 2x), and TVM's
+    importer gave zeros. At inference the mask is all true, as onnxruntime gives it."""
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = tmp_path / "m.onnx"
+    _save(src, [helper.make_node("Dropout", ["x", "ratio"], ["d", "mask"]),
+                helper.make_node("Cast", ["mask"], ["m"], to=F),
+                helper.make_node("Add", ["d", "m"], ["y"])], ["N", 6, 16], ["N", 6, 16],
+          [_c("ratio", np.float32(0.3))], opset=13)
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert any("1 Dropout mask(s) made all true" in n for n in m.notes), m.notes
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 6, 16)).astype(np.float32)
+        result = run_bundle(tmp_path / "b", [x], "cpu", src)
+        np.testing.assert_array_equal(result.outputs[0], x + 1)
+        assert result.relative_error == 0
+
+
+def test_a_compress_along_the_batch_is_refused_in_one_line(tmp_path, cli):
+    src = tmp_path / "m.onnx"
+    _save(src, [helper.make_node("Compress", ["x", "keep"], ["y"])], ["N", 6], ["N"],
+          [_c("keep", np.array([1, 0, 1], bool))])
+    r = cli("compile", src, "-o", tmp_path / "b")
+    assert r.code != 0 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "selects along the batch axis, or from its input flattened" in r.err, r.err
 
 
 def test_a_fixed_batch_expand_is_rebatched(tmp_path):

@@ -1,0 +1,126 @@
+"""Resize forms TVM's importer gets wrong or lacks (cw/compile/resize_forms.py), and the old
+opsets' resizes and Hardmax onnx's version converter changes the meaning of
+(cw/compile/old_opsets.py): each compiles, and its bundle agrees with onnxruntime on the file
+as written, at batch 1 and 3."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from cw.engine import run_bundle
+
+F = TensorProto.FLOAT
+
+
+def _save(path, nodes, x_shape, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, x_shape)],
+                              [helper.make_tensor_value_info("y", F, None)], list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7 if opset < 13 else 8
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    model.graph.output[0].CopyFrom(inferred.graph.output[0])
+    onnx.save(model, path)
+
+
+def _resize(opset=17, scales=None, sizes=None, **attrs):
+    inputs = ["x", "", "s"] if scales is not None else ["x", "", "", "s"]
+    value = np.array(scales, np.float32) if scales is not None else np.array(sizes, np.int64)
+    if opset < 11:
+        inputs = ["x", "s"]
+    return [helper.make_node("Resize", inputs, ["y"], **attrs)], \
+        [numpy_helper.from_array(value, "s")], opset
+
+
+def _agrees(tmp_path, nodes, inits, opset, x_shape=("N", 4, 7, 9), note=None):
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = tmp_path / "m.onnx"
+    _save(src, nodes, list(x_shape), inits, opset)
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    if note:
+        assert any(note in n for n in m.notes), m.notes
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, *x_shape[1:]))
+        result = run_bundle(tmp_path / "b", [x.astype(np.float32)], "cpu", src)
+        assert result.relative_error <= 1e-5, (batch, result.relative_error)
+
+
+# TVM maps coordinates by out / in, ONNX by the scale given: 7 x 1.3 and 9 x 1.7 are not
+# whole, and every mode was 0.2-1.7 off onnxruntime, silently
+FORMS = {
+    "linear by 1.3 x 1.7": _resize(scales=[1, 1, 1.3, 1.7], mode="linear"),
+    "cubic by 0.6 x 1.7": _resize(scales=[1, 1, 0.6, 1.7], mode="cubic"),
+    "nearest by 1.3 x 1.7": _resize(scales=[1, 1, 1.3, 1.7], mode="nearest"),
+    "linear by 0.5 of odd sizes, asymmetric": _resize(
+        scales=[1, 1, 0.5, 0.5], mode="linear", coordinate_transformation_mode="asymmetric"),
+    "half_pixel_symmetric, not whole": _resize(
+        19, scales=[1, 1, 1.3, 0.5], mode="linear",
+        coordinate_transformation_mode="half_pixel_symmetric"),
+    "half_pixel_symmetric, whole": _resize(
+        19, scales=[1, 1, 2, 1], mode="cubic",
+        coordinate_transformation_mode="half_pixel_symmetric"),
+    "axes, scales": _resize(18, scales=[1.6], mode="nearest", axes=[-2]),
+    "axes, sizes": _resize(18, sizes=[13], mode="linear", axes=[3]),
+    "keep aspect ratio, not smaller": _resize(18, sizes=[14, 3], mode="nearest", axes=[2, 3],
+                                              keep_aspect_ratio_policy="not_smaller"),
+    "antialias by 0.6 x 0.45": _resize(18, scales=[1, 1, 0.6, 0.45], mode="linear",
+                                       antialias=1),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_a_resize_form_agrees_with_onnxruntime(tmp_path, form):
+    nodes, inits, opset = FORMS[form]
+    _agrees(tmp_path, nodes, inits, opset, note="cw/compile/decompose.py")
+
+
+def test_a_resize_by_whole_scales_stays_one_resize(tmp_path):
+    """2x of 7 x 9 is whole: TVM's resize is right there, and no matrix is made."""
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    nodes, inits, opset = _resize(scales=[1, 1, 2, 2], mode="linear")
+    src = tmp_path / "m.onnx"
+    _save(src, nodes, ["N", 4, 7, 9], inits, opset)
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1,)))
+    assert not any("decompose" in n for n in m.notes), m.notes
+
+
+def test_a_kept_aspect_ratio_cw_cannot_write_exactly_is_refused_in_one_line(tmp_path, cli):
+    nodes, inits, opset = _resize(18, sizes=[10, 20], mode="linear", axes=[2, 3],
+                                  keep_aspect_ratio_policy="not_larger")
+    src = tmp_path / "m.onnx"
+    _save(src, nodes, ["N", 4, 7, 9], inits, opset)
+    r = cli("compile", src, "-o", tmp_path / "b")
+    assert r.code != 0 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "in a form cw could not write exactly" in r.err, r.err
+
+
+OLD = {
+    # onnx's version converter made these half_pixel: a 2x linear upsample was 0.48 off
+    "Upsample (opset 9), linear": (
+        [helper.make_node("Upsample", ["x", "s"], ["y"], mode="linear")],
+        [numpy_helper.from_array(np.array([1, 1, 1.5, 3], np.float32), "s")], 9),
+    "Resize (opset 10), linear": _resize(10, scales=[1, 1, 2, 2], mode="linear"),
+    "Upsample (opset 7), nearest": (
+        [helper.make_node("Upsample", ["x"], ["y"], mode="nearest", scales=[1.0, 1.0, 1.3, 1.7])],
+        [], 7),
+    # onnxruntime rounds down where an axis grows and up where it shrinks: two Resizes
+    "Resize (opset 10), nearest, one axis shrunk and one grown": _resize(
+        10, scales=[1, 1, 0.7, 2.5], mode="nearest"),
+}
+
+
+@pytest.mark.parametrize("case", list(OLD))
+def test_an_old_opset_resize_keeps_its_meaning(tmp_path, case):
+    nodes, inits, opset = OLD[case]
+    _agrees(tmp_path, nodes, inits, opset, note="of the old opset kept asymmetric")
+
+
+@pytest.mark.parametrize("opset,axis", [(11, 1), (9, None), (12, 2)])
+def test_an_old_opset_hardmax_keeps_its_meaning(tmp_path, opset, axis):
+    """Below opset 13 Hardmax picks one entry of the input flattened at `axis` (default 1);
+    the converter kept the node, which then picked along that axis alone: 1.0 off."""
+    attrs = {} if axis is None else {"axis": axis}
+    _agrees(tmp_path, [helper.make_node("Hardmax", ["x"], ["y"], **attrs)], [], opset,
+            x_shape=("N", 4, 6, 6), note="Hardmax node(s) of the old opset")
