@@ -19,7 +19,8 @@
   the input, so it is rewritten before onnxslim runs), and a MaxPool padded SAME (a crash on
   a symbolic batch), given the pads ONNX derives.
 - Compress by a constant condition along an axis other than the batch's: a Gather of the
-  indices it keeps (refused before as an output whose size the values decide).
+  indices it keeps (refused before as an output whose size the values decide). A float
+  raised to a constant integer exponent (the importer wants one type): the exponent as a float.
 - Attention and RotaryEmbedding (opset 23; cw/compile/attention.py).
 - DFT and STFT (audio front ends: PyTorch exports torch.stft as STFT): products by constant
   matrices of cosines and sines, an STFT's window folded into them and its frames one Gather
@@ -41,7 +42,9 @@ _DOMAINS = ("", "ai.onnx")
 _REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding", "Sinh",
               "Cosh"}
 _NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvTranspose",
-                 "Resize", "MaxPool"}
+                 "Resize", "MaxPool", "Pow", "Tile"}
+_INTEGERS = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+             onnx.TensorProto.INT64, onnx.TensorProto.UINT8}
 _SAME = ("SAME_UPPER", "SAME_LOWER")
 # a DFT matrix this large is more likely a whole-signal transform than a front end's frames
 _MAX_DFT_MATRIX_BYTES = 64 << 20
@@ -211,6 +214,41 @@ def dropout_masks(model: onnx.ModelProto) -> int:
     return count
 
 
+def _tile_as_expand(e: Emitter, node, shapes: dict, producers: dict) -> bool:
+    """A Tile by repeats computed from the batch (DETR's `query.repeat(1, B, 1)`, a token
+    `.repeat(B, 1, 1)`), whose importer takes no shape expression there: where every axis it
+    repeats has size 1, it is the Expand to those repeats (an Expand keeps an axis given 1)."""
+    x_dims = shapes.get(node.input[0])
+    concat = producers.get(node.input[1])
+    if not x_dims or concat is None or concat.op_type != "Concat":
+        return False
+    repeats = []  # each entry's value where it is a constant, else None (computed)
+    for part in concat.input:
+        value = e.constant(part)
+        if value is not None:
+            repeats += [int(v) for v in value.reshape(-1)]
+        elif shapes.get(part) == [1]:
+            repeats.append(None)
+        else:
+            return False
+    if len(repeats) != len(x_dims) or \
+            any(d != 1 and r != 1 for d, r in zip(x_dims, repeats)):
+        return False
+    e.op("Expand", [node.input[0], node.input[1]], outputs=[node.output[0]])
+    return True
+
+
+def _float_exponent(e: Emitter, node, types: dict) -> bool:
+    """A float raised to a constant integer exponent (ONNX allows the types to differ; the
+    importer refused it): the exponent as a constant of the base's type."""
+    base = types.get(node.input[0])
+    if base not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16):
+        return False
+    exponent = e.constant(node.input[1]).astype(onnx.helper.tensor_dtype_to_np_dtype(base))
+    e.op("Pow", [node.input[0], e.const(exponent, "exponent")], outputs=[node.output[0]])
+    return True
+
+
 def _compress(e: Emitter, node) -> None:
     """Along an axis, by a constant condition: a Gather of the chosen indices (the output size
     is then fixed; only a condition computed when the model runs makes it vary)."""
@@ -357,7 +395,8 @@ def _stft(e: Emitter, node, shapes, where: str) -> None:
                                       "shape")], outputs=[node.output[0]])
 
 
-def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: str) -> bool:
+def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: str,
+                 producers: dict) -> bool:
     """Write `node` as other operators into `e`; False where it stays as it is."""
     if contrib.is_rewritten(node):
         contrib.rewrite_node(e, node, shapes, types, used, where)
@@ -375,6 +414,10 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
         _is_inf(e, node)
     elif node.op_type == "Compress":
         _compress(e, node)
+    elif node.op_type == "Pow":
+        return _float_exponent(e, node, types)
+    elif node.op_type == "Tile":
+        return _tile_as_expand(e, node, shapes, producers)
     elif node.op_type == "MaxPool":
         return _same_padded_pool(e, node, shapes, where)
     elif node.op_type == "Swish":
@@ -411,12 +454,15 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
                                          attr(n, "detect_positive", 1))
         or n.op_type == "MaxPool" and attr(n, "auto_pad") in _SAME
         or n.op_type == "Compress" and n.input[1] in inits and attr(n, "axis", 0) != 0
+        or n.op_type == "Pow" and n.input[1] in inits and inits[n.input[1]].data_type in _INTEGERS
+        or n.op_type == "Tile" and n.input[1] not in inits
         or attention.is_rewritten(n, opset) or n.op_type not in supported) or
         contrib.is_rewritten(n)]
     if not todo:
         return {}
     used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
     original = list(graph.node)
+    producers = {o: n for n in original for o in n.output}
     nodes, count, rewritten = [], {}, {id(n) for n in todo}
     shapes, types = {}, {}
     for k, node in enumerate(original):
@@ -426,7 +472,7 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
         where = _where(node, path)
         if node.op_type not in _REWRITTEN and \
                 node.op_type not in ("Expand", "ConvTranspose", "Resize", "IsInf",
-                                     "MaxPool", "Compress") and \
+                                     "MaxPool", "Compress", "Pow", "Tile") and \
                 not attention.is_rewritten(node, opset) and not contrib.is_rewritten(node):
             if not all(i in inits for i in node.input if i) or node.op_type in ("If", "Loop",
                                                                                 "Scan"):
@@ -450,7 +496,7 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
             graph.node.extend(nodes + original[k:])
             shapes, types = _shapes(model)
         e = Emitter(node.name or node.output[0], inits, opset)
-        if not _rewrite_one(e, node, shapes, types, used, where):
+        if not _rewrite_one(e, node, shapes, types, used, where, producers):
             nodes.append(node)
             continue
         nodes.extend(e.nodes)

@@ -350,7 +350,8 @@ def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
     inlined = shape_constants.inline(onnx_model.model.graph)
     if inlined:
         say(f"{inlined} integer constant{'s' * (inlined != 1)} of shape arithmetic (on the "
-            "batch) as Constant nodes, for TVM's importer to follow")
+            "batch) or of sequence splits and positions as Constant nodes, for TVM's importer "
+            "to follow")
     _batch_first_outputs(onnx_model, say)
     _whole_axis_slices(onnx_model, say)
     _squares_as_products(onnx_model, say)

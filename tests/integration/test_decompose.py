@@ -232,6 +232,9 @@ CASES = {
                           auto_pad=pad)], ["N", 4, 7, 7], ["N", 4, 4, 4], (), 17)
        for pad in ("SAME_UPPER", "SAME_LOWER")},
     # refused before as an output whose size the values decide
+    # ONNX allows an integer exponent; the importer wanted the base's type
+    "pow by an int64 exponent": ([helper.make_node("Pow", ["x", "e"], ["y"])], ["N", 6, 16],
+                                 ["N", 6, 16], [_c("e", np.array(3, np.int64))], 17),
     "compress by a constant condition": (
         [helper.make_node("Compress", ["x", "keep"], ["y"], axis=2)], ["N", 6, 16],
         ["N", 6, 3], [_c("keep", np.array([1, 0, 0, 1, 0, 1], bool))], 17),
@@ -275,6 +278,29 @@ def test_a_dropouts_mask_is_all_true(tmp_path):
         result = run_bundle(tmp_path / "b", [x], "cpu", src)
         np.testing.assert_array_equal(result.outputs[0], x + 1)
         assert result.relative_error == 0
+
+
+def test_sequence_splits_and_positions_compile(tmp_path):
+    """TVM's importer reads a SplitToSequence's split sizes and a SequenceAt's position only
+    as constants, never among the parameters cw imports initializers as: it refused both."""
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = tmp_path / "m.onnx"
+    _save(src, [helper.make_node("SplitToSequence", ["x", "split"], ["parts"], axis=2),
+                helper.make_node("SequenceAt", ["parts", "second"], ["b"]),
+                helper.make_node("SequenceAt", ["parts", "first"], ["a"]),
+                helper.make_node("Concat", ["b", "a"], ["y"], axis=2)],
+          ["N", 6, 16], ["N", 6, 16], [_c("split", np.array([4, 12], np.int64)),
+                                       _c("first", np.array(0, np.int64)),
+                                       _c("second", np.array(1, np.int64))])
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert any("3 integer constants of shape arithmetic (on the batch) or of sequence" in n
+               for n in m.notes), m.notes
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 6, 16)).astype(np.float32)
+        result = run_bundle(tmp_path / "b", [x], "cpu", src)
+        np.testing.assert_array_equal(result.outputs[0], np.concatenate([x[..., 4:],
+                                                                         x[..., :4]], 2))
 
 
 def test_a_compress_along_the_batch_is_refused_in_one_line(tmp_path, cli):
@@ -400,12 +426,15 @@ def _batch_of(x: str) -> tuple[list, list]:
         [_c("zero", np.array(0)), _c("axis0", np.array([0]))]
 
 
-@pytest.mark.parametrize("pattern", ["class_token", "zero_state"])
+@pytest.mark.parametrize("pattern", ["class_token", "zero_state", "repeated_token",
+                                     "repeated_queries"])
 def test_shapes_computed_from_the_batch_compile(tmp_path, pattern):
     """A ViT's class token expanded to the batch (Expand to [N, 1, 8]) and a state of zeros
     of the batch's size (ConstantOfShape [N, 5]): the shape arithmetic's constants were
     parameters TVM's importer could not read, the shapes known only at run time, and cw
-    refused the model. They agree with onnxruntime at batch 1 and 3."""
+    refused the model. A token repeated to the batch (`.repeat(B, 1, 1)`) and DETR's queries
+    (`.repeat(1, B, 1)`) were Tiles by repeats the importer refused ("cannot handle ShapeExpr
+    inputs"): they are Expands. They agree with onnxruntime at batch 1 and 3."""
     from cw.compile.compiler import CompileConfig, compile_model
 
     nodes, inits = _batch_of("x")
@@ -416,6 +445,21 @@ def test_shapes_computed_from_the_batch_compile(tmp_path, pattern):
                   helper.make_node("Concat", ["tokens", "x"], ["y"], axis=1)]
         inits += [_c("rest", np.array([1, 8])), _c("token", token)]
         x_shape, y_shape = ["N", 5, 8], ["N", 6, 8]
+    elif pattern == "repeated_token":
+        token = np.random.default_rng(0).standard_normal((1, 1, 8)).astype(np.float32)
+        nodes += [helper.make_node("Concat", ["n", "ones"], ["repeats"], axis=0),
+                  helper.make_node("Tile", ["token", "repeats"], ["tokens"]),
+                  helper.make_node("Concat", ["tokens", "x"], ["y"], axis=1)]
+        inits += [_c("ones", np.array([1, 1])), _c("token", token)]
+        x_shape, y_shape = ["N", 5, 8], ["N", 6, 8]
+    elif pattern == "repeated_queries":
+        queries = np.random.default_rng(0).standard_normal((5, 1, 8)).astype(np.float32)
+        nodes += [helper.make_node("Concat", ["one", "n", "one"], ["repeats"], axis=0),
+                  helper.make_node("Tile", ["queries", "repeats"], ["tiled"]),
+                  helper.make_node("Transpose", ["tiled"], ["batch_first"], perm=[1, 0, 2]),
+                  helper.make_node("Add", ["batch_first", "x"], ["y"])]
+        inits += [_c("one", np.array([1])), _c("queries", queries)]
+        x_shape, y_shape = ["N", 5, 8], ["N", 5, 8]
     else:
         nodes += [helper.make_node("Concat", ["n", "five"], ["shape"], axis=0),
                   helper.make_node("ConstantOfShape", ["shape"], ["zeros"],
@@ -426,7 +470,7 @@ def test_shapes_computed_from_the_batch_compile(tmp_path, pattern):
     src = tmp_path / "m.onnx"
     _save(src, nodes, x_shape, y_shape, inits)
     m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
-    assert any("of shape arithmetic (on the batch) as Constant nodes" in n for n in m.notes)
+    assert any("of shape arithmetic (on the batch) or of sequence splits" in n for n in m.notes)
     for batch in (1, 3):
         x = np.random.default_rng(batch).standard_normal((batch, *x_shape[1:]))
         result = run_bundle(tmp_path / "b", [x.astype(np.float32)], "cpu", src)
