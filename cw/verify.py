@@ -181,9 +181,10 @@ def onnx_reference(onnx_path: str | Path, inputs: list[np.ndarray],
     except Exception as e:
         raise ModelError(f"onnxruntime cannot load {path}: {str(e).splitlines()[0]}",
                          "give --verify a valid ONNX model") from None
-    if manifest is not None and (manifest.fixed_inputs or any(
-            s.source_batch_axis for s in (*manifest.inputs, *manifest.outputs))):
-        return _run_in_source_layout(session, inputs, manifest)
+    if manifest is not None and (manifest.fixed_inputs or _unread_inputs(session, manifest, path)
+                                 or any(s.source_batch_axis
+                                        for s in (*manifest.inputs, *manifest.outputs))):
+        return _run_in_source_layout(session, inputs, manifest, path)
     meta = session.get_inputs()
     if len(meta) != len(inputs):
         raise UsageError(f"{path.name} takes {len(meta)} input(s), the bundle {len(inputs)}",
@@ -206,8 +207,35 @@ def source_feeds(manifest, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _run_in_source_layout(session, inputs: list[np.ndarray], manifest) -> list[np.ndarray]:
+def _unread_inputs(session, manifest, path: Path) -> list:
+    """The file's inputs the bundle has not that its graph never reads (onnxslim drops them):
+    given zeros, as any value would do. (Others make the inputs disagree, as they should.)"""
+    import onnx
+
+    from cw.compile.onnx_load import all_nodes
+
+    known = {spec.name for spec in manifest.inputs} | {f.name for f in manifest.fixed_inputs}
+    missing = [m for m in session.get_inputs() if m.name not in known]
+    if not missing:
+        return []
+    graph = onnx.load(str(path), load_external_data=False).graph
+    read = {v for node in all_nodes(graph) for v in node.input} | {o.name for o in graph.output}
+    return [m for m in missing if m.name not in read]
+
+
+def _zeros_for(meta, batch: int) -> np.ndarray:
+    dtype = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+             "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+             "tensor(int32)": np.int32, "tensor(bool)": np.bool_}.get(meta.type, np.float32)
+    shape = [d if isinstance(d, int) else batch for d in meta.shape]
+    return np.zeros(shape, dtype)
+
+
+def _run_in_source_layout(session, inputs: list[np.ndarray], manifest,
+                          path: Path) -> list[np.ndarray]:
     feeds = source_feeds(manifest, inputs)
+    for meta in _unread_inputs(session, manifest, path):
+        feeds[meta.name] = _zeros_for(meta, inputs[0].shape[0] if inputs else 1)
     expected = {m.name for m in session.get_inputs()}
     if set(feeds) != expected:
         raise UsageError(f"the ONNX file takes inputs {sorted(expected)}, the bundle and its "

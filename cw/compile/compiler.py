@@ -112,12 +112,14 @@ def _tensor_specs(struct_info, batch_size: int, names: list[str],
         sample_bytes = itemsize
         for d in sample:
             sample_bytes *= d
-        if not shape or shape[0] != batch_size:
-            raise ModelError(f"output {i} has " + (f"leading dimension {shape[0]}" if shape
-                                                   else "no dimension (a scalar)")
-                             + f" at batch size {batch_size}",
-                             "cw needs outputs batched along the first axis")
         name = plain(names[i]) if i < len(names) else f"output{i}"
+        if not shape or shape[0] != batch_size:
+            raise ModelError(f"output {i} ('{name}') has " +
+                             (f"shape {shape}" if shape else "no dimension (a scalar)") +
+                             f" at batch size {batch_size}: it does not follow the batch (a "
+                             "constant, or computed across the samples)",
+                             "cw serves outputs batched along the first axis: export the model "
+                             "without that output, or compute it outside")
         specs.append(TensorSpec(name, dtype, sample, sample_bytes,
                                 (index_limits or {}).get(name, 0),
                                 (source_batch_axes or {}).get(name, 0)))

@@ -21,11 +21,10 @@
 - Compress by a constant condition along an axis other than the batch's: a Gather of the
   indices it keeps (refused before as an output whose size the values decide). A float
   raised to a constant integer exponent (the importer wants one type): the exponent as a float.
+- Tile by repeats computed from the batch (the importer takes no shape expression there), where
+  every axis it repeats has size 1: the Expand to those repeats.
 - Attention and RotaryEmbedding (opset 23; cw/compile/attention.py).
-- DFT and STFT (audio front ends: PyTorch exports torch.stft as STFT): products by constant
-  matrices of cosines and sines, an STFT's window folded into them and its frames one Gather
-  of constant indices. Exact to fp32 rounding; a matrix product costs O(n^2), where an FFT
-  would cost O(n log n), which for the frame lengths of audio models (256-1024) is small.
+- DFT and STFT (audio front ends): products by constant matrices (cw/compile/spectral.py).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from cw.compile import attention, contrib, onnx_shapes, resize_forms
+from cw.compile import attention, contrib, onnx_shapes, resize_forms, spectral
 from cw.compile.emit import Emitter, attr
 from cw.errors import ModelError
 
@@ -46,8 +45,8 @@ _NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvT
 _INTEGERS = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
              onnx.TensorProto.INT64, onnx.TensorProto.UINT8}
 _SAME = ("SAME_UPPER", "SAME_LOWER")
-# a DFT matrix this large is more likely a whole-signal transform than a front end's frames
-_MAX_DFT_MATRIX_BYTES = 64 << 20
+# operators the importer has, rewritten in the forms it gets wrong (the rest it lacks)
+_TARGETED = {"Expand", "ConvTranspose", "Resize", "IsInf", "MaxPool", "Compress", "Pow", "Tile"}
 
 
 def is_rewritten(node: onnx.NodeProto) -> bool:
@@ -281,120 +280,6 @@ def _same_padded_pool(e: Emitter, node, shapes, where: str) -> bool:
     return True
 
 
-def _dft_matrix(samples: int, parts: int, length: int, inverse: bool, onesided: bool,
-                window: np.ndarray | None = None) -> np.ndarray:
-    """[samples * parts, bins * 2]: a signal's samples (each real, or real and imaginary),
-    times this, are its transform of `length` points (zero-padded or truncated to it), each
-    bin's real and imaginary part, optionally weighted by `window` first."""
-    bins = length // 2 + 1 if onesided else length
-    n = np.arange(samples)[:, None]
-    k = np.arange(bins)[None, :]
-    theta = 2 * np.pi * ((n * k) % length) / length  # (the remainder keeps the angle exact)
-    scale = 1.0 / length if inverse else 1.0
-    cos = np.cos(theta) * scale
-    sin = np.sin(theta) * scale * (1 if inverse else -1)  # e^{±iθ} = cos + i·sin
-    cos[length:], sin[length:] = 0, 0  # samples past `length`: truncated away
-    w = np.zeros((samples, parts, bins, 2))
-    w[:, 0, :, 0], w[:, 0, :, 1] = cos, sin  # (a + ib)(cos + i·sin)
-    if parts == 2:
-        w[:, 1, :, 0], w[:, 1, :, 1] = -sin, cos
-    if window is not None:
-        w *= window.astype(np.float64).reshape(samples, 1, 1, 1)
-    return w.reshape(samples * parts, bins * 2).astype(np.float32)
-
-
-def _scalar(e: Emitter, node, i: int, where: str, what: str) -> int | None:
-    if len(node.input) <= i or not node.input[i]:
-        return None
-    value = e.constant(node.input[i])
-    if value is None:
-        raise ModelError(f"{where}: its {what} is computed when the model runs",
-                         f"export the model with a constant {what}")
-    return int(value.reshape(-1)[0])
-
-
-def _check_matrix(rows: int, cols: int, where: str) -> None:
-    if rows * cols * 4 > _MAX_DFT_MATRIX_BYTES:
-        raise ModelError(f"{where}: as a product by a {rows}x{cols} matrix it would take "
-                         f"{rows * cols * 4 >> 20} MiB of weights",
-                         "transform shorter frames (an STFT), or keep this step outside the "
-                         "model")
-
-
-def _dft(e: Emitter, node, shapes, where: str) -> None:
-    dims = shapes.get(node.input[0])
-    if not dims or not all(isinstance(d, int) for d in dims[1:]) or dims[-1] not in (1, 2):
-        raise ModelError(f"{where}: its input's shape is not known, or its last axis is not "
-                         "1 (real) or 2 (complex)", "fix the input shapes with --input-shape")
-    rank = len(dims)
-    axis = int(attr(node, "axis", 1)) if e.opset < 20 else \
-        (_scalar(e, node, 2, where, "axis") if len(node.input) > 2 and node.input[2] else -2)
-    axis = axis + rank if axis < 0 else axis
-    if not 1 <= axis <= rank - 2:
-        raise ModelError(f"{where} transforms axis {axis}, not a signal axis",
-                         "transform an axis after the batch and before the last")
-    inverse, onesided = bool(attr(node, "inverse", 0)), bool(attr(node, "onesided", 0))
-    if onesided and (inverse or dims[-1] == 2):
-        raise ModelError(f"{where} is onesided but inverse or complex",
-                         "ONNX defines onesided for real forward transforms")
-    samples, parts = dims[axis], dims[-1]
-    length = _scalar(e, node, 1, where, "dft_length") or samples
-    matrix = _dft_matrix(samples, parts, length, inverse, onesided)
-    _check_matrix(*matrix.shape, where)
-    x = node.input[0]
-    last = axis == rank - 2
-    perm = [i for i in range(rank - 1) if i != axis] + [axis, rank - 1]
-    if not last:
-        x = e.op("Transpose", [x], perm=perm)
-    keep = [0] * (rank - 2)  # Reshape's 0: the input's size there (the batch's too)
-    flat = e.op("Reshape", [x, e.const(np.array(keep + [-1], np.int64), "shape")])
-    product = e.op("MatMul", [flat, e.const(matrix, "dft")])
-    bins = matrix.shape[1] // 2
-    out = [node.output[0]] if last else None
-    y = e.op("Reshape", [product, e.const(np.array(keep + [bins, 2], np.int64), "shape")],
-             outputs=out)
-    if not last:
-        e.op("Transpose", [y], outputs=[node.output[0]], perm=list(np.argsort(perm)))
-
-
-def _stft(e: Emitter, node, shapes, where: str) -> None:
-    dims = shapes.get(node.input[0])
-    if not dims or len(dims) != 3 or not all(isinstance(d, int) for d in dims[1:]) or \
-            dims[2] not in (1, 2):
-        raise ModelError(f"{where}: its signal's shape is not [batch, length, 1 or 2] with a "
-                         "known length", "fix the input shapes with --input-shape")
-    step = _scalar(e, node, 1, where, "frame_step")
-    window = e.constant(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-    window_input = node.input[2] if len(node.input) > 2 and node.input[2] else None
-    length = _scalar(e, node, 3, where, "frame_length")
-    if length is None:
-        window_dims = shapes.get(window_input) if window_input else None
-        if not window_dims or not isinstance(window_dims[0], int):
-            raise ModelError(f"{where} has neither a frame_length nor a window of known length",
-                             "export it with a constant frame_length")
-        length = window_dims[0]
-    onesided = bool(attr(node, "onesided", 1))
-    samples, parts = dims[1], dims[2]
-    if onesided and parts == 2:
-        raise ModelError(f"{where} is onesided but its signal is complex",
-                         "ONNX defines onesided for real signals")
-    if step is None or step < 1 or length > samples:
-        raise ModelError(f"{where}: frame_step {step} and frame_length {length} do not frame "
-                         f"a signal of {samples} samples", "check the exported STFT")
-    frames = 1 + (samples - length) // step
-    starts = np.arange(frames)[:, None] * step + np.arange(length)[None, :]
-    framed = e.op("Gather", [node.input[0], e.const(starts.astype(np.int64), "frames")], axis=1)
-    if window_input and window is None:  # a window computed when the model runs
-        framed = e.op("Mul", [framed, e.op("Reshape", [window_input, e.const(
-            np.array([length, 1], np.int64), "shape")])])
-    matrix = _dft_matrix(length, parts, length, False, onesided, window)
-    _check_matrix(*matrix.shape, where)
-    flat = e.op("Reshape", [framed, e.const(np.array([0, 0, -1], np.int64), "shape")])
-    product = e.op("MatMul", [flat, e.const(matrix, "dft")])
-    e.op("Reshape", [product, e.const(np.array([0, 0, matrix.shape[1] // 2, 2], np.int64),
-                                      "shape")], outputs=[node.output[0]])
-
-
 def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: str,
                  producers: dict) -> bool:
     """Write `node` as other operators into `e`; False where it stays as it is."""
@@ -424,15 +309,32 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
         _swish(e, node)
     elif node.op_type == "LpNormalization":
         _lp_normalization(e, node, where)
-    elif node.op_type == "DFT":
-        _dft(e, node, shapes, where)
+    elif node.op_type in ("DFT", "STFT"):
+        spectral.rewrite_node(e, node, shapes, where)
     elif node.op_type == "Attention":
         attention.rewrite_node(e, node, shapes, types, used, where)
-    elif node.op_type == "RotaryEmbedding":
-        attention.rotary_node(e, node, shapes, where)
     else:
-        _stft(e, node, shapes, where)
+        attention.rotary_node(e, node, shapes, where)
     return True
+
+
+def _wanted(n, inits: dict, opset: int, supported) -> bool:
+    """Whether node `n` is one this module rewrites (or folds: an operator the importer lacks,
+    on constants)."""
+    if contrib.is_rewritten(n):
+        return True
+    if n.domain not in _DOMAINS:
+        return False
+    op = n.op_type
+    return op in _REWRITTEN or op not in supported or attention.is_rewritten(n, opset) or \
+        resize_forms.candidate(n, inits) or \
+        op == "Expand" and n.input[1] in inits or \
+        op == "ConvTranspose" and attr(n, "output_shape") is not None or \
+        op == "IsInf" and not (attr(n, "detect_negative", 1) and attr(n, "detect_positive", 1)) \
+        or op == "MaxPool" and attr(n, "auto_pad") in _SAME or \
+        op == "Compress" and n.input[1] in inits and attr(n, "axis", 0) != 0 or \
+        op == "Pow" and n.input[1] in inits and inits[n.input[1]].data_type in _INTEGERS or \
+        op == "Tile" and n.input[1] not in inits
 
 
 def _needs_shapes(node) -> bool:
@@ -446,18 +348,7 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in _DOMAINS), 17)
     inits = {t.name: t for t in graph.initializer}
-    todo = [n for n in graph.node if n.domain in _DOMAINS and (
-        n.op_type in _REWRITTEN or n.op_type == "Expand" and n.input[1] in inits
-        or n.op_type == "ConvTranspose" and attr(n, "output_shape") is not None
-        or resize_forms.candidate(n, inits)
-        or n.op_type == "IsInf" and not (attr(n, "detect_negative", 1) and
-                                         attr(n, "detect_positive", 1))
-        or n.op_type == "MaxPool" and attr(n, "auto_pad") in _SAME
-        or n.op_type == "Compress" and n.input[1] in inits and attr(n, "axis", 0) != 0
-        or n.op_type == "Pow" and n.input[1] in inits and inits[n.input[1]].data_type in _INTEGERS
-        or n.op_type == "Tile" and n.input[1] not in inits
-        or attention.is_rewritten(n, opset) or n.op_type not in supported) or
-        contrib.is_rewritten(n)]
+    todo = [n for n in graph.node if _wanted(n, inits, opset, supported)]
     if not todo:
         return {}
     used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
@@ -471,8 +362,7 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
             continue
         where = _where(node, path)
         if node.op_type not in _REWRITTEN and \
-                node.op_type not in ("Expand", "ConvTranspose", "Resize", "IsInf",
-                                     "MaxPool", "Compress", "Pow", "Tile") and \
+                node.op_type not in _TARGETED and \
                 not attention.is_rewritten(node, opset) and not contrib.is_rewritten(node):
             if not all(i in inits for i in node.input if i) or node.op_type in ("If", "Loop",
                                                                                 "Scan"):

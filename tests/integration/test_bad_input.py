@@ -100,7 +100,24 @@ def test_an_output_without_a_batch_axis(cli, tmp_path):
     path = _model(tmp_path / "m.onnx", [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)],
                   [x])
     line = _one_error_line(cli("compile", path, "-o", tmp_path / "out", "--batch-sizes", "1"))
-    assert "output 0 has no dimension (a scalar) at batch size 1" in line
+    assert "output 0 ('y') has no dimension (a scalar) at batch size 1" in line
+    _nothing_written(tmp_path)
+
+
+def test_an_output_that_does_not_follow_the_batch(cli, tmp_path):
+    """A second output computed from constants only ([3] whatever the batch)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [3])
+    one = numpy_helper.from_array(np.ones(3, np.float32), "one")
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Add", ["one", "one"],
+                                                                       ["z"])]
+    graph = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, ["N", 8]), z], [one])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    line = _one_error_line(cli("compile", tmp_path / "m.onnx", "-o", tmp_path / "out"))
+    assert "output 1 ('z') has shape [3] at batch size 1: it does not follow the batch" in line
     _nothing_written(tmp_path)
 
 

@@ -225,6 +225,29 @@ def test_scalar_weights_and_emitted_tir_functions(tmp_path):
     assert np.array_equal(result.outputs[0], np.clip(xin, 0, 6))
 
 
+def test_an_input_the_graph_never_reads_is_dropped_and_still_verifies(tmp_path, cli):
+    """onnxslim drops an input nothing reads, so the bundle takes one input less than the file:
+    `--verify` gives onnxruntime zeros for it (it said the file takes 2 inputs, the bundle 1)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+         helper.make_tensor_value_info("unused", TensorProto.INT64, ["N", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    m = compile_model(tmp_path / "m.onnx", tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert [s.name for s in m.inputs] == ["x"]
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    result = run_bundle(tmp_path / "b", [x], "cpu", tmp_path / "m.onnx")
+    assert result.relative_error == 0 and np.array_equal(result.outputs[0], np.maximum(x, 0))
+
+
 def test_old_ir_initializers_listed_as_inputs_mnist_and_rebatched(tmp_path):
     """mnist-8 (IR 3, CNTK export) lists its initializers as graph inputs too; they are dropped
     from the inputs before import. Its batch is fixed at 1 but nothing depends on it: the check

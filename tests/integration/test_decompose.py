@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from cw.compile.decompose import _dft_matrix
+from cw.compile.spectral import dft_matrix
 from cw.engine import run_bundle
 
 F = TensorProto.FLOAT
@@ -549,7 +549,7 @@ def test_dft_matrix_is_numpys_fft(parts, inverse, onesided, length, windowed):
     samples = 16
     x = rng.standard_normal((5, samples, parts))
     window = np.hanning(samples) if windowed else None
-    matrix = _dft_matrix(samples, parts, length, inverse, onesided, window)
+    matrix = dft_matrix(samples, parts, length, inverse, onesided, window)
     got = (x.reshape(5, -1) @ matrix.astype(np.float64)).reshape(5, -1, 2)
     signal = x[..., 0] + (1j * x[..., 1] if parts == 2 else 0)
     if windowed:
