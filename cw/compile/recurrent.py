@@ -7,8 +7,10 @@ step at once, then per step a product by the recurrent weights and the gate arit
 ONNX definition (LSTM: gates i, o, f, c; C = f*C + i*g(c); H = o*h(C). GRU: gates z, r, h,
 with `linear_before_reset` either way; H = (1 - z)*n + z*H. RNN: H = f(x + H*R)). Forward,
 reverse and bidirectional layers, optional biases, initial states and LSTM peepholes, and
-Sigmoid, Tanh or Relu activations are rewritten; other variants (clip, input_forget, the
-activations with parameters, the batch-first layout, sequence_lens) are refused by name.
+every activation ONNX names for them (those with alpha and beta too, consumed in order as
+onnxruntime does: Keras's hard-sigmoid LSTMs), `clip` on the activations' inputs,
+`input_forget` and the batch-first layout are rewritten; `sequence_lens` (a length per sample)
+is refused by name.
 """
 
 from __future__ import annotations
@@ -44,29 +46,69 @@ class _Emitter(Emitter):
 # cell -> (gates, default activations), per ONNX's definitions
 _CELLS = {"LSTM": (4, ["Sigmoid", "Tanh", "Tanh"]), "GRU": (3, ["Sigmoid", "Tanh"]),
           "RNN": (1, ["Tanh"])}
-_ACTIVATIONS = {"Sigmoid", "Tanh", "Relu"}  # those without alpha / beta
+# ONNX's recurrent activations (names case-insensitive) -> (operator, its alpha and beta
+# defaults; None: takes none); Affine and ScaledTanh are no operators of their own
+_ACTIVATIONS = {"relu": ("Relu", None, None), "tanh": ("Tanh", None, None),
+                "sigmoid": ("Sigmoid", None, None), "softsign": ("Softsign", None, None),
+                "softplus": ("Softplus", None, None), "leakyrelu": ("LeakyRelu", 0.01, None),
+                "thresholdedrelu": ("ThresholdedRelu", 1.0, None), "elu": ("Elu", 1.0, None),
+                "hardsigmoid": ("HardSigmoid", 0.2, 0.5), "affine": ("Affine", 1.0, 0.0),
+                "scaledtanh": ("ScaledTanh", 1.0, 1.0)}
 
 
 def _refusal(node, what: str) -> ModelError:
     return ModelError(f"{node.op_type} '{node.name or node.output[0]}' {what}: cw unrolls "
-                      "only the plain cell", "export it with Sigmoid, Tanh or Relu activations, "
-                      "no clip, input_forget=0, layout=0 and no sequence_lens")
+                      "a recurrent layer whose length is the same for every sample",
+                      "export it without sequence_lens, and with ONNX's activations")
 
 
-def _activations(node) -> list[str]:
+class _Activation:
+    """One activation of a cell, with its alpha and beta where it takes them."""
+
+    def __init__(self, name: str, alpha: float | None, beta: float | None, clip: float | None):
+        self.name, self.alpha, self.beta, self.clip = name, alpha, beta, clip
+
+    def __call__(self, e: Emitter, x: str, what: str, clipped: bool = True) -> str:
+        # ONNX: "applied to the input of activations"; onnxruntime clips the gates' inputs,
+        # not the LSTM cell state that h() reads
+        if self.clip is not None and clipped:
+            x = e.op("Clip", [x, e.const(np.float32(-self.clip), "lo"),
+                              e.const(np.float32(self.clip), "hi")], "clip")
+        if self.name == "Affine":
+            return e.op("Add", [e.op("Mul", [x, e.const(np.float32(self.alpha), "a")]),
+                                e.const(np.float32(self.beta), "b")], what)
+        if self.name == "ScaledTanh":
+            inner = e.op("Tanh", [e.op("Mul", [x, e.const(np.float32(self.beta), "b")])])
+            return e.op("Mul", [inner, e.const(np.float32(self.alpha), "a")], what)
+        params = {k: v for k, v in (("alpha", self.alpha), ("beta", self.beta)) if v is not None}
+        return e.op(self.name, [x], what, **params)
+
+
+def _activations(node) -> list[_Activation]:
+    """Every direction's activations. alpha and beta are consumed in order by the
+    activations that take them, each falling back to its operator's default (onnxruntime's
+    reading of ONNX's "consumed in the order of activation functions")."""
     defaults = _CELLS[node.op_type][1]
     given = [a.decode() if isinstance(a, bytes) else a for a in _attr(node, "activations", [])]
-    per_direction = len(defaults)
-    if given and (len(given) % per_direction or not set(given) <= _ACTIVATIONS):
+    if given and (len(given) % len(defaults) or
+                  not all(a.lower() in _ACTIVATIONS for a in given)):
         raise _refusal(node, f"has activations {given}")
-    return given or defaults * 2
+    alphas = list(_attr(node, "activation_alpha", []))
+    betas = list(_attr(node, "activation_beta", []))
+    clip = _attr(node, "clip")
+    made = []
+    for name in given or defaults * 2:
+        op, alpha, beta = _ACTIVATIONS[name.lower()]
+        if alpha is not None and alphas:
+            alpha = alphas.pop(0)
+        if beta is not None and betas:
+            beta = betas.pop(0)
+        made.append(_Activation(op, alpha, beta, clip))
+    return made
 
 
 def _check(node, seq_len) -> None:
     _activations(node)
-    for name, default in (("clip", None), ("input_forget", 0), ("layout", 0)):
-        if _attr(node, name, default) != default:
-            raise _refusal(node, f"has {name}={_attr(node, name)}")
     if len(node.input) > 4 and node.input[4]:
         raise _refusal(node, "has sequence_lens")
     if seq_len is None:
@@ -106,13 +148,16 @@ def _lstm_step(e, node, g, h, c, rt, peep, act, hidden):
     if peep and c is not None:
         i = e.op("Add", [i, e.op("Mul", [peep[0], c], "pic")], "ip")
         f = e.op("Add", [f, e.op("Mul", [peep[2], c], "pfc")], "fp")
-    i, f = e.op(f_act, [i], "i"), e.op(f_act, [f], "f")
-    new_c = e.op("Mul", [i, e.op(g_act, [cand], "cand")], "ic")
+    i = f_act(e, i, "i")
+    # input_forget couples the gates: f = 1 - i
+    f = e.op("Sub", [e.const(np.float32(1), "one"), i], "f") if _attr(node, "input_forget", 0) \
+        else f_act(e, f, "f")
+    new_c = e.op("Mul", [i, g_act(e, cand, "cand")], "ic")
     if c is not None:  # an absent initial state is zeros: f*C is 0 at the first step
         new_c = e.op("Add", [e.op("Mul", [f, c], "fc"), new_c], "cnew")
     if peep:
         o = e.op("Add", [o, e.op("Mul", [peep[1], new_c], "poc")], "op")
-    return e.op("Mul", [e.op(f_act, [o], "o"), e.op(h_act, [new_c], "tc")], "h"), new_c
+    return e.op("Mul", [f_act(e, o, "o"), h_act(e, new_c, "tc", clipped=False)], "h"), new_c
 
 
 def _gru_step(e, node, g, h, rt, rbias, act, hidden):
@@ -120,16 +165,16 @@ def _gru_step(e, node, g, h, rt, rbias, act, hidden):
     xz, xr, xh = e.split(g, [hidden] * 3, -1, "gate")
     before_reset = _attr(node, "linear_before_reset", 0)
     if h is None:  # zeros: the recurrent products vanish, the candidate's bias stays
-        z, r = e.op(f_act, [xz], "z"), e.op(f_act, [xr], "r")
+        z, r = f_act(e, xz, "z"), f_act(e, xr, "r")
         if rbias is not None:
             rbh = e.split(rbias, [hidden] * 3, -1, "rb")[2]
             xh = e.op("Add", [xh, e.op("Mul", [r, rbh], "rrb") if before_reset else rbh], "xh")
-        n = e.op(g_act, [xh], "n")
+        n = g_act(e, xh, "n")
         return e.op("Sub", [n, e.op("Mul", [z, n], "zn")], "h")
     rt_zr, rt_h = e.split(rt, [2 * hidden, hidden], -1, "rt")
     hz, hr = e.split(e.op("MatMul", [h, rt_zr], "hzr"), [hidden] * 2, -1, "hg")
-    z = e.op(f_act, [e.op("Add", [xz, hz], "zs")], "z")
-    r = e.op(f_act, [e.op("Add", [xr, hr], "rs")], "r")
+    z = f_act(e, e.op("Add", [xz, hz], "zs"), "z")
+    r = f_act(e, e.op("Add", [xr, hr], "rs"), "r")
     rbh = e.split(rbias, [hidden] * 3, -1, "rb")[2] if rbias is not None else None
     if before_reset:
         hh = e.op("MatMul", [h, rt_h], "hh")
@@ -140,7 +185,7 @@ def _gru_step(e, node, g, h, rt, rbias, act, hidden):
         inner = e.op("MatMul", [e.op("Mul", [r, h], "rh"), rt_h], "rhr")
         if rbh:
             inner = e.op("Add", [inner, rbh], "rhrb")
-    n = e.op(g_act, [e.op("Add", [xh, inner], "ns")], "n")
+    n = g_act(e, e.op("Add", [xh, inner], "ns"), "n")
     # (1 - z) * n + z * h
     return e.op("Add", [n, e.op("Mul", [z, e.op("Sub", [h, n], "hn")], "zhn")], "h")
 
@@ -155,6 +200,11 @@ def _unroll(node, e: _Emitter, seq_len: int, hidden: int) -> None:
     h0, c0, p = _input(node, 5), _input(node, 6), _input(node, 7)
     if cell != "LSTM":
         c0 = p = ""
+    batch_first = _attr(node, "layout", 0) == 1  # X [B, T, I], states [B, D, H]
+    if batch_first:
+        x = e.op("Transpose", [x], "x", perm=[1, 0, 2])
+        h0 = e.op("Transpose", [h0], "h0", perm=[1, 0, 2]) if h0 else ""
+        c0 = e.op("Transpose", [c0], "c0", perm=[1, 0, 2]) if c0 else ""
     ys, hs, cs = [], [], []
     for d, reverse in enumerate(directions[direction]):
         act = activations[d * len(defaults):(d + 1) * len(defaults)]
@@ -177,7 +227,7 @@ def _unroll(node, e: _Emitter, seq_len: int, hidden: int) -> None:
             else:
                 if h is not None:
                     g = e.op("Add", [g, e.op("MatMul", [h, rt], "hr")], "gates")
-                h = e.op(act[0], [g], "h")
+                h = act[0](e, g, "h")
             outputs[t] = h
         axis0 = e.const(np.array([0], np.int64), "axis0")
         ys.append(e.op("Concat", [e.op("Unsqueeze", [outputs[t], axis0], "yt")
@@ -187,12 +237,16 @@ def _unroll(node, e: _Emitter, seq_len: int, hidden: int) -> None:
             cs.append(e.op("Unsqueeze", [c, axis0], "cn"))
     axis1 = e.const(np.array([1], np.int64), "axis1")
     wanted = list(node.output) + [""] * (3 - len(node.output))
-    if wanted[0]:
-        e.op("Concat", [e.op("Unsqueeze", [y, axis1], "yd") for y in ys], axis=1,
-             outputs=[wanted[0]])
+    if wanted[0]:  # [T, D, B, H], or [B, T, D, H]
+        y = e.op("Concat", [e.op("Unsqueeze", [y, axis1], "yd") for y in ys], "y", axis=1,
+                 outputs=None if batch_first else [wanted[0]])
+        if batch_first:
+            e.op("Transpose", [y], outputs=[wanted[0]], perm=[2, 0, 1, 3])
     for out, parts in ((wanted[1], hs), (wanted[2], cs)):
-        if out:
-            e.op("Concat", parts, axis=0, outputs=[out])
+        if out:  # [D, B, H], or [B, D, H]
+            last = e.op("Concat", parts, "last", axis=0, outputs=None if batch_first else [out])
+            if batch_first:
+                e.op("Transpose", [last], outputs=[out], perm=[1, 0, 2])
 
 
 def rewrite(model: onnx.ModelProto) -> dict[str, int]:
@@ -210,7 +264,7 @@ def rewrite(model: onnx.ModelProto) -> dict[str, int]:
             continue
         x, r = node.input[0], node.input[2]
         x_dims = list(inits[x].dims) if x in inits else dims.get(x)
-        seq_len = x_dims[0] if x_dims else None
+        seq_len = x_dims[1 if _attr(node, "layout", 0) == 1 else 0] if x_dims else None
         _check(node, seq_len)
         hidden = _attr(node, "hidden_size")
         if hidden is None:  # optional: R is [directions, gates * H, H]

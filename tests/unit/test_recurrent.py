@@ -70,6 +70,20 @@ def _run(model, feeds):
     {"cell": "RNN"},
     {"cell": "RNN", "initial": False, "direction": "bidirectional",
      "activations": ["Relu", "Tanh"]},
+    # refused until stop 74: clip, input_forget, activations with alpha and beta (Keras's
+    # hard-sigmoid LSTM), each of ONNX's activations, alpha and beta consumed in order by
+    # those that take them, across directions
+    {"clip": 0.6, "peepholes": True},
+    {"cell": "GRU", "clip": 0.6, "linear_before_reset": 1},
+    {"cell": "RNN", "clip": 0.6, "direction": "bidirectional"},
+    {"input_forget": 1, "direction": "bidirectional"},
+    {"activations": ["HardSigmoid", "Tanh", "Tanh"], "activation_alpha": [0.2],
+     "activation_beta": [0.5]},
+    {"direction": "bidirectional", "activations": [
+        "HardSigmoid", "ScaledTanh", "Affine", "LeakyRelu", "Softsign", "ThresholdedRelu"],
+     "activation_alpha": [0.3, 0.8, 1.5, 0.1, 0.4], "activation_beta": [0.4, 1.2, -0.2]},
+    {"cell": "GRU", "activations": ["Elu", "Softplus"], "activation_alpha": [0.7]},
+    {"cell": "RNN", "activations": ["LeakyRelu"]},
 ], ids=lambda v: "-".join(f"{k}={v}" for k, v in v.items()) or "lstm")
 def test_unrolled_layer_equals_onnxruntimes(variant):
     model = _model(**variant)
@@ -92,14 +106,39 @@ def test_unrolled_layer_equals_onnxruntimes(variant):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("cell,attrs,text", [
-    ("LSTM", {"clip": 1.0}, "has clip=1.0"),
-    ("LSTM", {"input_forget": 1}, "has input_forget=1"),
-    ("LSTM", {"activations": ["LeakyRelu", "Tanh", "Tanh"]}, "has activations"),
-    ("GRU", {"layout": 1}, "has layout=1"),
-])
-def test_variants_cw_does_not_unroll_are_refused_by_name(cell, attrs, text):
-    model = _model(cell, **attrs)
+@pytest.mark.parametrize("cell", ["LSTM", "GRU", "RNN"])
+def test_a_batch_first_layer_is_the_sequence_first_one_transposed(cell):
+    """layout=1 ([batch, time, features] in, [batch, time, directions, hidden] and [batch,
+    directions, hidden] out), which onnxruntime refuses: the same weights at layout=0 give
+    onnxruntime's answer, transposed."""
+    rng = np.random.default_rng(2)
+    reference = _model(cell, direction="bidirectional", outputs=("y", "y_h"))
+    feeds = {"x": rng.standard_normal((T, B, I)).astype(np.float32),
+             "h0": rng.standard_normal((2, B, H)).astype(np.float32),
+             "c0": rng.standard_normal((2, B, H)).astype(np.float32)}
+    expected = _run(reference, feeds)
+    batch_first = _model(cell, direction="bidirectional", outputs=("y", "y_h"), layout=1)
+    for vi in [*batch_first.graph.input, *batch_first.graph.output]:
+        dims = vi.type.tensor_type.shape.dim
+        order = [1, 0, 2] if len(dims) == 3 else [2, 0, 1, 3]
+        values = [dims[k].dim_value for k in order]
+        for d, v in zip(dims, values):
+            d.dim_value = v
+    assert recurrent.rewrite(batch_first) == {cell: 1}
+    got = _run(batch_first, {k: np.ascontiguousarray(v.transpose(1, 0, 2))
+                             for k, v in feeds.items()})
+    np.testing.assert_allclose(got[0], expected[0].transpose(2, 0, 1, 3), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[1], expected[1].transpose(1, 0, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_a_length_per_sample_and_an_unknown_activation_are_refused_by_name():
+    model = _model("GRU")
+    node = model.graph.node[-1]
+    node.input[4] = "lens"
+    model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [B]))
     with pytest.raises(ModelError) as e:
         recurrent.rewrite(model)
-    assert f"{cell} 'cell'" in str(e.value) and text in str(e.value)
+    assert "GRU 'cell' has sequence_lens" in str(e.value)
+    with pytest.raises(ModelError) as e:
+        recurrent.rewrite(_model("LSTM", activations=["Gelu", "Tanh", "Tanh"]))
+    assert "LSTM 'cell' has activations ['Gelu', 'Tanh', 'Tanh']" in str(e.value)
