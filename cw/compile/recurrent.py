@@ -9,8 +9,8 @@ with `linear_before_reset` either way; H = (1 - z)*n + z*H. RNN: H = f(x + H*R))
 reverse and bidirectional layers, optional biases, initial states and LSTM peepholes, and
 every activation ONNX names for them (those with alpha and beta too, consumed in order as
 onnxruntime does: Keras's hard-sigmoid LSTMs), `clip` on the activations' inputs,
-`input_forget` and the batch-first layout are rewritten; `sequence_lens` (a length per sample)
-is refused by name.
+`input_forget`, the batch-first layout and `sequence_lens` (a length per sample: past it a
+sample's state stays and its outputs are 0) are rewritten.
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ _ACTIVATIONS = {"relu": ("Relu", None, None), "tanh": ("Tanh", None, None),
 
 
 def _refusal(node, what: str) -> ModelError:
-    return ModelError(f"{node.op_type} '{node.name or node.output[0]}' {what}: cw unrolls "
-                      "a recurrent layer whose length is the same for every sample",
-                      "export it without sequence_lens, and with ONNX's activations")
+    return ModelError(f"{node.op_type} '{node.name or node.output[0]}' {what}: cw cannot "
+                      "unroll it", "export it with ONNX's activations, and the lengths of its "
+                      "samples (sequence_lens) as an input")
 
 
 class _Activation:
@@ -107,10 +107,12 @@ def _activations(node) -> list[_Activation]:
     return made
 
 
-def _check(node, seq_len) -> None:
+def _check(node, seq_len, inits: dict) -> None:
     _activations(node)
-    if len(node.input) > 4 and node.input[4]:
-        raise _refusal(node, "has sequence_lens")
+    lengths = numpy_helper.to_array(inits[node.input[4]]) \
+        if len(node.input) > 4 and node.input[4] in inits else None
+    if lengths is not None and lengths.size > 1 and not np.all(lengths == seq_len):
+        raise _refusal(node, f"has sequence_lens fixed for {lengths.size} samples")
     if seq_len is None:
         raise ModelError(f"{node.op_type} '{node.name or node.output[0]}': its sequence length "
                          "is not fixed", "fix the input's time axis with --input-shape")
@@ -190,6 +192,15 @@ def _gru_step(e, node, g, h, rt, rbias, act, hidden):
     return e.op("Add", [n, e.op("Mul", [z, e.op("Sub", [h, n], "hn")], "zhn")], "h")
 
 
+def _kept(e: _Emitter, new: str, last: str | None, inside: str, masked: str) -> str:
+    """The state after a step: `new` inside the sample's length, else `last` (zeros where
+    there is none yet: `masked`, new * inside)."""
+    if last is None:
+        return masked
+    return e.op("Add", [last, e.op("Mul", [e.op("Sub", [new, last], "dn"), inside], "dm")],
+                "kept")
+
+
 def _unroll(node, e: _Emitter, seq_len: int, hidden: int) -> None:
     directions = {"forward": [0], "reverse": [1], "bidirectional": [0, 1]}
     cell = node.op_type
@@ -205,6 +216,12 @@ def _unroll(node, e: _Emitter, seq_len: int, hidden: int) -> None:
         x = e.op("Transpose", [x], "x", perm=[1, 0, 2])
         h0 = e.op("Transpose", [h0], "h0", perm=[1, 0, 2]) if h0 else ""
         c0 = e.op("Transpose", [c0], "c0", perm=[1, 0, 2]) if c0 else ""
+    lengths = _input(node, 4)
+    if lengths in e.inits and np.all(numpy_helper.to_array(e.inits[lengths]) == seq_len):
+        lengths = ""  # every sample its whole length
+    if lengths:  # [B] -> [B, 1] floats: a step's rows inside their sample's length
+        lengths = e.op("Unsqueeze", [e.op("Cast", [lengths], "len", to=onnx.TensorProto.FLOAT),
+                                     e.const(np.array([1], np.int64), "axis1")], "lengths")
     ys, hs, cs = [], [], []
     for d, reverse in enumerate(directions[direction]):
         act = activations[d * len(defaults):(d + 1) * len(defaults)]
@@ -220,6 +237,7 @@ def _unroll(node, e: _Emitter, seq_len: int, hidden: int) -> None:
         outputs = {}
         for t in steps:
             g = e.op("Gather", [xw, e.const(np.array(t, np.int64), "t")], "g", axis=0)
+            last_h, last_c = h, c
             if cell == "LSTM":
                 h, c = _lstm_step(e, node, g, h, c, rt, peep, act, hidden)
             elif cell == "GRU":
@@ -229,6 +247,13 @@ def _unroll(node, e: _Emitter, seq_len: int, hidden: int) -> None:
                     g = e.op("Add", [g, e.op("MatMul", [h, rt], "hr")], "gates")
                 h = act[0](e, g, "h")
             outputs[t] = h
+            if lengths:  # past its length a sample's state stays and its output is 0
+                inside = e.op("Cast", [e.op("Less", [e.const(np.float32(t), "t"), lengths])],
+                              "inside", to=onnx.TensorProto.FLOAT)
+                outputs[t] = e.op("Mul", [h, inside], "ym")
+                h = _kept(e, h, last_h, inside, outputs[t])
+                if cell == "LSTM":
+                    c = _kept(e, c, last_c, inside, e.op("Mul", [c, inside], "cm"))
         axis0 = e.const(np.array([0], np.int64), "axis0")
         ys.append(e.op("Concat", [e.op("Unsqueeze", [outputs[t], axis0], "yt")
                                   for t in range(seq_len)], "y", axis=0))  # [T, B, H]
@@ -265,7 +290,7 @@ def rewrite(model: onnx.ModelProto) -> dict[str, int]:
         x, r = node.input[0], node.input[2]
         x_dims = list(inits[x].dims) if x in inits else dims.get(x)
         seq_len = x_dims[1 if _attr(node, "layout", 0) == 1 else 0] if x_dims else None
-        _check(node, seq_len)
+        _check(node, seq_len, inits)
         hidden = _attr(node, "hidden_size")
         if hidden is None:  # optional: R is [directions, gates * H, H]
             r_dims = list(inits[r].dims) if r in inits else dims.get(r)

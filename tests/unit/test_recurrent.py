@@ -15,7 +15,7 @@ GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
 def _model(cell="LSTM", direction="forward", bias=True, initial=True, peepholes=False,
-           weights_as_nodes=False, outputs=("y", "y_h"), **attrs):
+           weights_as_nodes=False, outputs=("y", "y_h"), lengths=False, **attrs):
     rng = np.random.default_rng(0)
     d, g = (2 if direction == "bidirectional" else 1), GATES[cell]
     inits = {"W": rng.standard_normal((d, g * H, I)), "R": rng.standard_normal((d, g * H, H)),
@@ -31,7 +31,10 @@ def _model(cell="LSTM", direction="forward", bias=True, initial=True, peepholes=
         nodes += [helper.make_node("Identity", ["W"], ["W_node"]),
                   helper.make_node("Identity", ["B"], ["B_node"])]
         w = "W_node"
-    inputs = ["x", w, "R", ("B_node" if weights_as_nodes else "B") if bias else "", ""]
+    inputs = ["x", w, "R", ("B_node" if weights_as_nodes else "B") if bias else "",
+              "lens" if lengths else ""]
+    if lengths:
+        graph_inputs.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [B]))
     inputs += [s if initial else "" for s in states] + (["P"] if peepholes else [])
     nodes.append(helper.make_node(cell, inputs, list(outputs), name="cell", hidden_size=H,
                                   direction=direction, **attrs))
@@ -84,6 +87,11 @@ def _run(model, feeds):
      "activation_alpha": [0.3, 0.8, 1.5, 0.1, 0.4], "activation_beta": [0.4, 1.2, -0.2]},
     {"cell": "GRU", "activations": ["Elu", "Softplus"], "activation_alpha": [0.7]},
     {"cell": "RNN", "activations": ["LeakyRelu"]},
+    # a length per sample (refused until stop 74): past it the state stays, the outputs are 0
+    {"lengths": True, "outputs": ("y", "y_h", "y_c")},
+    {"lengths": True, "direction": "bidirectional", "initial": False},
+    {"cell": "GRU", "lengths": True, "direction": "reverse"},
+    {"cell": "RNN", "lengths": True, "direction": "bidirectional"},
 ], ids=lambda v: "-".join(f"{k}={v}" for k, v in v.items()) or "lstm")
 def test_unrolled_layer_equals_onnxruntimes(variant):
     model = _model(**variant)
@@ -91,7 +99,8 @@ def test_unrolled_layer_equals_onnxruntimes(variant):
     d = 2 if variant.get("direction") == "bidirectional" else 1
     feeds = {"x": rng.standard_normal((T, B, I)).astype(np.float32),
              "h0": rng.standard_normal((d, B, H)).astype(np.float32),
-             "c0": rng.standard_normal((d, B, H)).astype(np.float32)}
+             "c0": rng.standard_normal((d, B, H)).astype(np.float32),
+             "lens": np.array([T - 1, 1][:B], np.int32)}
     expected = _run(model, feeds)
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(model)
@@ -131,14 +140,13 @@ def test_a_batch_first_layer_is_the_sequence_first_one_transposed(cell):
     np.testing.assert_allclose(got[1], expected[1].transpose(1, 0, 2), rtol=1e-5, atol=1e-5)
 
 
-def test_a_length_per_sample_and_an_unknown_activation_are_refused_by_name():
+def test_lengths_fixed_per_sample_and_an_unknown_activation_are_refused_by_name():
     model = _model("GRU")
-    node = model.graph.node[-1]
-    node.input[4] = "lens"
-    model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [B]))
+    model.graph.node[-1].input[4] = "lens"
+    model.graph.initializer.append(numpy_helper.from_array(np.array([T, 1], np.int32), "lens"))
     with pytest.raises(ModelError) as e:
         recurrent.rewrite(model)
-    assert "GRU 'cell' has sequence_lens" in str(e.value)
+    assert "GRU 'cell' has sequence_lens fixed for 2 samples" in str(e.value)
     with pytest.raises(ModelError) as e:
         recurrent.rewrite(_model("LSTM", activations=["Gelu", "Tanh", "Tanh"]))
     assert "LSTM 'cell' has activations ['Gelu', 'Tanh', 'Tanh']" in str(e.value)
