@@ -219,6 +219,33 @@ def test_a_sequence_first_gru_compiles_batch_first(tmp_path):
         assert result.relative_error <= 1e-5, (batch, result.relative_error)
 
 
+def test_a_gru_given_each_samples_length_compiles(tmp_path):
+    """sequence_lens as an input of the bundle (each request its own length, an int32 scalar
+    per sample): past it a sample's state stays and its outputs are 0, as in onnxruntime."""
+    from onnx import numpy_helper
+
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    rng = np.random.default_rng(0)
+    t, i, h = 5, 6, 8
+    inits = [numpy_helper.from_array((0.4 * rng.standard_normal(shape)).astype(np.float32),
+                                     name)
+             for name, shape in (("W", (1, 3 * h, i)), ("R", (1, 3 * h, h)))]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [t, "N", i]),
+              helper.make_tensor_value_info("lens", TensorProto.INT32, ["N"])]
+    ys = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [t, 1, "N", h]),
+          helper.make_tensor_value_info("y_h", TensorProto.FLOAT, [1, "N", h])]
+    node = helper.make_node("GRU", ["x", "W", "R", "", "lens"], ["y", "y_h"], hidden_size=h)
+    src = _save(tmp_path / "gru.onnx", helper.make_graph([node], "gru", inputs, ys, inits))
+    m = compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert [(s.name, s.sample_shape) for s in m.inputs] == [("x", [t, i]), ("lens", [])]
+    lens = np.array([5, 2, 1], np.int32)
+    result = run_bundle(tmp_path / "b", [random_input((3, t, i), seed=3), lens], "cpu", src)
+    assert result.relative_error <= 1e-5, result.relative_error
+    y = result.outputs[0]  # [batch, time, directions, hidden]
+    assert np.all(y[1, 2:] == 0) and np.all(y[2, 1:] == 0) and np.all(y[0] != 0)
+
+
 @pytest.mark.parametrize("name", ["small_bert", "int8_activations", "edge:yolox_nano_416"])
 def test_onnxslim_folds_alike_made_lighter(zoo_onnx, name, monkeypatch):
     """onnxslim's shape inference and its check for convergence run on the model without its
