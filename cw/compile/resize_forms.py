@@ -109,6 +109,9 @@ def _per_axis_scales(node, dims, axes, scales, sizes) -> dict[int, tuple[float, 
     pairs = {}
     if scales is not None:
         for a, s in zip(axes, (float(np.float32(s)) for s in scales.reshape(-1))):
+            if s != 1.0 and not isinstance(dims[a], int):
+                raise ModelError(f"Resize '{node.name or node.output[0]}' scales its batch axis "
+                                 f"by {s}: cw cannot batch it", "resize only the other axes")
             if s != 1.0:
                 pairs[a] = (s, int(np.floor(np.float32(dims[a]) * np.float32(s))))
         return pairs

@@ -124,3 +124,12 @@ def test_an_old_opset_hardmax_keeps_its_meaning(tmp_path, opset, axis):
     attrs = {} if axis is None else {"axis": axis}
     _agrees(tmp_path, [helper.make_node("Hardmax", ["x"], ["y"], **attrs)], [], opset,
             x_shape=("N", 4, 6, 6), note="Hardmax node(s) of the old opset")
+
+
+def test_a_resize_of_the_batch_axis_is_refused_in_one_line(tmp_path, cli):
+    nodes, inits, opset = _resize(scales=[2, 1, 1.3, 1], mode="nearest")
+    src = tmp_path / "m.onnx"
+    _save(src, nodes, ["N", 4, 7, 9], inits, opset)
+    r = cli("compile", src, "-o", tmp_path / "b")
+    assert r.code != 0 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "scales its batch axis by 2.0: cw cannot batch it" in r.err, r.err
