@@ -133,3 +133,23 @@ def test_a_resize_of_the_batch_axis_is_refused_in_one_line(tmp_path, cli):
     r = cli("compile", src, "-o", tmp_path / "b")
     assert r.code != 0 and len(r.err.strip().splitlines()) == 1, r.err
     assert "scales its batch axis by 2.0: cw cannot batch it" in r.err, r.err
+
+
+def test_a_resize_by_matrices_compiles_for_cuda(tmp_path, cli):
+    """The matrices are constants of an ONNX graph: a CUDA bundle takes them too (device
+    binaries, no source). (Run on a GPU: not yet.)"""
+    from cw.bundle import open_bundle
+    from cw.compile.libcheck import device_binary_count
+    from cw.tvm_env import cuda_codegen_problem
+
+    problem = cuda_codegen_problem()
+    if problem:
+        pytest.skip(f"no CUDA compile here: {problem}")
+    nodes, inits, opset = FORMS["linear by 1.3 x 1.7"]
+    src = tmp_path / "m.onnx"
+    _save(src, nodes, ["N", 4, 7, 9], inits, opset)
+    r = cli("compile", src, "-o", tmp_path / "cuda", "--target", "cuda", "--batch-sizes", "1,4")
+    assert r.code == 0, r.err
+    for k in open_bundle(tmp_path / "cuda").manifest.kernels:
+        binaries, has_source = device_binary_count(tmp_path / "cuda" / k.kernel_file)
+        assert binaries >= 1 and not has_source
