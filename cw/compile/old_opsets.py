@@ -37,12 +37,16 @@ def legacy_nodes(model: onnx.ModelProto, opset: int) -> dict[str, tuple[str, dic
     return found
 
 
-def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+def _constant(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
+    """Tensor `name`'s value where an initializer or a Constant node gives it."""
+    for t in graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
     for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
+        if node.op_type == "Constant" and node.output[0] == name and node.attribute and \
+                node.attribute[0].name == "value":
+            return numpy_helper.to_array(node.attribute[0].t)
+    return None
 
 
 def repair(model: onnx.ModelProto, legacy: dict[str, tuple[str, dict]], path: str) -> list[str]:
@@ -51,14 +55,13 @@ def repair(model: onnx.ModelProto, legacy: dict[str, tuple[str, dict]], path: st
     if not legacy:
         return []
     graph = model.graph
-    constants = _constants(graph)
     nodes, resizes, hardmaxes = [], 0, 0
     for node in graph.node:
         old = legacy.get(node.output[0]) if node.output else None
         if old is None or node.op_type not in ("Resize", "Hardmax"):
             nodes.append(node)
         elif node.op_type == "Resize":
-            nodes += _resize(node, old, constants, path)
+            nodes += _resize(node, old, graph, path)
             resizes += 1
         else:
             nodes += _hardmax(node, old[1].get("axis", 1))
@@ -81,14 +84,14 @@ def _set(node: onnx.NodeProto, **attrs) -> None:
     node.attribute.extend(kept + [helper.make_attribute(k, v) for k, v in attrs.items()])
 
 
-def _resize(node: onnx.NodeProto, old: tuple[str, dict], constants: dict,
+def _resize(node: onnx.NodeProto, old: tuple[str, dict], graph: onnx.GraphProto,
             path: str) -> list[onnx.NodeProto]:
     op_type, attrs = old
     _set(node, coordinate_transformation_mode="asymmetric")
     mode = attrs.get("mode", b"nearest")
     if (mode.decode() if isinstance(mode, bytes) else mode) != "nearest":
         return [node]
-    scales = constants.get(node.input[2]) if len(node.input) > 2 else None
+    scales = _constant(graph, node.input[2]) if len(node.input) > 2 else None
     if scales is None:
         if op_type == "Upsample":  # (an Upsample never shrinks: onnxruntime refuses scales < 1)
             _set(node, nearest_mode="floor")
