@@ -104,6 +104,9 @@ def _activations(node) -> list[_Activation]:
         if beta is not None and betas:
             beta = betas.pop(0)
         made.append(_Activation(op, alpha, beta, clip))
+    directions = 2 if _attr(node, "direction", "forward") == "bidirectional" else 1
+    if given and len(made) != directions * len(defaults):  # (onnxruntime refuses it too)
+        raise _refusal(node, f"has {len(made)} activations for {directions} direction(s)")
     return made
 
 

@@ -150,3 +150,7 @@ def test_lengths_fixed_per_sample_and_an_unknown_activation_are_refused_by_name(
     with pytest.raises(ModelError) as e:
         recurrent.rewrite(_model("LSTM", activations=["Gelu", "Tanh", "Tanh"]))
     assert "LSTM 'cell' has activations ['Gelu', 'Tanh', 'Tanh']" in str(e.value)
+    with pytest.raises(ModelError) as e:  # (one direction's set: onnxruntime refuses it too)
+        recurrent.rewrite(_model("LSTM", direction="bidirectional",
+                                 activations=["HardSigmoid", "Tanh", "Tanh"]))
+    assert "LSTM 'cell' has 3 activations for 2 direction(s)" in str(e.value)
