@@ -436,3 +436,48 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
         ref = np.max([padded[:, :, i:i + 13, j:j + 13] for i in range(5) for j in range(5)],
                      axis=0)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_a_cast_to_bfloat16_rounds_where_it_is_inlined(tmp_path):
+    """float32 → bfloat16 → float32 rounds to bfloat16's nearest (ONNX's Cast; onnxruntime's
+    too) in one kernel of both casts and in a matrix product's epilogue. TVM's CPU lowering
+    rounds bfloat16 only where a kernel stores it: fused, the casts gave x back whole (1.7e-3
+    off) until stop 75 (fast_math._bfloat16_cast)."""
+    import ml_dtypes
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from cw.compile.compiler import CompileConfig, compile_model
+    from cw.engine import LocalModel
+
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    bf16, f32 = TensorProto.BFLOAT16, TensorProto.FLOAT
+    nodes = [helper.make_node("Cast", ["x"], ["xh"], to=bf16),
+             helper.make_node("Cast", ["xh"], ["y"], to=f32),
+             helper.make_node("MatMul", ["x", "w"], ["p"]),
+             helper.make_node("Cast", ["p"], ["ph"], to=bf16),
+             helper.make_node("Cast", ["ph"], ["z"], to=f32)]
+    graph = helper.make_graph(
+        nodes, "bf16", [helper.make_tensor_value_info("x", f32, ["N", 16, 64])],
+        [helper.make_tensor_value_info("y", f32, ["N", 16, 64]),
+         helper.make_tensor_value_info("z", f32, ["N", 16, 32])],
+        [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    compile_model(path, tmp_path / "b", CompileConfig(batch_sizes=(4,)))
+    x = (3 * rng.standard_normal((4, 16, 64))).astype(np.float32)
+    # ties (to even, both ways), the largest finite float32 (to inf), subnormals, NaN, ±inf, -0
+    special = np.array([0x3F808000, 0x3F818000, 0x7F7FFFFF, 0x00018000, 0x80008001, 0x7FC00001,
+                        0x7F800000, 0xFF800000, 0x80000000], np.uint32).view(np.float32)
+    x[0, 0, :special.size] = special
+    y, z = LocalModel(tmp_path / "b").run([x])
+
+    def rounded(v):
+        return v.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+    np.testing.assert_array_equal(y, rounded(x))  # NaN where NaN
+    assert np.signbit(y[0, 0, 8]) and not np.array_equal(y, x)
+    np.testing.assert_array_equal(z, rounded(z))  # every value a bfloat16
+    np.testing.assert_allclose(z[1:], rounded(x[1:] @ w), rtol=1e-2, atol=1e-2)
