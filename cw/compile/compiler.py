@@ -16,8 +16,8 @@ from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKern
                        FixedInput, Manifest, Source, Target, TensorSpec, WeightPage, Weights,
                        WeightTensor, model_name_from)
 from cw.compile import (cpu_conv, cpu_kernels, cuda_conv, cutlass_build, cutlass_conv,
-                        cutlass_plans, fast_math, fast_tvmscript, frontend, normalize, onnx_load,
-                        paging, rebatch, relax_rewrite, targets, tuning)
+                        cutlass_plans, default_schedules, fast_math, fast_tvmscript, frontend,
+                        normalize, onnx_load, paging, rebatch, relax_rewrite, targets, tuning)
 from cw.compile.config import (  # noqa: F401 (compile's constants, importable from here too)
     CONV_ALGOS, CUTLASS_MIN_SM, DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, DEFAULT_PAGE_SIZE,
     LARGE_KERNEL_LIBRARY_BYTES, MAX_AUTO_JOBS, PRECISIONS, CompileConfig)
@@ -181,17 +181,18 @@ def legalized(mod, target, fuse: bool = True, conv_split: bool = True, cutlass: 
     if not fuse:
         head = [p for p in head if _pass_name(p) not in ("FuseOps", "FuseTIR")]
     with target:
-        return transform.Sequential(head)(mod), rest
+        return transform.Sequential(head)(mod), default_schedules.replacing(rest)
 
 
 def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = True,
-           cutlass: bool = False, tf32: bool = False, cutlass_plans=None):
+           cutlass: bool = False, tf32: bool = False, cutlass_plans=None, notes=None):
     """The target's default pipeline with the tuning database applied before the default
     schedules, stopped after static memory planning so that the plan can be read, then finished.
     Returns (lowered module, memory plan, (kernels tuned, kernels given cw's convolution
     schedule, convolutions split, convolutions given to CUTLASS, of those with a measured
     tile), kernels). `fuse=False` drops operator fusion, the fallback where TVM's FuseTIR
-    fails on a graph."""
+    fails on a graph. `notes` gets a line per default schedule rule that failed on a kernel
+    (default_schedules)."""
     from tvm import relax, transform
 
     pipeline = _pipeline(target)
@@ -216,6 +217,8 @@ def _lower(mod, target, fuse: bool = True, database=None, conv_split: bool = Tru
                                        + [relax.transform.StaticPlanBlockMemory()])(mod)
         plan = memory_plan(planned["main"])
         lowered = transform.Sequential(finalize[1:])(planned)
+    if notes is not None:  # once, not once per batch size (the kernels keep their names)
+        notes += [n for n in default_schedules.notes(rest) if n not in notes]
     return lowered, plan, (tuned, convs, split, offloaded, measured), total
 
 
@@ -339,12 +342,12 @@ def _lower_batch(mod, target, name: str, batch: int, notes: list[str], **options
     failure names the model and the batch size."""
     try:
         try:
-            lowered = _lower(mod, target, **options)
+            lowered = _lower(mod, target, notes=notes, **options)
         except Exception as e:
             # TVM 0.27's FuseTIR rejects some graphs ("Inconsistent buffers ... mapped to the
             # same relax var": MobileNetV2 on CUDA until bind_batch specialized its kernels);
             # unfused kernels are correct.
-            lowered = _lower(mod, target, fuse=False, **options)
+            lowered = _lower(mod, target, fuse=False, notes=notes, **options)
             notes.append(f"batch {batch}: operator fusion failed in TVM ("
                          f"{(str(e).strip().splitlines() or ['?'])[-1][:120]}); "
                          "compiled without fusion")
@@ -413,7 +416,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
             executable.export_library(str(writer.path(kernel_file)),
                                       addons=list(cutlass_inputs) if cutlass else None)
             if config.target == "cuda":
-                check_device_binary(writer.path(kernel_file), name)
+                check_device_binary(writer.path(kernel_file), name, kernels=total > 0)
                 data_bytes = 0
             else:
                 data_bytes = check_data_sections(writer.path(kernel_file), name, batch)

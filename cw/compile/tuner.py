@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cw.compile import cpu_conv, cpu_kernels, fast_math, targets, tune_builder, tuning
+from cw.compile import (cpu_conv, cpu_kernels, default_schedules, fast_math, targets,
+                        tune_builder, tuning)
 from cw.compile.compiler import (DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, CompileConfig,
                                  bind_batch, import_graph, legalized)
 from cw.errors import DeviceError, UsageError, creating
@@ -133,13 +134,8 @@ def _default_schedule(task, rules):
             return sch if sch is not None else cpu_kernels.default_schedule(mod)
         except s_tir.ScheduleError:
             return None
-    func = mod["main"]
     with task.target:
-        for rule in rules:
-            space = rule.apply(func, task.target, False)
-            if space is not None:
-                return space[0] if isinstance(space, list) else space
-    return None
+        return default_schedules.first_schedule(mod["main"], task.target, rules)
 
 
 def _default_rules(rest_passes) -> list:
