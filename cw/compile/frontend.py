@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -61,6 +62,9 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         except Exception as e:  # the importer raises many types; one line is what users need
             failure = (str(e).strip().splitlines() or [type(e).__name__])[-1]
     if failure is not None:
+        # TVM's checks print the whole operator (`ir.Op(span=None, ..., support_level=10)`,
+        # 400 characters of argument docs) where its name says enough
+        failure = re.sub(r'ir\.Op\(span=.*?name="([\w.]+)".*?support_level=\d+\)', r"\1", failure)
         where = next((line.split(", with inputs")[0].removeprefix("Error converting ")
                       for line in printed.getvalue().splitlines()
                       if line.startswith("Error converting operator")), None)

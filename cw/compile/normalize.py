@@ -42,6 +42,9 @@ def _convert_version(onnx_model: OnnxModel, say) -> None:
         return
     from onnx import version_converter
 
+    for note in old_opsets.before_conversion(onnx_model.model, onnx_model.opset,
+                                             onnx_model.path.name):
+        say(note)
     legacy = old_opsets.legacy_nodes(onnx_model.model, onnx_model.opset)
     try:
         converted = version_converter.convert_version(onnx_model.model, TARGET_OPSET)

@@ -130,3 +130,127 @@ def _hardmax(node: onnx.NodeProto, axis: int) -> list[onnx.NodeProto]:
             helper.make_node("Hardmax", [flat], [picked], name=picked, axis=-1),
             helper.make_node("Shape", [x], [shape], name=shape),
             helper.make_node("Reshape", [picked, shape], [y], name=node.name or y)]
+
+
+# operators that broadcast only where `broadcast=1` says so before opset 7, B's dimensions
+# aligned with A's from `axis` on (default: A's last ones); from opset 7 numpy's rules hold
+_LEGACY_BROADCAST = ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater",
+                     "Less")
+
+
+def before_conversion(model: onnx.ModelProto, opset: int, path: str) -> list[str]:
+    """Before conversion, in place: what the converter cannot lift, written in operators that
+    mean the same at every opset. Returns the notes.
+
+    - `broadcast=1` with an `axis` (opsets 1-6: a bias of shape [C] added to [N, C, H, W] at
+      axis 1). The converter fails on a symbolic batch ("Dimension is a param"), and the graph
+      then went to TVM at its own opset, whose Add aligns B with A's last axes: an error where
+      the sizes differ, and where they agree (Mul by [6] at axis 2 of [N, 4, 6, 6]) a product
+      along the wrong axis, silently. B gets the trailing axes of size 1 that align it.
+    - BatchNormalization with `spatial=0` (opsets 1-8: statistics per activation, shaped like
+      a sample), which TVM's importer refuses: a Mul and an Add by constants folded from them.
+    """
+    if opset >= 9:
+        return []
+    graph = model.graph
+    ranks: dict[str, int] | None = None
+    nodes, aligned, batchnorms = [], 0, 0
+    for node in graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.domain in _DOMAINS and opset < 7 and node.op_type in _LEGACY_BROADCAST \
+                and attrs.get("broadcast") == 1:
+            ranks = ranks if ranks is not None else _ranks(model)
+            unsqueeze = _aligned(node, attrs, ranks, path)
+            if unsqueeze is not None:
+                nodes.append(unsqueeze)
+                aligned += 1
+            _drop(node, "broadcast", "axis")
+        elif node.domain in _DOMAINS and node.op_type == "BatchNormalization" \
+                and attrs.get("spatial", 1) == 0:
+            nodes += _per_activation_batchnorm(node, attrs, graph, path)
+            batchnorms += 1
+            continue
+        nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    notes = []
+    if aligned:
+        notes.append(f"{aligned} broadcast(s) of opset {opset} along an axis given as trailing "
+                     "axes of size 1 (numpy's rules, which later opsets use)")
+    if batchnorms:
+        notes.append(f"{batchnorms} BatchNormalization node(s) with spatial=0 (statistics per "
+                     "activation) folded into a Mul and an Add")
+    return notes
+
+
+def _ranks(model: onnx.ModelProto) -> dict[str, int]:
+    """Rank of every tensor whose shape the file gives or onnx's shape inference finds."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # an old file onnx cannot infer: what it states itself
+        inferred = model
+    graph = inferred.graph
+    ranks = {t.name: len(t.dims) for t in graph.initializer}
+    for v in list(graph.input) + list(graph.value_info) + list(graph.output):
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+            ranks[v.name] = len(v.type.tensor_type.shape.dim)
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            ranks[node.output[0]] = len(node.attribute[0].t.dims)
+    return ranks
+
+
+def _aligned(node: onnx.NodeProto, attrs: dict, ranks: dict[str, int],
+             path: str) -> onnx.NodeProto | None:
+    """The Unsqueeze that gives B of a legacy broadcast its trailing axes (B's input renamed to
+    its output), or None where B is aligned with A's last axes already."""
+    a, b = node.input[0], node.input[1]
+    where = f"{node.op_type} '{node.name or node.output[0]}' of {path}"
+    if a not in ranks or b not in ranks:
+        raise ModelError(f"{where} broadcasts at an axis (opset 6 or older), and the rank of "
+                         f"'{a if a not in ranks else b}' is not known before the model runs",
+                         "give the model's inputs their shapes, or convert it to opset 7 or "
+                         "later with onnx.version_converter")
+    rank_a, rank_b = ranks[a], ranks[b]
+    axis = attrs.get("axis", rank_a - rank_b)
+    axis = axis + rank_a if axis < 0 else axis
+    trailing = rank_a - axis - rank_b
+    if trailing < 0 or axis < 0:
+        raise ModelError(f"{where} broadcasts a rank-{rank_b} input at axis {attrs.get('axis')} "
+                         f"of a rank-{rank_a} one: it does not fit",
+                         "check the model in onnxruntime 1.x or the tool that exported it")
+    if trailing == 0:
+        return None
+    out = f"{b}__cw_at_axis{axis}_of_{node.output[0]}"
+    node.input[1] = out
+    # Unsqueeze with its axes as an attribute: the form of opsets below 13, which this is
+    return helper.make_node("Unsqueeze", [b], [out], name=out,
+                            axes=list(range(rank_b, rank_b + trailing)))
+
+
+def _drop(node: onnx.NodeProto, *names: str) -> None:
+    kept = [a for a in node.attribute if a.name not in names]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+
+
+def _per_activation_batchnorm(node: onnx.NodeProto, attrs: dict, graph: onnx.GraphProto,
+                              path: str) -> list[onnx.NodeProto]:
+    where = f"BatchNormalization '{node.name or node.output[0]}' of {path}"
+    if any(name for name in node.output[1:]):
+        raise ModelError(f"{where} has training outputs (running statistics)",
+                         "export the model for inference (model.eval() before torch.onnx)")
+    values = [_constant(graph, name) for name in node.input[1:5]]
+    if any(v is None for v in values):
+        raise ModelError(f"{where} normalizes per activation (spatial=0) by statistics computed "
+                         "when the model runs", "export the model at opset 9 or later")
+    scale, bias, mean, var = (v.astype(np.float64) for v in values)
+    factor = scale / np.sqrt(var + float(attrs.get("epsilon", 1e-5)))
+    shift = bias - mean * factor
+    y = node.output[0]
+    consts = [numpy_helper.from_array(v.astype(np.float32), f"{y}__cw_{what}")
+              for v, what in ((factor, "factor"), (shift, "shift"))]
+    scaled = f"{y}__cw_scaled"
+    return [_constant_node(consts[0]), _constant_node(consts[1]),
+            helper.make_node("Mul", [node.input[0], consts[0].name], [scaled], name=scaled),
+            helper.make_node("Add", [scaled, consts[1].name], [y], name=node.name or y)]

@@ -1,7 +1,8 @@
 """Resize forms TVM's importer gets wrong or lacks (cw/compile/resize_forms.py), and the old
-opsets' resizes and Hardmax onnx's version converter changes the meaning of
-(cw/compile/old_opsets.py): each compiles, and its bundle agrees with onnxruntime on the file
-as written, at batch 1 and 3."""
+opsets' resizes, Hardmax, broadcasts and per-activation BatchNormalization that onnx's version
+converter changes the meaning of or cannot lift (cw/compile/old_opsets.py): each compiles, and
+its bundle agrees with onnxruntime on the file as written (with numpy where onnxruntime has no
+kernel of that opset), at batch 1 and 3."""
 
 import numpy as np
 import onnx
@@ -153,3 +154,43 @@ def test_a_resize_by_matrices_compiles_for_cuda(tmp_path, cli):
     for k in open_bundle(tmp_path / "cuda").manifest.kernels:
         binaries, has_source = device_binary_count(tmp_path / "cuda" / k.kernel_file)
         assert binaries >= 1 and not has_source
+
+
+@pytest.mark.parametrize("op,b_shape,axis,aligned", [
+    ("Add", (4,), 1, (4, 1, 1)),  # a Caffe2 export's bias: [C] at axis 1 of [N, C, H, W]
+    # the last axis has B's size too: TVM multiplied along it, silently, until stop 75
+    ("Mul", (6,), 2, (6, 1)),
+    ("Sub", (6, 6), None, (6, 6)),  # no axis: aligned with A's last axes, as numpy does
+])
+def test_an_opset_6_broadcast_at_an_axis_keeps_its_meaning(tmp_path, op, b_shape, axis, aligned):
+    """onnxruntime has no kernel of these opsets: numpy, with B given the axes of size 1."""
+    from cw.compile.compiler import CompileConfig, compile_model
+    from cw.engine import LocalModel
+
+    b = np.random.default_rng(0).standard_normal(b_shape).astype(np.float32)
+    attrs = {"broadcast": 1} | ({} if axis is None else {"axis": axis})
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "b"], ["y"], **attrs)], "g",
+        [helper.make_tensor_value_info("x", F, ["N", 4, 6, 6])],
+        [helper.make_tensor_value_info("y", F, ["N", 4, 6, 6])],
+        [numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)], ir_version=7)
+    onnx.save(model, tmp_path / "m.onnx")
+    m = compile_model(tmp_path / "m.onnx", tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert any("broadcast(s) of opset 6 along an axis" in n for n in m.notes) == \
+        (aligned != b_shape), m.notes
+    x = np.random.default_rng(1).standard_normal((3, 4, 6, 6)).astype(np.float32)
+    expected = {"Add": np.add, "Mul": np.multiply, "Sub": np.subtract}[op](x, b.reshape(aligned))
+    np.testing.assert_allclose(LocalModel(tmp_path / "b").run([x])[0], expected, rtol=1e-6)
+
+
+def test_an_opset_7_batchnorm_per_activation_agrees_with_onnxruntime(tmp_path):
+    """spatial=0: statistics per activation, shaped like a sample; TVM's importer refused it
+    (with 400 characters of its operator's description)."""
+    rng = np.random.default_rng(2)
+    stats = [numpy_helper.from_array(v.astype(np.float32), name) for name, v in (
+        ("s", rng.standard_normal((4, 7, 9))), ("b", rng.standard_normal((4, 7, 9))),
+        ("m", rng.standard_normal((4, 7, 9))), ("v", rng.uniform(0.2, 2, (4, 7, 9))))]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"],
+                            epsilon=1e-3, spatial=0)
+    _agrees(tmp_path, [node], stats, 7, note="BatchNormalization node(s) with spatial=0")
