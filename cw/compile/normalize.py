@@ -176,6 +176,11 @@ def _sizes_as_scales(onnx_model: OnnxModel, say) -> None:
     if count:
         say(f"{count} Resize node{'s' * (count != 1)} to computed sizes given the same "
             "scales")
+    spatial = resize_scales.spatial_sizes(onnx_model.model.graph, dims)
+    if spatial:
+        say(f"{spatial} Resize node{'s' * (spatial != 1)} to computed sizes whose ratio no "
+            "float32 scale gives exactly given their spatial sizes, as constants")
+        _decomposed(onnx_model, say)  # (resize_forms writes those)
 
 
 def _batch_first_outputs(onnx_model: OnnxModel, say) -> None:

@@ -7,7 +7,9 @@ and the import fails ("'Var' object has no attribute 'value'"). An export fixed 
 writes them as a constant [1, C, H, W], which a batch of 3 contradicts, so such a graph could not
 be rebatched. Scales name no batch. ONNX resizes by sizes with the scale out / in, so where that
 ratio is exact in float32 and floor(in * scale) gives `out` back, both forms compute the same
-thing: 2x, 0.5x, and 1.5x of an even size are exact. Other ratios are left as they were.
+thing: 2x, 0.5x, and 1.5x of an even size are exact. Other ratios (4 to 7) are given their
+spatial sizes as constants, opset 18's `axes` naming the axes they size, a form
+cw/compile/resize_forms.py then writes exactly (`spatial_sizes`).
 """
 
 from __future__ import annotations
@@ -72,6 +74,36 @@ def rewrite(graph: onnx.GraphProto, dims: dict[str, list], computed_only: bool =
                                                               name))
         replaced.add(node.input[3])
         node.input[:] = [node.input[0], node.input[1], name]
+        count += 1
+    if replaced:
+        _drop_unread(graph, replaced)
+    return count
+
+
+def spatial_sizes(graph: onnx.GraphProto, dims: dict[str, list]) -> int:
+    """Each Resize still given computed sizes (after `rewrite`: a ratio not exact in float32,
+    7 / 4) whose spatial sizes `dims` knows, given those as constant sizes of its spatial axes
+    (opset 18's `axes`, which cw/compile/resize_forms.py then writes exactly); returns how many.
+    The batch entry is what made the sizes computed, and a resize keeps it anyway."""
+    constants = {t.name for t in graph.initializer}
+    count = 0
+    replaced = set()
+    for node in graph.node:
+        if node.op_type != "Resize" or node.domain not in _ONNX_DOMAINS or \
+                len(node.input) < 4 or not node.input[3] or node.input[3] in constants or \
+                any(a.name in ("axes", "keep_aspect_ratio_policy") for a in node.attribute):
+            continue
+        in_dims, out_dims = dims.get(node.input[0]), dims.get(node.output[0])
+        if not in_dims or not out_dims or len(in_dims) != len(out_dims) or len(in_dims) < 3 \
+                or not all(isinstance(d, int) for d in in_dims[1:] + out_dims[1:]) \
+                or out_dims[1] != in_dims[1]:
+            continue
+        name = f"{node.output[0]}__cw_spatial_sizes"
+        graph.initializer.append(onnx.numpy_helper.from_array(
+            np.array(out_dims[2:], np.int64), name))
+        replaced.add(node.input[3])
+        node.input[:] = [node.input[0], node.input[1], "", name]
+        node.attribute.append(onnx.helper.make_attribute("axes", list(range(2, len(in_dims)))))
         count += 1
     if replaced:
         _drop_unread(graph, replaced)

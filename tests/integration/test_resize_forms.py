@@ -194,3 +194,27 @@ def test_an_opset_7_batchnorm_per_activation_agrees_with_onnxruntime(tmp_path):
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"],
                             epsilon=1e-3, spatial=0)
     _agrees(tmp_path, [node], stats, 7, note="BatchNormalization node(s) with spatial=0")
+
+
+@pytest.mark.parametrize("mode,ctm", [("linear", "half_pixel"), ("nearest", "asymmetric"),
+                                      ("cubic", "align_corners")])
+def test_a_resize_to_another_tensors_size_agrees_with_onnxruntime(tmp_path, mode, ctm):
+    """F.interpolate(c, size=x.shape[2:]) with a symbolic batch: sizes computed from two
+    Shapes, [N, C] of one tensor and [H, W] of another. 4 x 5 to 7 x 9 is a ratio no float32
+    scale gives exactly, and TVM's importer failed on the sizes' batch entry ("'Var' object
+    has no attribute 'value'") until stop 75."""
+    def ints(name, values):
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    nodes = [helper.make_node("Conv", ["x", "k"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Shape", ["x"], ["sx"]),
+             helper.make_node("Slice", ["sx", "two", "four"], ["hw"]),
+             helper.make_node("Shape", ["c"], ["sc"]),
+             helper.make_node("Slice", ["sc", "zero", "two"], ["nc"]),
+             helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["c", "", "", "sizes"], ["y"], mode=mode,
+                              coordinate_transformation_mode=ctm)]
+    k = numpy_helper.from_array(
+        np.random.default_rng(3).standard_normal((4, 4, 3, 3)).astype(np.float32), "k")
+    _agrees(tmp_path, nodes, [k, ints("zero", [0]), ints("two", [2]), ints("four", [4])], 13,
+            note="given their spatial sizes, as constants")
