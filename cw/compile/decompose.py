@@ -25,6 +25,7 @@
   every axis it repeats has size 1: the Expand to those repeats.
 - Attention and RotaryEmbedding (opset 23; cw/compile/attention.py).
 - DFT and STFT (audio front ends): products by constant matrices (cw/compile/spectral.py).
+- CenterCropPad (opset 18): a Slice and a Pad, centered as ONNX's reference centers them.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ from cw.errors import ModelError
 
 _DOMAINS = ("", "ai.onnx")
 _REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding", "Sinh",
-              "Cosh"}
+              "Cosh", "CenterCropPad"}
 _NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvTranspose",
-                 "Resize", "MaxPool", "Pow", "Tile"}
+                 "Resize", "MaxPool", "Pow", "Tile", "CenterCropPad"}
 _INTEGERS = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
              onnx.TensorProto.INT64, onnx.TensorProto.UINT8}
 _SAME = ("SAME_UPPER", "SAME_LOWER")
@@ -170,6 +171,38 @@ def _lp_normalization(e: Emitter, node, where: str) -> None:
     # a row of zeros stays zeros, as onnxruntime gives it (not 0/0)
     safe = e.op("Where", [e.op("Equal", [norm, zero]), one, norm])
     e.op("Div", [x, safe], outputs=[node.output[0]])
+
+
+def _center_crop_pad(e: Emitter, node, shapes, where: str) -> None:
+    """CenterCropPad (opset 18; the importer lacks it) as a Slice of the axes it crops and a Pad
+    of those it pads, each centered as ONNX's reference centers them (the odd element at the
+    end)."""
+    dims, target = shapes.get(node.input[0]), e.constant(node.input[1])
+    if dims is None or target is None:
+        raise ModelError(f"{where} crops or pads to a shape not known before the model runs",
+                         "give it a constant shape")
+    rank = len(dims)
+    axes = [a % rank for a in (attr(node, "axes") or range(rank))]
+    starts, ends, cropped, pads = [], [], [], [0] * (2 * rank)
+    for axis, size in zip(axes, (int(t) for t in target.reshape(-1))):
+        have = dims[axis]
+        if not isinstance(have, int):
+            raise ModelError(f"{where} crops or pads its batch axis (to {size}): cw cannot "
+                             "batch it", "give the node `axes` without the batch axis")
+        if size < have:
+            starts.append((have - size) // 2)
+            ends.append(starts[-1] + size)
+            cropped.append(axis)
+        elif size > have:
+            pads[axis] = (size - have) // 2
+            pads[axis + rank] = size - have - pads[axis]
+    x = node.input[0]
+    if cropped:
+        x = e.op("Slice", [x, *(e.const(np.array(v, np.int64), what) for v, what in (
+            (starts, "starts"), (ends, "ends"), (cropped, "axes")))])
+    if any(pads):
+        x = e.op("Pad", [x, e.const(np.array(pads, np.int64), "pads")])
+    e.op("Identity", [x], outputs=[node.output[0]])
 
 
 def _hyperbolic(e: Emitter, node) -> None:
@@ -307,6 +340,8 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
         return _same_padded_pool(e, node, shapes, where)
     elif node.op_type == "Swish":
         _swish(e, node)
+    elif node.op_type == "CenterCropPad":
+        _center_crop_pad(e, node, shapes, where)
     elif node.op_type == "LpNormalization":
         _lp_normalization(e, node, where)
     elif node.op_type in ("DFT", "STFT"):

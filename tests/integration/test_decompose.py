@@ -241,6 +241,14 @@ CASES = {
     "expand to a constant shape": (
         [helper.make_node("Expand", ["x", "shape"], ["y"])], ["N", 3, 1, 4], ["N", 3, 5, 4],
         [_c("shape", np.array([3, 5, 1], np.int64))], 17),
+    # opset 18, which the importer lacks: an odd crop and an odd pad (their extra element at
+    # the end), NHWC axes counted from the end
+    "center crop and pad": (
+        [helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[2, 3])],
+        ["N", 4, 7, 8], ["N", 4, 4, 11], [_c("shape", np.array([4, 11], np.int64))], 18),
+    "center crop and pad, NHWC": (
+        [helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[-3, -2])],
+        ["N", 7, 5, 3], ["N", 6, 2, 3], [_c("shape", np.array([6, 2], np.int64))], 18),
 }
 
 
@@ -310,6 +318,16 @@ def test_a_compress_along_the_batch_is_refused_in_one_line(tmp_path, cli):
     r = cli("compile", src, "-o", tmp_path / "b")
     assert r.code != 0 and len(r.err.strip().splitlines()) == 1, r.err
     assert "selects along the batch axis, or from its input flattened" in r.err, r.err
+
+
+def test_a_center_crop_of_the_batch_axis_is_refused_in_one_line(tmp_path, cli):
+    """Without `axes`, CenterCropPad sizes every axis, the batch's too."""
+    src = tmp_path / "m.onnx"
+    _save(src, [helper.make_node("CenterCropPad", ["x", "shape"], ["y"])], ["N", 6, 8],
+          [1, 4, 4], [_c("shape", np.array([1, 4, 4], np.int64))], 18)
+    r = cli("compile", src, "-o", tmp_path / "b")
+    assert r.code != 0 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "crops or pads its batch axis (to 1): cw cannot batch it" in r.err, r.err
 
 
 def test_a_fixed_batch_expand_is_rebatched(tmp_path):
