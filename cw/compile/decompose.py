@@ -26,6 +26,7 @@
 - Attention and RotaryEmbedding (opset 23; cw/compile/attention.py).
 - DFT and STFT (audio front ends): products by constant matrices (cw/compile/spectral.py).
 - CenterCropPad (opset 18): a Slice and a Pad, centered as ONNX's reference centers them.
+  Col2Im (opset 18, nn.Fold): a ConvTranspose by one-hot filters, one group per channel.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ from cw.errors import ModelError
 
 _DOMAINS = ("", "ai.onnx")
 _REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding", "Sinh",
-              "Cosh", "CenterCropPad"}
+              "Cosh", "CenterCropPad", "Col2Im"}
 _NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvTranspose",
-                 "Resize", "MaxPool", "Pow", "Tile", "CenterCropPad"}
+                 "Resize", "MaxPool", "Pow", "Tile", "CenterCropPad", "Col2Im"}
 _INTEGERS = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
              onnx.TensorProto.INT64, onnx.TensorProto.UINT8}
 _SAME = ("SAME_UPPER", "SAME_LOWER")
@@ -205,6 +206,44 @@ def _center_crop_pad(e: Emitter, node, shapes, where: str) -> None:
     e.op("Identity", [x], outputs=[node.output[0]])
 
 
+def _col2im(e: Emitter, node, shapes, where: str) -> None:
+    """Col2Im (opset 18, PyTorch's nn.Fold; the importer lacks it) as the ConvTranspose that
+    sums the same blocks into the image: one group per channel, its kernel a one-hot filter per
+    block position, so each column entry lands where Col2Im puts it."""
+    dims = shapes.get(node.input[0])
+    image, block = (e.constant(name) for name in node.input[1:3])
+    if dims is None or image is None or block is None or len(dims) != 3 or \
+            not all(isinstance(d, int) for d in dims[1:]):
+        raise ModelError(f"{where}: its image or block shape, or its input's shape, is not "
+                         "known before the model runs", "export them as constants")
+    image, block = [int(v) for v in image.reshape(-1)], [int(v) for v in block.reshape(-1)]
+    spatial = len(block)
+    if spatial not in (1, 2) or len(image) != spatial:
+        raise ModelError(f"{where} folds {len(image)} spatial axes: cw writes 1 or 2",
+                         "fold the image in 2-D")
+    strides = list(attr(node, "strides", [1] * spatial))
+    dilations = list(attr(node, "dilations", [1] * spatial))
+    pads = list(attr(node, "pads", [0] * 2 * spatial))
+    per_channel = int(np.prod(block))
+    counts, extra = [], []
+    for i in range(spatial):
+        span = image[i] + pads[i] + pads[spatial + i] - dilations[i] * (block[i] - 1) - 1
+        counts.append(span // strides[i] + 1)
+        extra.append(span % strides[i])  # image rows past the last block: output_padding
+    if dims[1] % per_channel or dims[2] != int(np.prod(counts)):
+        raise ModelError(f"{where}: its input [N, {dims[1]}, {dims[2]}] is not the columns of "
+                         f"blocks {block} over image {image}", "check the export")
+    channels = dims[1] // per_channel
+    filters = np.zeros((channels * per_channel, 1, *block), np.float32)
+    for k, position in enumerate(np.ndindex(*block)):
+        filters[(slice(k, None, per_channel), 0, *position)] = 1
+    grid = e.op("Reshape", [node.input[0], e.const(np.array([0, dims[1], *counts], np.int64),
+                                                    "grid")])
+    e.op("ConvTranspose", [grid, e.const(filters, "one_hot")], outputs=[node.output[0]],
+         group=channels, strides=strides, dilations=dilations, pads=pads,
+         output_padding=extra)
+
+
 def _hyperbolic(e: Emitter, node) -> None:
     """sinh x = (e^x - e^-x) / 2, cosh x = (e^x + e^-x) / 2."""
     x = node.input[0]
@@ -342,6 +381,8 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
         _swish(e, node)
     elif node.op_type == "CenterCropPad":
         _center_crop_pad(e, node, shapes, where)
+    elif node.op_type == "Col2Im":
+        _col2im(e, node, shapes, where)
     elif node.op_type == "LpNormalization":
         _lp_normalization(e, node, where)
     elif node.op_type in ("DFT", "STFT"):

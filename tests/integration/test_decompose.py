@@ -246,6 +246,16 @@ CASES = {
     "center crop and pad": (
         [helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[2, 3])],
         ["N", 4, 7, 8], ["N", 4, 4, 11], [_c("shape", np.array([4, 11], np.int64))], 18),
+    # opset 18's nn.Fold, which the importer lacks: 3 channels of 3 x 2 blocks, strided, padded,
+    # an image row past the last block (output_padding); dilated blocks
+    "col2im, strided and padded": (
+        [helper.make_node("Col2Im", ["x", "image", "block"], ["y"], strides=[2, 3],
+                          pads=[1, 0, 1, 1])], ["N", 18, 8], ["N", 3, 8, 6],
+        [_c("image", np.array([8, 6], np.int64)), _c("block", np.array([3, 2], np.int64))], 18),
+    "col2im, dilated": (
+        [helper.make_node("Col2Im", ["x", "image", "block"], ["y"], dilations=[2, 2],
+                          strides=[1, 2])], ["N", 6, 14], ["N", 1, 9, 8],
+        [_c("image", np.array([9, 8], np.int64)), _c("block", np.array([2, 3], np.int64))], 18),
     "center crop and pad, NHWC": (
         [helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[-3, -2])],
         ["N", 7, 5, 3], ["N", 6, 2, 3], [_c("shape", np.array([6, 2], np.int64))], 18),
