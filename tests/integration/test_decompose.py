@@ -550,11 +550,12 @@ def test_resize_to_sizes_becomes_resize_by_scales(tmp_path, mode, fixed):
         assert result.relative_error <= 1e-5, (batch, result.relative_error)
 
 
-def test_resize_to_inexact_sizes_stays_as_it_was(tmp_path, cli):
+def test_resize_to_inexact_sizes_keeps_its_sizes(tmp_path):
     """7 -> 15 is not a float32 scale that gives 15 back exactly: the Resize keeps its sizes.
-    Fixed at batch 1, the model compiles at batch 1 as before; with a symbolic batch, TVM's
-    importer still refuses it, in one line."""
-    from cw.compile.compiler import compile_model
+    Fixed at batch 1, the model compiles at batch 1 as before. With a symbolic batch TVM's
+    importer refused the sizes' batch entry until stop 75; now the spatial sizes are constants
+    (resize_scales.spatial_sizes) and it compiles for every batch size."""
+    from cw.compile.compiler import CompileConfig, compile_model
 
     src = tmp_path / "fixed.onnx"
     _save(src, *_upsampling(7, [1, 4, 15, 15], "nearest"))
@@ -564,8 +565,12 @@ def test_resize_to_inexact_sizes_stays_as_it_was(tmp_path, cli):
     assert run_bundle(tmp_path / "b", [x], "cpu", src).relative_error <= 1e-5
     src = tmp_path / "computed.onnx"
     _save(src, *_upsampling(7, None, "nearest"))
-    r = cli("compile", src, "-o", tmp_path / "c")
-    assert r.code != 0 and len(r.err.strip().splitlines()) == 1 and "Resize" in r.err, r.err
+    m = compile_model(src, tmp_path / "c", CompileConfig(batch_sizes=(1, 4)))
+    assert m.batch_sizes == [1, 4]
+    assert any("given their spatial sizes, as constants" in n for n in m.notes), m.notes
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 7, 7)).astype(np.float32)
+        assert run_bundle(tmp_path / "c", [x], "cpu", src).relative_error <= 1e-5
 
 
 @pytest.mark.parametrize("parts,inverse,onesided,length,windowed", [
