@@ -1,0 +1,78 @@
+"""Old exports' idioms, opsets 6-12 (stops 74, 75)."""
+# ruff: noqa: E501 (one case per line reads best)
+
+import numpy as np  # noqa: F401
+from onnx import TensorProto  # noqa: F401
+
+from .common import I64, X3, X4, F, N, c, case, f32, group, i64, known, w  # noqa: F401
+
+group("old_opsets")
+
+case("Add broadcast axis opset 6", [N("Add", ["x", "b"], broadcast=1, axis=1)], X4, [w("b", 4)], 6)
+case("Mul broadcast axis2 opset 6", [N("Mul", ["x", "b"], broadcast=1, axis=2)], X4, [w("b", 6)], 6)
+case("Add broadcast opset 7", [N("Add", ["x", "b"])], X4, [w("b", 4, 1, 1)], 7)
+case("Gemm broadcast opset 6", [N("Gemm", ["x", "m", "cc"], broadcast=1, transB=1)], ["N", 12], [w("m", 3, 12), w("cc", 3)], 6)
+case("Gemm opset 7 C scalar", [N("Gemm", ["x", "m", "cc"])], ["N", 12], [w("m", 12, 3), w("cc", 1)], 7)
+case("BatchNorm opset 7 spatial1", [N("BatchNormalization", ["x", "s", "b", "m", "v"], epsilon=1e-3, spatial=1)], X4, [w("s", 4), w("b", 4), w("m", 4), f32("v", [0.5, 1, 2, 0.1])], 7)
+case("BatchNorm opset 7 spatial0", [N("BatchNormalization", ["x", "s", "b", "m", "v"], epsilon=1e-3, spatial=0)], ["N", 4, 2, 2], [w("s", 4, 2, 2), w("b", 4, 2, 2), w("m", 4, 2, 2), f32("v", np.full((4, 2, 2), 0.7))], 7)
+case("BatchNorm opset 9", [N("BatchNormalization", ["x", "s", "b", "m", "v"], epsilon=1e-3, momentum=0.5)], X4, [w("s", 4), w("b", 4), w("m", 4), f32("v", [0.5, 1, 2, 0.1])], 9)
+case("Slice opset 9 attrs", [N("Slice", ["x"], starts=[1, -4], ends=[5, 1000], axes=[2, 3])], X4, (), 9)
+case("Slice opset 9 no axes", [N("Slice", ["x"], starts=[0, 0, 1], ends=[1000, 3, 5])], X4, (), 9)
+case("Pad opset 2", [N("Pad", ["x"], pads=[0, 0, 1, 2, 0, 0, 2, 1], mode="reflect")], X4, (), 2) if False else None
+case("Pad opset 10 constant", [N("Pad", ["x"], pads=[0, 0, 1, 2, 0, 0, 2, 1], mode="constant", value=0.5)], X4, (), 10)
+case("Pad opset 10 edge", [N("Pad", ["x"], pads=[0, 0, 1, 2, 0, 0, 2, 1], mode="edge")], X4, (), 10)
+case("TopK opset 9", [N("TopK", ["x"], ["v", "i"], k=3, axis=2), N("Cast", ["i"], ["fi"], to=F), N("Add", ["v", "fi"])], X4, (), 9)
+case("TopK opset 10", [N("TopK", ["x", "k"], ["v", "i"], axis=-1), N("Cast", ["i"], ["fi"], to=F), N("Add", ["v", "fi"])], X4, [i64("k", [2])], 10)
+case("ReduceMean opset 11 neg axes", [N("ReduceMean", ["x"], axes=[-1, -2], keepdims=0)], X4, (), 11)
+case("ReduceSum opset 11", [N("ReduceSum", ["x"], axes=[1])], X4, (), 11)
+case("ReduceMax opset 9 default axes", [N("ReduceMax", ["x"], ["r"]), N("Add", ["x", "r"])], X4, (), 9) if False else None
+case("Squeeze opset 11", [N("Squeeze", ["x"], axes=[2])], ["N", 4, 1, 6], (), 11)
+case("Unsqueeze opset 9", [N("Unsqueeze", ["x"], axes=[2, 4])], X4, (), 9)
+case("Split opset 11 attr", [N("Split", ["x"], ["a", "b"], axis=2, split=[2, 4]), N("Concat", ["b", "a"], axis=2)], X4, (), 11)
+case("Split opset 9 equal", [N("Split", ["x"], ["a", "b"], axis=3), N("Sub", ["a", "b"])], X4, (), 9)
+case("Dropout opset 7", [N("Dropout", ["x"], ratio=0.3)], X4, (), 7)
+case("Dropout opset 10 mask", [N("Dropout", ["x"], ["d", "m"], ratio=0.3), N("Cast", ["m"], ["mf"], to=F), N("Add", ["d", "mf"])], X4, (), 10)
+case("Flatten opset 9 axis 0", [N("Flatten", ["x"], ["f"], axis=0), N("Reshape", ["f", "sh"])], X4, [i64("sh", [-1, 4, 6, 6])], 9)
+case("Reshape opset 5", [N("Reshape", ["x", "sh"])], X4, [i64("sh", [0, -1, 6])], 5) if False else None
+case("Reshape opset 7 zero", [N("Reshape", ["x", "sh"])], X4, [i64("sh", [0, 2, -1, 6])], 7)
+case("Concat opset 7", [N("Concat", ["x", "x"], axis=1)], X4, (), 7)
+case("MaxPool opset 7", [N("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])], X4, (), 7)
+case("MaxPool opset 8 SAME_UPPER", [N("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")], ["N", 4, 7, 7], (), 8)
+case("AveragePool opset 7 count_include_pad", [N("AveragePool", ["x"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)], X4, (), 7)
+case("AveragePool opset 10 ceil", [N("AveragePool", ["x"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)], ["N", 4, 8, 8], (), 10)
+case("PRelu opset 7 scalar slope", [N("PRelu", ["x", "s"])], X4, [f32("s", [0.2])], 7)
+case("PRelu opset 7 [C,1,1]", [N("PRelu", ["x", "s"])], X4, [w("s", 4, 1, 1)], 7)
+case("Max opset 7 broadcast", [N("Max", ["x", "a"])], X4, [w("a", 6)], 7)
+case("Sum opset 6 same shape", [N("Sum", ["x", "x", "x"])], X4, (), 6)
+case("Mean opset 8 broadcast", [N("Mean", ["x", "a"])], X4, [w("a", 4, 1, 1)], 8)
+case("Tile opset 6", [N("Tile", ["x", "r"])], X4, [i64("r", [1, 1, 2, 1])], 6)
+case("Cast opset 6", [N("Mul", ["x", "ten"], ["t"]), N("Cast", ["t"], ["i"], to=TensorProto.INT32), N("Cast", ["i"], to=F)], X4, [f32("ten", 10.0)], 6)
+case("Gather opset 9 neg", [N("Gather", ["x", "i"], axis=1)], X4, [i64("i", [3, 0])], 9)
+case("ArgMax opset 9", [N("ArgMax", ["x"], ["a"], axis=1, keepdims=1), N("Cast", ["a"], to=F)], X4, (), 9)
+case("LRN opset 9", [N("LRN", ["x"], size=3, alpha=1e-2, beta=0.75)], X4, (), 9)
+case("InstanceNorm opset 6", [N("InstanceNormalization", ["x", "s", "b"], epsilon=1e-3)], X4, [w("s", 4), w("b", 4)], 6)
+case("DepthToSpace opset 9", [N("DepthToSpace", ["x"], blocksize=2)], ["N", 8, 3, 3], (), 9)
+case("DepthToSpace opset 11 CRD", [N("DepthToSpace", ["x"], blocksize=2, mode="CRD")], ["N", 8, 3, 3], (), 11)
+case("Clip opset 11 inputs", [N("Clip", ["x", "lo", "hi"])], X4, [f32("lo", -0.2), f32("hi", 0.4)], 11)
+case("Clip opset 11 no min", [N("Clip", ["x", "", "hi"])], X4, [f32("hi", 0.4)], 11)
+case("Resize opset 11 asymmetric nearest floor", [N("Resize", ["x", "roi", "s"], mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")], X4, [f32("roi", []), f32("s", [1, 1, 2, 2])], 11)
+case("Resize opset 11 align_corners linear", [N("Resize", ["x", "roi", "s"], mode="linear", coordinate_transformation_mode="align_corners")], X4, [f32("roi", []), f32("s", [1, 1, 2, 2])], 11)
+case("Resize opset 11 sizes", [N("Resize", ["x", "roi", "", "sz"], mode="linear")], X4, [f32("roi", []), i64("sz", [1, 4, 12, 12])], 11)
+case("Scan-free GRU opset 7", [N("GRU", ["x", "W", "R", "B"], ["Y", "h"], hidden_size=5), N("Squeeze", ["h"], axes=[0])], ["N", 6], [w("W", 1, 15, 6), w("R", 1, 15, 5), w("B", 1, 30)], 7) if False else None
+case("Softmax opset 7 axis 2", [N("Softmax", ["x"], axis=2)], X4, (), 7)
+case("LogSoftmax opset 12 axis -2", [N("LogSoftmax", ["x"], axis=-2)], X4, (), 12)
+case("Hardmax opset 12 axis 2", [N("Hardmax", ["x"], axis=2)], X4, (), 12)
+case("Einsum opset 12", [N("Einsum", ["x"], equation="bchw->bhwc")], X4, (), 12)
+case("Celu opset 12", [N("Celu", ["x"], alpha=0.5)], X4, (), 12)
+case("Range opset 11", [N("Range", ["s", "l", "d"], ["r"]), N("Add", ["x", "r"])], X3, [f32("s", 0.5), f32("l", 4.5), f32("d", 0.5)], 11)
+case("Upsample opset 8 nearest", [N("Upsample", ["x"], mode="nearest", scales=[1.0, 1.0, 2.0, 3.0])], X4, (), 8)
+case("Scatter opset 9", [N("Scatter", ["x", "i", "u"], axis=2)], ["N", 6, 8], [i64("i", np.tile([[[1, 1, 3]]], (1, 6, 1))), w("u", 1, 6, 3)], 9) if False else None
+case("MatMulInteger", [N("Mul", ["x", "ten"], ["t"]), N("Cast", ["t"], ["i"], to=TensorProto.UINT8), N("MatMulInteger", ["i", "m"], ["p"]), N("Cast", ["p"], to=F)], X3, [f32("ten", 10.0), c("m", np.arange(8 * 3).reshape(8, 3) % 7, np.uint8)], 10)
+case("ConvInteger", [N("Mul", ["x", "ten"], ["t"]), N("Cast", ["t"], ["i"], to=TensorProto.UINT8), N("ConvInteger", ["i", "k"], ["p"]), N("Cast", ["p"], to=F)], X4, [f32("ten", 10.0), c("k", np.arange(2 * 4 * 9).reshape(2, 4, 3, 3) % 5, np.uint8)], 10)
+case("Shrink opset 9", [N("Shrink", ["x"], lambd=0.3, bias=0.1)], X4, (), 9)
+case("Where opset 9", [N("Greater", ["x", "z"], ["g"]), N("Where", ["g", "x", "k"])], X4, [f32("z", 0.1), w("k", 6)], 9)
+case("NonZero refused", [N("NonZero", ["x"], ["nz"]), N("Cast", ["nz"], to=F)], X4, (), 9)
+case("Erf opset 9", [N("Erf", ["x"])], X4, (), 9)
+case("MeanVarianceNormalization opset 9", [N("MeanVarianceNormalization", ["x"])], X4, (), 9)
+known("Dropout opset 10 mask", "onnxruntime's opset-10 Dropout gives a mask of zeros at "
+      "inference; ONNX says ones (cw's)")
