@@ -68,14 +68,15 @@ def repair(model: onnx.ModelProto, legacy: dict[str, tuple[str, dict]], path: st
             hardmaxes += 1
     del graph.node[:]
     graph.node.extend(nodes)
-    notes = []
-    if resizes:
-        notes.append(f"{resizes} Upsample/Resize node(s) of the old opset kept asymmetric, "
-                     "as they were (onnx's version converter made them half_pixel)")
-    if hardmaxes:
-        notes.append(f"{hardmaxes} Hardmax node(s) of the old opset kept over the input "
-                     "flattened at their axis, as they were (onnx's version converter did not)")
-    return notes
+    return _counted((resizes, "Upsample/Resize node(s) of the old opset kept asymmetric, as "
+                              "they were (onnx's version converter made them half_pixel)"),
+                    (hardmaxes, "Hardmax node(s) of the old opset kept over the input flattened "
+                                "at their axis, as they were (onnx's version converter did not)"))
+
+
+def _counted(*counts: tuple[int, str]) -> list[str]:
+    """A note per (count, what) whose count is not 0."""
+    return [f"{count} {what}" for count, what in counts if count]
 
 
 def _set(node: onnx.NodeProto, **attrs) -> None:
@@ -173,14 +174,10 @@ def before_conversion(model: onnx.ModelProto, opset: int, path: str) -> list[str
         nodes.append(node)
     del graph.node[:]
     graph.node.extend(nodes)
-    notes = []
-    if aligned:
-        notes.append(f"{aligned} broadcast(s) of opset {opset} along an axis given as trailing "
-                     "axes of size 1 (numpy's rules, which later opsets use)")
-    if batchnorms:
-        notes.append(f"{batchnorms} BatchNormalization node(s) with spatial=0 (statistics per "
-                     "activation) folded into a Mul and an Add")
-    return notes
+    return _counted((aligned, f"broadcast(s) of opset {opset} along an axis given as trailing "
+                              "axes of size 1 (numpy's rules, which later opsets use)"),
+                    (batchnorms, "BatchNormalization node(s) with spatial=0 (statistics per "
+                                 "activation) folded into a Mul and an Add"))
 
 
 def _ranks(model: onnx.ModelProto) -> dict[str, int]:
