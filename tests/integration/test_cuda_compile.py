@@ -140,3 +140,48 @@ def test_a_default_schedule_rule_that_fails_hands_the_kernel_to_the_next(tmp_pat
     for k in m.kernels:
         binaries, has_source = device_binary_count(tmp_path / "b" / k.kernel_file)
         assert binaries >= 1 and not has_source
+
+
+def test_a_schedule_tvm_cannot_lower_hands_the_kernel_to_the_next_rule(tmp_path):
+    """dlight's Reduction rule gives a grouped convolution without padding (as in the ONNX
+    zoo's light_shufflenet, which did not compile for CUDA) a cross-thread reduction that
+    TVM's lowering refuses; the compile failed at the build until stop 75. Now the schedule is
+    lowered before it is taken, and the next rule's is. (Not run on a GPU yet.)"""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    problem = cuda_codegen_problem()
+    if problem:
+        pytest.skip(f"no CUDA compile here: {problem}")
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((32, 16, 3, 3)).astype(np.float32), "w")
+    _one_op_model(tmp_path / "m.onnx",
+                  [helper.make_node("Conv", ["x", "w"], ["y"], group=2, strides=[2, 2])],
+                  ["N", 32, 28, 28], [w])
+    m = compile_model(tmp_path / "m.onnx", tmp_path / "b",
+                      CompileConfig(target="cuda", batch_sizes=(1, 4)))
+    failed = [n for n in m.notes if "default schedule rule" in n]
+    assert len(failed) == 1 and "rule Reduction failed on kernel conv2d" in failed[0], m.notes
+    assert "TVM cannot lower its schedule" in failed[0]
+    for k in m.kernels:
+        binaries, has_source = device_binary_count(tmp_path / "b" / k.kernel_file)
+        assert binaries >= 1 and not has_source
+
+
+@pytest.mark.parametrize("name", ["yolox_nano_416", "zoo-graphs/light_shufflenet"])
+def test_edge_models_that_hit_a_failing_rule_compile_for_cuda(name, tmp_path):
+    """Both failed to compile for CUDA on d18486c: YOLOX-Nano's detection head (a convolution
+    to one channel, left to TVM: dlight's GEMV rule raised; issue 8 had compiled it on
+    2026-11-22) and ShuffleNet's grouped convolutions (a Reduction schedule TVM could not
+    lower). Batch 1 only, to keep the suite short; the GPU has not run these bundles yet."""
+    from cw.compile.compiler import CompileConfig, compile_model
+    from tests.conftest import SHARED
+
+    problem = cuda_codegen_problem()
+    if problem:
+        pytest.skip(f"no CUDA compile here: {problem}")
+    m = compile_model(SHARED / "models-edge" / f"{name}.onnx", tmp_path / "b",
+                      CompileConfig(target="cuda", batch_sizes=(1,)))
+    assert any("default schedule rule" in n for n in m.notes), m.notes
