@@ -241,15 +241,32 @@ class _Rewriter:
             return value
         if value.ndim == 0 or value.size == 1:
             return value.reshape(())
+        if value.ndim == rank > 1:  # one per element already (`blocks`)
+            return value
         axis = axis % rank
         return value.reshape([1] * axis + [-1] + [1] * (rank - 1 - axis))
 
     # --- operators ---------------------------------------------------------------------------
 
+    def blocks(self, node, value, x: np.ndarray | None):
+        """`value` (a scale or zero point) as is, or under opset 21's `block_size` one entry per
+        element of `x` (each repeated over its block along `axis`). Blocks need `x` constant:
+        a weight (an int4 LLM's), not an activation."""
+        block = attribute(node, "block_size", 0)
+        if not block or isinstance(value, str) or value.ndim == 0:
+            return value
+        if x is None:
+            raise ModelError(f"{node.op_type} at node '{node.name or node.output[0]}' quantizes "
+                             f"in blocks of {block} a tensor computed when the model runs",
+                             "quantize that tensor per tensor or per channel")
+        axis = attribute(node, "axis", 1) % x.ndim
+        return np.repeat(value, block, axis=axis).take(range(x.shape[axis]), axis=axis)
+
     def quantize_linear(self, node) -> None:
         x = node.input[0]
         scale = self.scale(node, 1, dynamic=True)
         zero, onnx_type = self.zero_point(node, 2, dynamic=True)
+        scale, zero = self.blocks(node, scale, None), self.blocks(node, zero, None)
         rank = self.ranks.get(x, 4)
         axis = attribute(node, "axis", 1)
         scale, zero = self.per_channel(scale, axis, rank), self.per_channel(zero, axis, rank)
@@ -262,8 +279,9 @@ class _Rewriter:
         scale = self.scale(node, 1, dynamic=True)
         zero, _ = self.zero_point(node, 2, default_type=TensorProto.INT32, dynamic=True)
         axis = attribute(node, "axis", 1)
-        if x in self.constants and not isinstance(scale, str) and not isinstance(zero, str):
-            value = self.constants[x]
+        value = self.constants.get(x)
+        scale, zero = self.blocks(node, scale, value), self.blocks(node, zero, value)
+        if value is not None and not isinstance(scale, str) and not isinstance(zero, str):
             rank = value.ndim
             centered = (value.astype(np.int64) - self.per_channel(zero, axis, rank)
                         .astype(np.int64)).astype(np.float32)

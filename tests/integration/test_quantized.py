@@ -449,3 +449,50 @@ def test_mobilenetv2_int8_compiles_and_gives_onnxruntimes_integers(tmp_path, cli
     r = cli("run", tmp_path / "bundle", "-i", tmp_path / "x.npy", "--verify", EDGE_INT8)
     assert r.code == 0, r.err
     assert "max relative error vs onnxruntime: 0 (tolerance 0.03 for a quantized model)" in r.out
+
+
+def _blocked_weights(activations: bool) -> onnx.ModelProto:
+    """x [N, 6, 5] @ a weight dequantized in blocks of 2 along its columns (opset 21: an int4
+    or int8 LLM's weights), 7 columns: the last block short; with `activations`, x itself is
+    quantized in blocks, which cw refuses."""
+    rng = np.random.default_rng(4)
+    if activations:
+        nodes = [helper.make_node("QuantizeLinear", ["x", "s"], ["q"], axis=2, block_size=2),
+                 helper.make_node("DequantizeLinear", ["q", "s"], ["y"], axis=2, block_size=2)]
+        inits = [numpy_helper.from_array(np.full((1, 6, 3), 0.02, np.float32), "s")]
+        y_shape = ["N", 6, 5]
+    else:
+        nodes = [helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=1,
+                                  block_size=2),
+                 helper.make_node("MatMul", ["x", "wd"], ["y"])]
+        inits = [numpy_helper.from_array(rng.integers(-100, 100, (5, 7)).astype(np.int8), "wq"),
+                 numpy_helper.from_array(rng.uniform(0.01, 0.1, (5, 4)).astype(np.float32), "ws"),
+                 numpy_helper.from_array(rng.integers(-3, 3, (5, 4)).astype(np.int8), "wz")]
+        y_shape = ["N", 6, 7]
+    graph = helper.make_graph(
+        nodes, "blocks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def test_weights_quantized_in_blocks_agree_with_onnxruntime(tmp_path):
+    """Opset 21's block_size: a scale and zero point per block of 2 along the axis. The
+    rewrite took the [5, 4] scale for a per-channel one and crashed ("operands could not be
+    broadcast together") until stop 75."""
+    from cw.compile.compiler import CompileConfig, compile_model
+    from cw.engine import run_bundle
+
+    src = tmp_path / "m.onnx"
+    onnx.save(_blocked_weights(activations=False), src)
+    compile_model(src, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 6, 5)).astype(np.float32)
+        assert run_bundle(tmp_path / "b", [x], "cpu", src).relative_error <= 1e-6
+
+
+def test_activations_quantized_in_blocks_are_refused_in_one_line(cli, tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(_blocked_weights(activations=True), src)
+    r = cli("compile", src, "-o", tmp_path / "b")
+    assert r.code != 0 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "quantizes in blocks of 2 a tensor computed when the model runs" in r.err, r.err
