@@ -45,7 +45,10 @@ def _model(case):
 
     outputs = case.outputs or [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)]
     graph = helper.make_graph(case.nodes, "sweep", case.inputs, outputs, case.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
+    opsets = [helper.make_opsetid("", case.opset)]
+    if any(n.domain == "com.microsoft" for n in case.nodes):  # onnxruntime's operators
+        opsets.append(helper.make_opsetid("com.microsoft", 1))
+    model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 8 if case.opset < 21 else 10
     if case.outputs is not None:
         onnx.checker.check_model(model, full_check=True)
