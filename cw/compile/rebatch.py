@@ -16,7 +16,7 @@ import copy
 import numpy as np
 import onnx
 
-from cw.compile import onnx_shapes, resize_scales
+from cw.compile import batch_values, onnx_shapes, resize_scales
 from cw.compile.onnx_load import BATCH_VAR, OnnxModel
 
 CHECK_BATCH = 3
@@ -170,10 +170,15 @@ def _axes(node: onnx.NodeProto, constants: dict, rank: int) -> set[int] | None:
 
 def batch_mixing(model: onnx.ModelProto, quantized: bool = False) -> str:
     """What in `model` (batch symbolic) combines the samples of a batch: a reduction, softmax,
-    scan, selection or normalization along the batch axis. Served in batches, each request's
-    answer would then depend on the others' (and on the padding); "" when nothing does.
+    scan, selection or normalization along the batch axis, or the batch size read as a value
+    (cw/compile/batch_values.py). Served in batches, each request's answer would then depend
+    on the others' (and on the padding); "" when nothing does.
     With `quantized`, a whole tensor's min or max is not counted: dynamic quantization's range,
     which ONNX and onnxruntime take over the batch too (quantized.py's note says so)."""
+    return _along_the_batch(model, quantized) or batch_values.batch_size_read(model)
+
+
+def _along_the_batch(model: onnx.ModelProto, quantized: bool) -> str:
     graph = model.graph
     kinds = _REDUCTIONS | set(_ALONG_AXIS) | {"CumSum", "MeanVarianceNormalization"}
     candidates = [n for n in graph.node if n.op_type in kinds and n.domain in ("", "ai.onnx")]

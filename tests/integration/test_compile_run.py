@@ -341,6 +341,40 @@ def test_a_graph_that_combines_a_batchs_samples_compiles_at_batch_1(tmp_path, cl
         assert run_bundle(tmp_path / "c", [x], "cpu", src).relative_error <= TOLERANCE
 
 
+def test_a_graph_that_reads_its_batch_size_compiles_at_batch_1(tmp_path, cli):
+    """x / x.shape[0] compiled at every batch size, and a batch of 3, padded to 4, was divided
+    by 4: 0.25 off onnxruntime, silently (stop 76's sweep). Now as a graph that combines its
+    samples: batch size 1 only, with the node named; more asked for is one line's error."""
+    import json
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Gather", ["sh", "z"], ["b"]),
+         helper.make_node("Cast", ["b"], ["bf"], to=TensorProto.FLOAT),
+         helper.make_node("Div", ["x", "bf"], ["y"], name="per_batch")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 4])],
+        [numpy_helper.from_array(np.array(0, np.int64), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    r = cli("compile", src, "-o", tmp_path / "b", "--json")
+    assert r.code == 0, r.err
+    manifest = json.loads(r.out)
+    assert manifest["batch_sizes"] == [1]
+    assert any("Div 'per_batch' reads the batch size as a value" in n and
+               "only batch size 1 compiled" in n for n in manifest["notes"]), manifest["notes"]
+    x = random_input((1, 3, 4))
+    assert run_bundle(tmp_path / "b", [x], "cpu", src).relative_error <= TOLERANCE
+    r = cli("compile", src, "-o", tmp_path / "c", "--batch-sizes", "1,4")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "reads the batch size as a value" in r.err and "--batch-sizes 1" in r.err
+    assert not (tmp_path / "c").exists()
+
+
 def test_demo_compiles_verifies_and_replays(cli, tmp_path):
     """The README's first command, on the quick model: every stage ran and left its output."""
     r = cli("demo", "--model", "mlp", "--dir", tmp_path / "demo")
