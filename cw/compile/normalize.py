@@ -85,6 +85,31 @@ def _sums_as_adds(onnx_model: OnnxModel, say) -> None:
         say(f"{rewritten} Sum node{'s' * (rewritten != 1)} as Add")
 
 
+# Constant's scalar and list forms, and the tensor type ONNX gives each
+_CONSTANT_FORMS = {"value_float": np.float32, "value_floats": np.float32,
+                   "value_int": np.int64, "value_ints": np.int64}
+
+
+def _constant_tensors(onnx_model: OnnxModel, say) -> None:
+    """Constant nodes given as `value_float(s)` or `value_int(s)` (opset 12), as the `value`
+    tensor ONNX defines them to be. TVM's importer read a float as float64, so `x * k`
+    failed its type check ("Binary operators must have the same datatype")."""
+    written = 0
+    for node in all_nodes(onnx_model.model.graph):
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or \
+                len(node.attribute) != 1 or node.attribute[0].name not in _CONSTANT_FORMS:
+            continue
+        form = node.attribute[0]
+        value = np.array(onnx.helper.get_attribute_value(form), _CONSTANT_FORMS[form.name])
+        del node.attribute[:]
+        node.attribute.append(onnx.helper.make_attribute(
+            "value", onnx.numpy_helper.from_array(value, node.output[0])))
+        written += 1
+    if written:
+        say(f"{written} Constant node{'s' * (written != 1)} given as value_float(s) or "
+            "value_int(s) written as tensors")
+
+
 def _squares_as_products(onnx_model: OnnxModel, say) -> None:
     """`Pow(x, 2)` (LayerNorm's variance in PyTorch exports) as `Mul(x, x)`: TVM lowers Pow to
     a call of powf per element, 28 us for LayerNorm's 2,048 values (a tiny transformer's
@@ -342,6 +367,7 @@ def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
     fixed at batch 1 would bake that 1 into constants and defeat rebatching)."""
     say = _reporter(onnx_model, progress)
     _c_safe_names(onnx_model, say)
+    _constant_tensors(onnx_model, say)
     _sums_as_adds(onnx_model, say)
     from cw.compile import decompose
 

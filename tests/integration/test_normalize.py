@@ -129,6 +129,30 @@ def test_a_slice_over_the_whole_batch_axis_slices_only_the_others(tmp_path):
                    "normalize: whole-axis entries dropped from 1 Slice node")
 
 
+def _constant_forms(path):
+    """x [N, 8] times a float, times a list of floats, reshaped by a list of ints and a row
+    picked by an int: each a Constant in its opset-12 scalar or list form."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])
+    nodes = [helper.make_node("Constant", [], ["k"], value_float=2.5),
+             helper.make_node("Constant", [], ["ks"], value_floats=[float(v) for v in range(8)]),
+             helper.make_node("Constant", [], ["sh"], value_ints=[0, 2, 4]),
+             helper.make_node("Constant", [], ["row"], value_int=1),
+             helper.make_node("Mul", ["x", "k"], ["a"]),
+             helper.make_node("Mul", ["a", "ks"], ["b"]),
+             helper.make_node("Reshape", ["b", "sh"], ["r"]),
+             helper.make_node("Gather", ["r", "row"], ["g"], axis=1),
+             helper.make_node("Concat", ["g", "g"], ["y"], axis=1)]
+    _save(path, helper.make_graph(nodes, "constants", [x], [y]))
+
+
+def test_constants_in_scalar_and_list_forms_are_tensors(tmp_path):
+    """TVM's importer read value_float as float64 and refused the product ("Binary operators
+    must have the same datatype") before stop 76."""
+    _compiles_with(tmp_path, _constant_forms, "normalize: 4 Constant nodes given as "
+                   "value_float(s) or value_int(s) written as tensors")
+
+
 def test_a_loop_is_refused_in_one_line(cli, tmp_path):
     """A Loop runs its body as many times as a value says: no fixed shape decides that."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
