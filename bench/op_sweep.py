@@ -49,7 +49,7 @@ def _model(case):
     if any(n.domain == "com.microsoft" for n in case.nodes):  # onnxruntime's operators
         opsets.append(helper.make_opsetid("com.microsoft", 1))
     model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = 8 if case.opset < 21 else 10
+    model.ir_version = 8 if case.opset < 21 else 10 if case.opset < 23 else 11
     if case.outputs is not None:
         onnx.checker.check_model(model, full_check=True)
         return model

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
                casts,
                forms,
+               indexing,
                io,
                old_opsets,
                quantized,
