@@ -27,6 +27,8 @@
 - DFT and STFT (audio front ends): products by constant matrices (cw/compile/spectral.py).
 - CenterCropPad (opset 18): a Slice and a Pad, centered as ONNX's reference centers them.
   Col2Im (opset 18, nn.Fold): a ConvTranspose by one-hot filters, one group per channel.
+- AffineGrid (its size computed from the input's shape) and ReverseSequence:
+  cw/compile/index_forms.py.
 """
 
 from __future__ import annotations
@@ -35,15 +37,15 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from cw.compile import attention, contrib, onnx_shapes, resize_forms, spectral
+from cw.compile import attention, contrib, index_forms, onnx_shapes, resize_forms, spectral
 from cw.compile.emit import Emitter, attr
 from cw.errors import ModelError
 
 _DOMAINS = ("", "ai.onnx")
 _REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding", "Sinh",
-              "Cosh", "CenterCropPad", "Col2Im"}
+              "Cosh", "CenterCropPad", "Col2Im", *index_forms.OPS}
 _NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvTranspose",
-                 "Resize", "MaxPool", "Pow", "Tile", "CenterCropPad", "Col2Im"}
+                 "Resize", "MaxPool", "Pow", "Tile", "CenterCropPad", "Col2Im", *index_forms.OPS}
 _INTEGERS = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
              onnx.TensorProto.INT64, onnx.TensorProto.UINT8}
 _SAME = ("SAME_UPPER", "SAME_LOWER")
@@ -385,6 +387,8 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
         _col2im(e, node, shapes, where)
     elif node.op_type == "LpNormalization":
         _lp_normalization(e, node, where)
+    elif node.op_type in index_forms.OPS:
+        index_forms.rewrite_node(e, node, shapes, producers, where)
     elif node.op_type in ("DFT", "STFT"):
         spectral.rewrite_node(e, node, shapes, where)
     elif node.op_type == "Attention":

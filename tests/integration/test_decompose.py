@@ -259,6 +259,41 @@ CASES = {
     "center crop and pad, NHWC": (
         [helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[-3, -2])],
         ["N", 7, 5, 3], ["N", 6, 2, 3], [_c("shape", np.array([6, 2], np.int64))], 18),
+    # opset 20's spatial-transformer grid, its size from the input's shape (F.affine_grid(
+    # theta, x.size())): the importer takes a constant size only ("cannot handle ShapeExpr")
+    **{f"affine grid {len(spatial)}-D, align_corners {align}": (
+        [helper.make_node("Slice", ["x", "s0", "s1", "ax"], ["th"]),
+         helper.make_node("Reshape", ["th", "theta_shape"], ["theta"]),
+         helper.make_node("Shape", ["x"], ["xs"], end=1),
+         helper.make_node("Concat", ["xs", "rest"], ["size"], axis=0),
+         helper.make_node("AffineGrid", ["theta", "size"], ["y"], align_corners=align)],
+        ["N", 14], ["N", *spatial, len(spatial)],
+        [_c("s0", np.array([0], np.int64)), _c("ax", np.array([1], np.int64)),
+         _c("s1", np.array([len(spatial) * (len(spatial) + 1)], np.int64)),
+         _c("theta_shape", np.array([-1, len(spatial), len(spatial) + 1], np.int64)),
+         _c("rest", np.array([3, *spatial], np.int64))], 20)
+       for spatial, align in (([5, 4], 0), ([5, 4], 1), ([3, 4, 2], 0))},
+    # tf2onnx's bidirectional recurrences: each sample's first lens[b] steps reversed, the
+    # lengths computed from the values (1 to 5 of 5 steps)
+    "reverse sequence, batch first": (
+        [helper.make_node("ReduceSum", ["x", "all"], ["r"], keepdims=0),
+         helper.make_node("Abs", ["r"], ["a"]), helper.make_node("Clip", ["a", "lo", "hi"], ["l"]),
+         helper.make_node("Cast", ["l"], ["lens"], to=TensorProto.INT64),
+         helper.make_node("ReverseSequence", ["x", "lens"], ["y"], batch_axis=0, time_axis=1)],
+        ["N", 5, 3], ["N", 5, 3],
+        [_c("all", np.array([1, 2], np.int64)), _c("lo", np.float32(1)), _c("hi", np.float32(5))],
+        17),
+    "reverse sequence, time first, 4-D": (
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2, 3]),
+         helper.make_node("ReduceMax", ["x", "all"], ["r"], keepdims=0),
+         helper.make_node("Mul", ["r", "three"], ["m"]),
+         helper.make_node("Clip", ["m", "lo", "hi"], ["l"]),
+         helper.make_node("Cast", ["l"], ["lens"], to=TensorProto.INT64),
+         helper.make_node("ReverseSequence", ["t", "lens"], ["rs"], batch_axis=1, time_axis=0),
+         helper.make_node("Transpose", ["rs"], ["y"], perm=[1, 0, 2, 3])],
+        ["N", 6, 2, 3], ["N", 6, 2, 3],
+        [_c("all", np.array([1, 2, 3], np.int64)), _c("three", np.float32(3)),
+         _c("lo", np.float32(1)), _c("hi", np.float32(6))], 18),
 }
 
 
