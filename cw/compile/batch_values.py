@@ -25,10 +25,13 @@ ALL = None  # every element of a tensor may hold the batch size
 # tensor there is the symbolic batch at work
 _SHAPE_INPUTS = {"Reshape": {1}, "Expand": {1}, "ConstantOfShape": {0}, "Tile": {1},
                  "Slice": {1, 2, 3, 4}, "Resize": {1, 2, 3}, "Upsample": {1}, "Pad": {1, 3},
-                 "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "CenterCropPad": {1, 2},
-                 "ReduceMean": {1}, "ReduceSum": {1}, "ReduceMax": {1}, "ReduceMin": {1},
-                 "ReduceProd": {1}, "ReduceL1": {1}, "ReduceL2": {1}, "ReduceLogSum": {1},
-                 "ReduceLogSumExp": {1}, "ReduceSumSquare": {1}}
+                 "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "CenterCropPad": {1},
+                 "AffineGrid": {1}, "Col2Im": {1, 2}, "TopK": {1}, "OneHot": {1}, "Trilu": {1},
+                 "CumSum": {1}, "DFT": {1, 2}, "STFT": {1, 3}, "MaxUnpool": {2},
+                 "HannWindow": {0}, "HammingWindow": {0}, "BlackmanWindow": {0},
+                 **{op: {1} for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
+                                       "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+                                       "ReduceLogSumExp", "ReduceSumSquare")}}
 # Range's values are start + i * delta: its length may be the batch, its values are not
 _RANGE_LIMIT = 1
 _KEEPS_POSITIONS = {"Cast", "Identity"}

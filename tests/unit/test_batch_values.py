@@ -106,3 +106,16 @@ def test_an_output_holding_the_batch_size_is_named():
     # a fixed batch: nothing symbolic to read
     assert batch_size_read(_model([N("Shape", ["x"], ["y"])], x_shape=(1, 4, 6), y_shape=[3],
                                   y_type=TensorProto.INT64)) == ""
+
+
+def test_a_size_input_of_an_operator_is_shape_arithmetic():
+    """AffineGrid's size from x.size() (before cw's rewrite of it) is the batch at work."""
+    theta = helper.make_tensor_value_info("theta", TensorProto.FLOAT, [BATCH_VAR, 2, 3])
+    graph = helper.make_graph(
+        [N("Shape", ["theta"], ["b"], end=1), N("Concat", ["b", "rest"], ["size"], axis=0),
+         N("AffineGrid", ["theta", "size"], ["y"])], "g", [theta],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_i64("rest", [3, 5, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 10
+    assert batch_size_read(model) == ""
