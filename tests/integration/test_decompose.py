@@ -294,6 +294,27 @@ CASES = {
         ["N", 6, 2, 3], ["N", 6, 2, 3],
         [_c("all", np.array([1, 2, 3], np.int64)), _c("three", np.float32(3)),
          _c("lo", np.float32(1)), _c("hi", np.float32(6))], 18),
+    # opset 19's deformable convolution (the importer lacks it), its offsets (and DCNv2's
+    # mask) computed from x: strided, dilated, padded unevenly, 2 groups, 2 offset groups, on
+    # a 7 x 6 image (rows and columns told apart); offsets up to ~3 pixels, some outside
+    "deformable convolution, groups": (
+        [helper.make_node("Conv", ["x", "ow"], ["off"], pads=[0, 1, 0, 1], strides=[2, 1]),
+         helper.make_node("DeformConv", ["x", "dw", "off", "db"], ["y"], pads=[2, 1, 1, 1],
+                          strides=[2, 1], dilations=[2, 1], group=2, offset_group=2)],
+        ["N", 4, 7, 6], ["N", 6, 3, 6],
+        [_c("ow", 0.3 * np.random.default_rng(1).standard_normal((36, 4, 3, 3), np.float32)),
+         _c("dw", np.random.default_rng(2).standard_normal((6, 2, 3, 3), np.float32)),
+         _c("db", np.arange(6, dtype=np.float32))], 19),
+    "deformable convolution with a mask": (
+        [helper.make_node("Conv", ["x", "ow"], ["off"], pads=[1, 1, 1, 1]),
+         helper.make_node("Conv", ["x", "mw"], ["m"], pads=[1, 1, 1, 1]),
+         helper.make_node("Sigmoid", ["m"], ["mask"]),
+         helper.make_node("DeformConv", ["x", "dw", "off", "", "mask"], ["y"],
+                          pads=[1, 1, 1, 1])],
+        ["N", 4, 7, 6], ["N", 5, 7, 6],
+        [_c("ow", 0.3 * np.random.default_rng(3).standard_normal((18, 4, 3, 3), np.float32)),
+         _c("mw", np.random.default_rng(4).standard_normal((9, 4, 3, 3), np.float32)),
+         _c("dw", np.random.default_rng(5).standard_normal((5, 4, 3, 3), np.float32))], 19),
 }
 
 
