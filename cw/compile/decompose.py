@@ -27,7 +27,7 @@
 - DFT and STFT (audio front ends): products by constant matrices (cw/compile/spectral.py).
 - CenterCropPad (opset 18): a Slice and a Pad, centered as ONNX's reference centers them.
   Col2Im (opset 18, nn.Fold): a ConvTranspose by one-hot filters, one group per channel.
-- AffineGrid (its size computed from the input's shape) and ReverseSequence:
+- AffineGrid (its size computed from the input's shape), ReverseSequence and DeformConv:
   cw/compile/index_forms.py.
 """
 
