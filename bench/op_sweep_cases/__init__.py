@@ -5,6 +5,7 @@ from . import (  # noqa: F401
                forms,
                indexing,
                io,
+               layouts,
                old_opsets,
                quantized,
                recurrent,
