@@ -78,7 +78,14 @@ def _plain_filter(call, data_layout: str, kernel_layout: str) -> list[int] | Non
 def conv_layout(call) -> dict[str, list[str]]:
     """ConvertLayout callback: NHWC / OHWI for a convolution CUTLASS takes (plain, fp32, 2-D,
     static channels that are multiples of 4: a network's first conv on RGB input is, once
-    `pad_channels` has padded it), nothing for the rest."""
+    `pad_channels` has padded it), nothing for the rest. A transposed convolution keeps its
+    own: with none, TVM infers NHWC from a CUTLASS conv before it, and has no lowering of
+    conv2d_transpose in NHWC ("CodeGenVM cannot emit this Relax operator")."""
+    op = getattr(call.op, "name", "")
+    if op == "relax.nn.conv2d_transpose":
+        attrs = call.attrs
+        return {op: [attrs.data_layout, attrs.kernel_layout,
+                     attrs.out_layout or attrs.data_layout]}
     weight = _plain_filter(call, "NCHW", "OIHW")
     if weight is None or weight[0] % ALIGNMENT or weight[1] % ALIGNMENT:
         return {}

@@ -98,6 +98,26 @@ def test_offloaded_convolutions_compute_what_onnxruntime_does(tmp_path):
     assert max_relative_error(y, onnx_reference(src, [x])[0]) < 1e-5
 
 
+def test_a_transposed_convolution_between_offloaded_ones_keeps_nchw(tmp_path):
+    """A decoder's upsampling (an OCR detector's, a U-Net's) after a CUTLASS convolution: TVM's
+    layout conversion gave it NHWC from the conv before, which TVM cannot lower ("CodeGenVM
+    cannot emit this Relax operator"), so the CUDA compile failed (stop 76's sweep)."""
+    rng = np.random.default_rng(5)
+    inits, nodes = [], []
+    a = _conv("c1", "x", 8, 16, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])
+    nodes.append(helper.make_node("Relu", [a], ["a"]))
+    inits.append(numpy_helper.from_array(
+        0.2 * rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "up_w"))
+    nodes.append(helper.make_node("ConvTranspose", ["a", "up_w"], ["up"], strides=[2, 2],
+                                  pads=[1, 1, 1, 1], output_padding=[1, 1]))
+    _conv("y", "up", 8, 8, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])
+    src = _save(tmp_path / "decoder.onnx", "decoder", nodes, inits, [8, 5, 6], [8, 10, 12])
+    x = rng.standard_normal((2, 8, 5, 6)).astype(np.float32)
+    y, offloaded, _ = run_offloaded_on_cpu(src, x, tmp_path)
+    assert offloaded[0] == 2
+    assert max_relative_error(y, onnx_reference(src, [x])[0]) < 1e-5
+
+
 def epilogue_model(path):
     """Convolutions whose epilogue CUTLASS may or may not take: c1 (bias, ReLU: both), c2 (no
     bias, then a residual add: nothing), c3 (a bias added by hand, but the conv's own output is
