@@ -198,10 +198,12 @@ def _cutlass_layouts(mod, onnx_model: OnnxModel, tf32: bool):
     so that the filters' relayout is lifted with the rest."""
     from tvm import relax
 
-    from cw.compile import cutlass_conv
+    from cw.compile import cpu_layouts, cutlass_conv
 
     try:
         padded, widened = cutlass_conv.pad_channels(mod)
+        # (a negative squeeze axis aborts the conversion here as on the CPU: Silero VAD's)
+        padded, _ = cpu_layouts.positive_squeeze_axes(padded)
         converted = relax.transform.ConvertLayout({}, layout_cb=cutlass_conv.conv_layout)(padded)
     except Exception as e:  # TVM's layout inference fails on some operators after a conv
         first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
