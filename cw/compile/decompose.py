@@ -265,26 +265,34 @@ def _is_inf(e: Emitter, node) -> None:
     e.op("Identity", [found], outputs=[node.output[0]])
 
 
-def dropout_masks(model: onnx.ModelProto) -> int:
-    """Before onnxslim, in place: each Dropout whose mask is read, as its input passed through
-    and a mask of all true (inference's). onnxslim takes every output of a Dropout for its
-    input, the mask too; TVM's importer gave a mask of zeros. Returns how many."""
-    graph, count = model.graph, 0
+def dropout_masks(model: onnx.ModelProto) -> tuple[int, int]:
+    """Before onnxslim, in place: each Dropout of inference (no training_mode, or a constant
+    false) as its input passed through, and where its mask is read, a mask of all true.
+    onnxslim takes every output of a Dropout for its input, the mask too (TVM's importer gave
+    a mask of zeros), and leaves one with a ratio input, which TVM imports as a tuple that its
+    layout conversion fails on (a CUDA model's convolutions then all left to TVM). Returns
+    (Dropouts passed through, masks among them)."""
+    graph, count, masks = model.graph, 0, 0
+    inits = {t.name: t for t in graph.initializer}
     for k in reversed(range(len(graph.node))):
         node = graph.node[k]
-        if node.op_type != "Dropout" or node.domain not in _DOMAINS or len(node.output) < 2 \
-                or not node.output[1]:
+        if node.op_type != "Dropout" or node.domain not in _DOMAINS:
             continue
+        training = node.input[2] if len(node.input) > 2 else ""
+        if training and (training not in inits or numpy_helper.to_array(inits[training]).any()):
+            continue  # (training mode: random, which nothing here can serve)
         e = Emitter(node.name or node.output[0], {})
         e.op("Identity", [node.input[0]], outputs=[node.output[0]])
-        e.op("Expand", [e.const(np.array(True), "true"), e.op("Shape", [node.input[0]])],
-             outputs=[node.output[1]])
+        if len(node.output) > 1 and node.output[1]:
+            e.op("Expand", [e.const(np.array(True), "true"), e.op("Shape", [node.input[0]])],
+                 outputs=[node.output[1]])
+            masks += 1
         del graph.node[k]
         for j, made in enumerate(e.nodes):
             graph.node.insert(k + j, made)
         graph.initializer.extend(e.new_inits)
         count += 1
-    return count
+    return count, masks
 
 
 def _tile_as_expand(e: Emitter, node, shapes: dict, producers: dict) -> bool:

@@ -91,6 +91,7 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
     mod, _ = relax_rewrite.bounded_takes(mod)
     # before any layout conversion (NCHWc on the CPU, NHWC for CUTLASS), which a stack of
     # scalars crashes
+    mod, _ = relax_rewrite.stacked_reductions_as_chains(mod)
     mod, _ = relax_rewrite.scalar_stacks_as_concats(mod)
     if conv_algo == "cutlass":
         mod = _cutlass_layouts(mod, onnx_model, tf32)
@@ -200,6 +201,10 @@ def _cutlass_layouts(mod, onnx_model: OnnxModel, tf32: bool):
 
     from cw.compile import cpu_layouts, cutlass_conv
 
+    from cw.compile.cpu_conv import count_convs_2d
+
+    if not count_convs_2d(mod):
+        return mod  # (nothing to convert, and a conversion that fails would say so)
     try:
         padded, widened = cutlass_conv.pad_channels(mod)
         # (a negative squeeze axis aborts the conversion here as on the CPU: Silero VAD's)

@@ -371,9 +371,10 @@ def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
     _sums_as_adds(onnx_model, say)
     from cw.compile import decompose
 
-    masks = decompose.dropout_masks(onnx_model.model)
-    if masks:
-        say(f"{masks} Dropout mask(s) made all true, as at inference")
+    dropouts, masks = decompose.dropout_masks(onnx_model.model)
+    if dropouts:
+        say(f"{dropouts} Dropout(s) passed through, as at inference"
+            + (f"; {masks} Dropout mask(s) made all true" if masks else ""))
     slimming.fold(onnx_model, say)
     if any(n.op_type == "If" for n in onnx_model.model.graph.node):
         _static_branches(onnx_model, say)

@@ -79,6 +79,63 @@ def scalar_stacks_as_concats(mod):
     return rewrite_calls(mod, replacement)
 
 
+def stacked_reductions_as_chains(mod):
+    """ONNX's Max, Min, Sum and Mean as TVM imports them where shapes are static (each input
+    broadcast, stacked along a new axis 0, reduced along it) as a chain of `maximum`,
+    `minimum` or `add` (a Mean's sum then divided). The stack is 5-D after a 2-D convolution,
+    and TVM's layout conversion cannot infer its layout ("Invalid SLayout"): every convolution
+    of the model then stayed in plain NCHW on the CPU, and none went to CUTLASS on CUDA.
+    Returns (module, calls rewritten)."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    ops = {tvm.ir.Op.get(f"relax.{name}"): name for name in ("max", "min", "sum", "mean")}
+    binary = {"max": relax.op.maximum, "min": relax.op.minimum, "sum": relax.op.add,
+              "mean": relax.op.add}
+    stack = tvm.ir.Op.get("relax.stack")
+    broadcast = tvm.ir.Op.get("relax.broadcast_to")
+    replaced = []
+
+    @relax.expr_functor.mutator
+    class Rewriter(relax.PyExprMutator):
+        def _bound(self, expr, op):
+            value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
+            return value if isinstance(value, relax.Call) and value.op.same_as(op) else None
+
+        def visit_call_(self, call):
+            call = self.visit_expr_post_order(call)
+            name = next((n for op, n in ops.items() if call.op.same_as(op)), None)
+            axes = None if name is None or call.attrs.axis is None else \
+                [int(a) for a in call.attrs.axis]
+            stacked = self._bound(call.args[0], stack) if axes == [0] and \
+                not call.attrs.keepdims else None
+            if stacked is None or int(stacked.attrs.axis) != 0 or \
+                    not isinstance(stacked.args[0], relax.Tuple):
+                return call
+            parts = []
+            for part in stacked.args[0].fields:
+                widened = self._bound(part, broadcast)
+                parts.append(widened.args[0] if widened is not None else part)
+            chain = parts[0]
+            for part in parts[1:]:
+                chain = self.builder_.normalize(binary[name](chain, part))
+            if name == "mean":
+                chain = relax.op.divide(chain, relax.const(len(parts), call.ty.dtype))
+            if len(parts) == 1 or \
+                    str(self.builder_.normalize(chain).ty.shape) != str(call.ty.shape):
+                return call  # (a broadcast to more than the inputs give: kept as it was)
+            replaced.append(call)
+            return chain
+
+    rewriter = Rewriter(mod)
+    new_main = rewriter.visit_expr(mod["main"])
+    if not replaced:
+        return mod, 0
+    new_main = relax.analysis.remove_all_unused(new_main)  # the stacks, left unread
+    rewriter.builder_.update_func(mod.get_global_var("main"), new_main)
+    return tvm.IRModule(dict(rewriter.builder_.get().functions), attrs=mod.attrs), len(replaced)
+
+
 def legalize_layout_transform(bb, call, gather: bool = False):
     """A layout transform of a bool tensor as one of uint8s: TVM 0.27 legalizes it with a
     float padding value, which its schedule then refuses for bool ("elements of type bool,

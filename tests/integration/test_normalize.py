@@ -153,6 +153,54 @@ def test_constants_in_scalar_and_list_forms_are_tensors(tmp_path):
                    "value_float(s) or value_int(s) written as tensors")
 
 
+def _convs_joined(path, op, extra=()):
+    """x [N, 8] seen as [N, 2, 2, 2] -> two convolutions joined by `op` of three inputs (or
+    a Dropout with a ratio) -> a convolution -> y [N, 8]."""
+    rng = np.random.default_rng(4)
+
+    def weight(name, *shape):
+        return helper.make_tensor(name, TensorProto.FLOAT, shape,
+                                  (0.3 * rng.standard_normal(shape)).reshape(-1).tolist())
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])
+    inits = [helper.make_tensor("sh", TensorProto.INT64, [4], [0, 2, 2, 2]),
+             helper.make_tensor("back", TensorProto.INT64, [2], [0, 8]),
+             weight("w1", 16, 2, 3, 3), weight("w2", 16, 2, 1, 1), weight("w3", 2, 16, 3, 3),
+             weight("s", 16, 1, 1), *extra]
+    joined = ([helper.make_node("Dropout", ["a", "ratio"], ["j"])] if op == "Dropout" else
+              [helper.make_node(op, ["a", "b", "s"], ["j"])])
+    nodes = [helper.make_node("Reshape", ["x", "sh"], ["x4"]),
+             helper.make_node("Conv", ["x4", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x4", "w2"], ["b"]), *joined,
+             helper.make_node("Conv", ["j", "w3"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Reshape", ["c", "back"], ["y"])]
+    _save(path, helper.make_graph(nodes, "joined", [x], [y], inits))
+
+
+@pytest.mark.parametrize("op,note", [
+    ("Max", ""), ("Min", ""), ("Mean", ""),
+    ("Dropout", "1 Dropout(s) passed through, as at inference")])
+def test_what_took_a_model_out_of_its_blocked_layout_is_rewritten(tmp_path, op, note):
+    """A Max, Min or Mean of three (TVM: a stack, then a reduction; now a chain of binary
+    operators, relax_rewrite.stacked_reductions_as_chains) and a Dropout with a ratio (TVM: a
+    tuple) failed TVM's layout conversion, and every convolution of the model stayed in plain
+    NCHW on the CPU (none went to CUTLASS on CUDA) until stop 76."""
+    ratio = [helper.make_tensor("ratio", TensorProto.FLOAT, [], [0.3])] if op == "Dropout" \
+        else []
+    from cw.compile.compiler import CompileConfig, compile_model
+
+    src = tmp_path / "m.onnx"
+    _convs_joined(src, op, ratio)
+    m = compile_model(src, tmp_path / "bundle", CompileConfig(batch_sizes=(1, 4)))
+    assert any(note in n for n in m.notes), m.notes
+    assert not any("kept in NCHW" in n for n in m.notes), m.notes
+    for batch in (1, 3):
+        result = run_bundle(tmp_path / "bundle", [random_input((batch, 8), seed=batch)], "cpu",
+                            src)
+        assert result.relative_error <= 1e-5, (batch, result.relative_error)
+
+
 def test_a_loop_is_refused_in_one_line(cli, tmp_path):
     """A Loop runs its body as many times as a value says: no fixed shape decides that."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
