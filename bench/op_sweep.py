@@ -12,6 +12,9 @@ onnxruntime on the file as written. Each graph ends as one of:
   RUNFAIL   compiled, and running it (or onnxruntime) failed
   BADCASE   the graph is not valid ONNX (a mistake of the case, not of cw)
 
+A graph whose convolutions compiled without their layout (TVM's conversion to NCHWc on the
+CPU, or to CUTLASS's NHWC on CUDA, failed: slower, not wrong) is counted as "(fallback)" too.
+
     python bench/op_sweep.py                      # every group, CPU, ~15 min on 2 cores
     python bench/op_sweep.py --group resize --only nearest
     python bench/op_sweep.py --target cuda        # compile for sm_90 only (no GPU needed)
@@ -94,6 +97,10 @@ def run_case(name: str, case, target: str, work: Path) -> dict:
                 "error": type(e).__name__}
     record = {"compile_s": round(time.perf_counter() - start, 2),
               "batch_sizes": list(manifest.batch_sizes)}
+    # a layout conversion that failed compiles, slower: every convolution left as it was
+    fallback = [n for n in manifest.notes if "layout conversion" in n and "failed" in n]
+    if fallback:
+        record["fallback"] = fallback[0][:200]
     if target == "cuda":
         return {"status": "OK", **record}
     errors = []
@@ -136,6 +143,9 @@ def main(argv=None) -> int:
             results[name] = {"group": CASES[name].group, **result}
             counts[result["status"]] += 1
             shown = result.get("detail") or result.get("relative_error") or ""
+            if result.get("fallback"):
+                counts["(fallback)"] += 1
+                shown = f"{shown} FALLBACK: {result['fallback']}"
             print(f"[{k}/{len(names)}] {result['status']:8s} {name}  {shown}", flush=True)
     print(", ".join(f"{n} {s}" for s, n in counts.most_common()), f"({args.target})")
     if args.out:

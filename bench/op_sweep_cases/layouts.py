@@ -77,3 +77,8 @@ case("3-D convolutions", [N("Conv", ["x", "k1"], ["a"], pads=[1, 1, 1, 1, 1, 1])
 A2 = [io("x", F, XC), io("z", F, ["N", 24, 10, 10])]
 case_io("a second input multiplies the conv's output", CONV + [N("Mul", ["r", "z"], ["t"]), N("Conv", ["t", "cw2"], ["y"], pads=[1, 1, 1, 1])], A2, [io("y", F, ["N", 16, 10, 10])], CONV_INITS + AFTER)
 case_io("the conv's output is an output too", CONV + [N("Conv", ["r", "cw2"], ["y"], pads=[1, 1, 1, 1])], [io("x", F, XC)], [io("y", F, ["N", 16, 10, 10]), io("r", F, ["N", 24, 10, 10])], CONV_INITS + AFTER)
+conv_then("dropout with a ratio (inference)", [N("Dropout", ["r", "ratio"], ["t"])], [f32("ratio", 0.3)], 13)
+conv_then("max of three", [N("Conv", ["x", "bw"], ["b"], pads=[1, 1, 1, 1]), N("Max", ["r", "b", "s"], ["t"])], [w("bw", 24, 8, 3, 3), w("s", 24, 1, 1)], 13)
+conv_then("mean of three", [N("Conv", ["x", "bw"], ["b"], pads=[1, 1, 1, 1]), N("Mean", ["r", "b", "s"], ["t"])], [w("bw", 24, 8, 3, 3), w("s", 24, 1, 1)], 13)
+conv_then("min of three", [N("Conv", ["x", "bw"], ["b"], pads=[1, 1, 1, 1]), N("Min", ["r", "b", "s"], ["t"])], [w("bw", 24, 8, 3, 3), w("s", 24, 1, 1)], 13)
+conv_then("sum of three", [N("Conv", ["x", "bw"], ["b"], pads=[1, 1, 1, 1]), N("Sum", ["r", "b", "s"], ["t"])], [w("bw", 24, 8, 3, 3), w("s", 24, 1, 1)], 13)
