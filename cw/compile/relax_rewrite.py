@@ -18,7 +18,7 @@ def rewrite_calls(mod, replacement, with_builder: bool = False):
     """`mod` with each call in its main function that `replacement` gives an expression for
     replaced by it (None: kept); and how many were. `with_builder`: `replacement(call,
     builder)`, for replacements that add kernels (builder.call_te)."""
-    tvm = load_tvm()
+    load_tvm()
     from tvm import relax
 
     replaced = []
@@ -33,11 +33,21 @@ def rewrite_calls(mod, replacement, with_builder: bool = False):
             replaced.append(call)
             return new
 
-    rewriter = Rewriter(mod)
+    return _rewritten(mod, Rewriter(mod), replaced)
+
+
+def _rewritten(mod, rewriter, replaced: list, prune: bool = False):
+    """(module, calls replaced) after `rewriter` visits `mod`'s main function: the builder's
+    module, mod's functions and any kernel a replacement added; with `prune`, bindings left
+    unread removed."""
+    tvm = load_tvm()
+    from tvm import relax
+
     new_main = rewriter.visit_expr(mod["main"])
     if not replaced:
         return mod, 0
-    # the builder's module: mod's functions and any kernel a replacement added
+    if prune:
+        new_main = relax.analysis.remove_all_unused(new_main)
     rewriter.builder_.update_func(mod.get_global_var("main"), new_main)
     return tvm.IRModule(dict(rewriter.builder_.get().functions), attrs=mod.attrs), len(replaced)
 
@@ -127,13 +137,7 @@ def stacked_reductions_as_chains(mod):
             replaced.append(call)
             return chain
 
-    rewriter = Rewriter(mod)
-    new_main = rewriter.visit_expr(mod["main"])
-    if not replaced:
-        return mod, 0
-    new_main = relax.analysis.remove_all_unused(new_main)  # the stacks, left unread
-    rewriter.builder_.update_func(mod.get_global_var("main"), new_main)
-    return tvm.IRModule(dict(rewriter.builder_.get().functions), attrs=mod.attrs), len(replaced)
+    return _rewritten(mod, Rewriter(mod), replaced, prune=True)  # (the stacks, unread)
 
 
 def legalize_layout_transform(bb, call, gather: bool = False):
