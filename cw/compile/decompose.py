@@ -265,7 +265,7 @@ def _is_inf(e: Emitter, node) -> None:
     e.op("Identity", [found], outputs=[node.output[0]])
 
 
-def dropout_masks(model: onnx.ModelProto) -> tuple[int, int]:
+def inference_dropouts(model: onnx.ModelProto) -> tuple[int, int]:
     """Before onnxslim, in place: each Dropout of inference (no training_mode, or a constant
     false) as its input passed through, and where its mask is read, a mask of all true.
     onnxslim takes every output of a Dropout for its input, the mask too (TVM's importer gave

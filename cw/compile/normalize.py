@@ -371,7 +371,7 @@ def slim(onnx_model: OnnxModel, progress=lambda event, info: None) -> None:
     _sums_as_adds(onnx_model, say)
     from cw.compile import decompose
 
-    dropouts, masks = decompose.dropout_masks(onnx_model.model)
+    dropouts, masks = decompose.inference_dropouts(onnx_model.model)
     if dropouts:
         say(f"{dropouts} Dropout(s) passed through, as at inference"
             + (f"; {masks} Dropout mask(s) made all true" if masks else ""))
