@@ -66,13 +66,19 @@ def N(op, ins, outs=("y",), **attrs):  # noqa: N802 (reads as the node it makes)
     return helper.make_node(op, list(ins), list(outs), **attrs)
 
 
+def _named(name: str) -> str:
+    if name in CASES:  # (a second case of the same name would replace the first, unseen)
+        raise ValueError(f"two sweep cases are named {name!r}")
+    return name
+
+
 def case(name, nodes, x_shape, inits=(), opset=17, ints=False, scale=1.0):
-    CASES[name] = Case(_group[0], list(nodes), [vi("x", x_shape)], None, list(inits), opset,
+    CASES[_named(name)] = Case(_group[0], list(nodes), [vi("x", x_shape)], None, list(inits), opset,
                        scale)
 
 
 def case_io(name, nodes, inputs, outputs, inits=(), opset=17):
-    CASES[name] = Case(_group[0], list(nodes), list(inputs), list(outputs), list(inits), opset)
+    CASES[_named(name)] = Case(_group[0], list(nodes), list(inputs), list(outputs), list(inits), opset)
 
 
 def known(name: str, why: str) -> None:
