@@ -118,6 +118,25 @@ def test_a_transposed_convolution_between_offloaded_ones_keeps_nchw(tmp_path):
     assert max_relative_error(y, onnx_reference(src, [x])[0]) < 1e-5
 
 
+def test_a_classifier_squeezing_its_last_axes_keeps_cutlass(tmp_path):
+    """PyTorch's `x.squeeze(-1).squeeze(-1)` after a global pool: TVM's conversion to NHWC
+    aborted on the negative axis ("std::bad_alloc", as on the CPU before its own fix), and
+    every convolution of the model was left to TVM (Silero VAD's squeeze said so too)."""
+    rng = np.random.default_rng(11)
+    inits, nodes = [], []
+    _conv("c", "x", 4, 8, (3, 3), rng, inits, nodes, pads=[1, 1, 1, 1])
+    inits.append(numpy_helper.from_array(np.array([-1], np.int64), "last"))
+    nodes += [helper.make_node("GlobalAveragePool", ["c"], ["g"]),
+              helper.make_node("Squeeze", ["g", "last"], ["s"]),
+              helper.make_node("Squeeze", ["s", "last"], ["y"])]
+    src = _save(tmp_path / "squeezed.onnx", "squeezed", nodes, inits, [4, 6, 6], [8])
+    x = rng.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    y, offloaded, notes = run_offloaded_on_cpu(src, x, tmp_path)
+    assert offloaded[0] == 1
+    assert any(n.startswith("cutlass: 1 convolution as CUTLASS") for n in notes), notes
+    assert max_relative_error(y, onnx_reference(src, [x])[0]) < 1e-5
+
+
 def epilogue_model(path):
     """Convolutions whose epilogue CUTLASS may or may not take: c1 (bias, ReLU: both), c2 (no
     bias, then a residual add: nothing), c3 (a bias added by hand, but the conv's own output is
