@@ -10,7 +10,9 @@ a depth-to-space) those conversions took 13.7 of its 78 ms at batch 1, each a pa
 tensor that is mostly memory traffic (docs/benchmarks.md).
 
 - Before the conversion, `clip` with constant bounds becomes maximum and minimum, which the
-  conversion carries (`clips_as_min_max`).
+  conversion carries (`clips_as_min_max`); and what stops the conversion of the whole model
+  is rewritten: a negative squeeze axis, a one-channel tensor against a blocked one, a
+  reduction over the channels that keeps its axes, GroupNormalization.
 - After it, `keep_blocked` moves each conversion to NCHW later, past the operators that compute
   the same values on the blocked tensor: a resize (topi's takes NCHWc), a concatenation of
   whole blocks of channels, a depth-to-space whose phases are whole blocks, and elementwise
@@ -72,6 +74,120 @@ def positive_squeeze_axes(mod):
         if rank < 0 or all(a >= 0 for a in axes):
             return None
         return relax.op.squeeze(call.args[0], [a % rank for a in axes])
+
+    return rewrite_calls(mod, replacement)
+
+
+# binary operators whose layout inference (TVM 0.27's InferLayoutBinaryEwise) fails on an
+# operand with one channel against a blocked one
+_BROADCASTING = _BINARY | {"relax.power", "relax.floor_divide"}
+
+
+def channel_broadcasts_widened(mod):
+    """A 4-D operand with one channel (N, 1, H, W) against one with C of them, broadcast to C
+    channels first: TVM 0.27's layout conversion stops the whole model ("Cannot broadcast
+    from 5 to 4") at such a pair once the other is blocked, leaving every convolution in NCHW.
+    A mean over channels kept for a broadcast is one (ConvNeXt's channels-first LayerNorm,
+    CBAM's spatial attention), so is a per-sample scale (N, 1, 1, 1). The broadcast is an
+    index computation that fusion folds into the operator. Returns (module, calls rewritten)."""
+    tvm = load_tvm()
+    from tvm import relax, tirx
+
+    ops = {tvm.ir.Op.get(name) for name in _BROADCASTING}
+
+    def channels(expr):
+        shape = getattr(expr.ty, "shape", None)
+        if getattr(expr.ty, "ndim", -1) != 4 or not isinstance(shape, relax.ShapeExpr):
+            return None, None
+        dim = shape.values[1]
+        return (int(dim.value) if isinstance(dim, tirx.IntImm) else None), shape.values
+
+    def replacement(call):
+        if not any(call.op.same_as(op) for op in ops) or len(call.args) != 2:
+            return None
+        (c0, shape0), (c1, shape1) = (channels(a) for a in call.args)
+        if c0 is None or c1 is None or (c0 == 1) == (c1 == 1):
+            return None
+        args = list(call.args)
+        narrow, wide = (0, c1) if c0 == 1 else (1, c0)
+        shape = list(shape0 if narrow == 0 else shape1)
+        shape[1] = wide
+        args[narrow] = relax.op.broadcast_to(args[narrow], relax.ShapeExpr(shape))
+        return relax.Call(call.op, args, call.attrs)
+
+    return rewrite_calls(mod, replacement)
+
+
+_REDUCTIONS = ("relax.mean", "relax.max", "relax.min", "relax.sum", "relax.prod",
+               "relax.variance", "relax.std")
+
+
+def channel_reductions_reshaped(mod):
+    """A reduction over the channels of a 4-D tensor that keeps its axes, as one that drops
+    them and a reshape: kept, the layout conversion gives the result the blocked layout of its
+    input with a block of one channel (N, 1, H, W, 1), which a concatenation refuses ("Invalid
+    layout axis": CBAM's mean and max of the channels) and whose conversion back TVM cannot
+    legalize. Dropped, the reduction still reads the blocked tensor; its result is plain.
+    Returns (module, calls rewritten)."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    ops = {tvm.ir.Op.get(name): name for name in _REDUCTIONS}
+
+    def replacement(call):
+        op = next((o for o in ops if call.op.same_as(o)), None)
+        attrs = call.attrs
+        if op is None or not attrs.keepdims or getattr(call.args[0].ty, "ndim", -1) != 4 or \
+                not isinstance(getattr(call.ty, "shape", None), relax.ShapeExpr):
+            return None
+        axes = [0, 1, 2, 3] if attrs.axis is None else sorted(int(a) % 4 for a in attrs.axis)
+        if 1 not in axes:
+            return None
+        reduced = relax.Call(op, [call.args[0]], tvm.ir.make_node(
+            "relax.attrs.StatisticalAttrs", axis=axes, keepdims=False))
+        return relax.op.reshape(reduced, call.ty.shape)
+
+    return rewrite_calls(mod, replacement)
+
+
+def group_norms_decomposed(mod):
+    """`group_norm` over (N, C, H, W) as its arithmetic: TVM 0.27's layout inference gives
+    the data its blocked layout but leaves gamma and beta per channel, and the check that
+    follows ("the size of input 1 must be equal to the size of channel_axis") stops the
+    conversion of the whole model. The reshape to groups converts to NCHW and back around the
+    normalization alone. Returns (module, calls rewritten)."""
+    tvm = load_tvm()
+    from tvm import relax, tirx
+
+    group_norm = tvm.ir.Op.get("relax.nn.group_norm")
+
+    def replacement(call):
+        if not call.op.same_as(group_norm):
+            return None
+        attrs = call.attrs
+        x, gamma, beta = call.args
+        shape = getattr(x.ty, "shape", None)
+        if getattr(x.ty, "ndim", -1) != 4 or int(attrs.channel_axis) != 1 or \
+                [int(a) for a in attrs.axes] != [2, 3] or not isinstance(shape, relax.ShapeExpr):
+            return None
+        n, c, h, w = shape.values
+        groups = int(attrs.num_groups)
+        if not isinstance(c, tirx.IntImm) or int(c.value) % groups:
+            return None
+        dtype = x.ty.dtype
+        grouped = relax.op.reshape(x, relax.ShapeExpr([n, groups, int(c.value) // groups, h, w]))
+        mean = relax.op.mean(grouped, axis=[2, 3, 4], keepdims=True)
+        variance = relax.op.variance(grouped, axis=[2, 3, 4], keepdims=True)
+        eps = relax.const(float(attrs.epsilon), dtype)
+        normalized = relax.op.divide(relax.op.subtract(grouped, mean),
+                                     relax.op.sqrt(relax.op.add(variance, eps)))
+        y = relax.op.reshape(normalized, relax.ShapeExpr([n, c, h, w]))
+        per_channel = relax.ShapeExpr([c, 1, 1])
+        if attrs.scale:
+            y = relax.op.multiply(y, relax.op.reshape(gamma, per_channel))
+        if attrs.center:
+            y = relax.op.add(y, relax.op.reshape(beta, per_channel))
+        return y
 
     return rewrite_calls(mod, replacement)
 
@@ -233,9 +349,9 @@ def _movable(mover: _Mover, arg):
 
 def _binary(mover: _Mover, call, bindings: list):
     """`op(a, b)` with one operand converted from NCHWc and the other converted from the same
-    block, or a value per channel (1, C, 1, 1), or one value: the op on the blocked operands
-    (a per-channel operand converted to the block, weight-only math that is lifted), then the
-    conversion to NCHW."""
+    block, or a value per channel ((1, C, 1, 1) or (C, 1, 1)), or one value: the op on the
+    blocked operands (a per-channel operand converted to the block, weight-only math that is
+    lifted), then the conversion to NCHW."""
     from tvm import relax, tirx
 
     sources = [_movable(mover, a) for a in call.args]
@@ -257,9 +373,13 @@ def _binary(mover: _Mover, call, bindings: list):
         dims = [int(d) for d in shape]
         if len(dims) <= 4 and all(d == 1 for d in dims):  # one value: broadcasts in any layout
             operands.append(arg)
-        elif len(dims) == 4 and dims[0] == dims[2] == dims[3] == 1 and dims[1] % block == 0:
+        elif dims[-2:] == [1, 1] and len(dims) in (3, 4) and dims[-3] % block == 0 and \
+                dims[:-3] in ([], [1]):
+            # (C, 1, 1): PyTorch's `weight[:, None, None]` (ConvNeXt's channels-first norm)
+            per_channel = arg if len(dims) == 4 else mover.emit(
+                relax.op.reshape(arg, [1, *dims]), bindings)
             operands.append(mover.emit(relax.op.layout_transform(
-                arg, lambda n, c, h, w: (n, c // block, h, w, c % block)), bindings))
+                per_channel, lambda n, c, h, w: (n, c // block, h, w, c % block)), bindings))
         else:
             return None
     inner = mover.emit(relax.Call(call.op, operands, call.attrs), bindings)

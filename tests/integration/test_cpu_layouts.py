@@ -220,3 +220,69 @@ def test_a_padded_layout_conversion_keeps_tvms_kernel():
     expected[0, 0] = a[0, :8].transpose(1, 2, 0)
     expected[0, 1, :, :, :4] = a[0, 8:].transpose(1, 2, 0)
     assert np.array_equal(out, expected)
+
+
+def _one_channel_onnx(path, part: str):
+    """A convolution to 24 channels, `part`, then a convolution: "group_norm" (a
+    GroupNormalization of 3 groups), "layer_norm" (ConvNeXt's channels-first LayerNorm: a
+    mean over the channels kept and subtracted), "spatial_attention" (CBAM's: the mean and
+    max of the channels concatenated, a 7x7 convolution to one channel, multiplied back, then
+    a scale shaped [1, 1, 1, 1])."""
+    rng = np.random.default_rng(13)
+
+    def tensor(name, value, dtype=np.float32):
+        return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+    def weight(name, *shape):
+        return tensor(name, rng.standard_normal(shape) * 0.3)
+
+    node = helper.make_node
+    inits = [weight("w1", 24, 8, 3, 3), weight("w2", 16, 24, 3, 3),
+             tensor("channels", [1], np.int64)]
+    if part == "group_norm":
+        inits += [weight("gn_s", 24), weight("gn_b", 24)]
+        nodes = [node("GroupNormalization", ["c", "gn_s", "gn_b"], ["t"], num_groups=3)]
+    elif part == "layer_norm":
+        inits += [weight("ln_s", 24, 1, 1), weight("ln_b", 24, 1, 1), tensor("eps", 1e-6)]
+        nodes = [node("ReduceMean", ["c", "channels"], ["mu"], keepdims=1),
+                 node("Sub", ["c", "mu"], ["d"]), node("Mul", ["d", "d"], ["d2"]),
+                 node("ReduceMean", ["d2", "channels"], ["var"], keepdims=1),
+                 node("Add", ["var", "eps"], ["ve"]), node("Sqrt", ["ve"], ["sd"]),
+                 node("Div", ["d", "sd"], ["n"]), node("Mul", ["n", "ln_s"], ["ns"]),
+                 node("Add", ["ns", "ln_b"], ["t"])]
+    else:
+        inits += [weight("w_sa", 1, 2, 7, 7), tensor("k", [[[[0.7]]]])]
+        nodes = [node("ReduceMean", ["c", "channels"], ["avg"], keepdims=1),
+                 node("ReduceMax", ["c", "channels"], ["max"], keepdims=1),
+                 node("Concat", ["avg", "max"], ["am"], axis=1),
+                 node("Conv", ["am", "w_sa"], ["sa"], pads=[3, 3, 3, 3]),
+                 node("Sigmoid", ["sa"], ["gate"]), node("Mul", ["c", "gate"], ["att"]),
+                 node("Mul", ["att", "k"], ["t"])]
+    nodes = [node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]), *nodes,
+             node("Conv", ["t", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(
+        nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)],
+                                ir_version=10), path)
+    return path
+
+
+@pytest.mark.parametrize("part,changes", [("group_norm", 4), ("layer_norm", 4),
+                                          ("spatial_attention", 5)])
+def test_one_channel_against_many_keeps_the_model_blocked(tmp_path, part, changes):
+    """Each of these stopped TVM's layout conversion, and the whole model ran in plain NCHW,
+    ~10-100x slower, until stop 77: GroupNormalization (its gamma left per channel), a
+    one-channel tensor against a blocked one ("Cannot broadcast from 5 to 4"), a
+    concatenation of reductions kept over the channels ("Invalid layout axis"). The layout
+    changes left: in and out, and the group norm's way out and back (its reshape to groups),
+    the layer norm's two one-channel broadcasts (its per-channel scale and shift run blocked),
+    the attention's two-channel input and one-channel output."""
+    onnx_path = _one_channel_onnx(tmp_path / "m.onnx", part)
+    assert _layout_changes(onnx_path) == changes
+    m = compile_model(onnx_path, tmp_path / "b", CompileConfig(batch_sizes=(1, 4)))
+    assert not any("kept in NCHW" in n for n in m.notes), m.notes
+    model = LocalModel(tmp_path / "b")
+    for batch in (1, 3):
+        x = random_input((batch, 8, 10, 10), seed=batch)
+        assert max_relative_error(model.run([x])[0], onnx_reference(onnx_path, [x])[0]) < 1e-5
