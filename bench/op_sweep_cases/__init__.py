@@ -4,6 +4,7 @@ from . import (  # noqa: F401
                casts,
                forms,
                indexing,
+               integers,
                io,
                layouts,
                old_opsets,

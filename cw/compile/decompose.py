@@ -47,7 +47,10 @@ _REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbeddin
 _NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvTranspose",
                  "Resize", "MaxPool", "Pow", "Tile", "CenterCropPad", "Col2Im", *index_forms.OPS}
 _INTEGERS = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
-             onnx.TensorProto.INT64, onnx.TensorProto.UINT8}
+             onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+             onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+           onnx.TensorProto.BFLOAT16}
 _SAME = ("SAME_UPPER", "SAME_LOWER")
 # operators the importer has, rewritten in the forms it gets wrong (the rest it lacks)
 _TARGETED = {"Expand", "ConvTranspose", "Resize", "IsInf", "MaxPool", "Compress", "Pow", "Tile"}
@@ -319,15 +322,42 @@ def _tile_as_expand(e: Emitter, node, shapes: dict, producers: dict) -> bool:
     return True
 
 
-def _float_exponent(e: Emitter, node, types: dict) -> bool:
-    """A float raised to a constant integer exponent (ONNX allows the types to differ; the
-    importer refused it): the exponent as a constant of the base's type."""
-    base = types.get(node.input[0])
-    if base not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16):
+def _pow_types(e: Emitter, node, types: dict) -> bool:
+    """A Pow whose types the importer does not take (one float type for both; ONNX allows the
+    exponent's to differ, and an integer base): a float base and an exponent of another type
+    (a constant, converted; or a computed one, cast) was refused; an integer base crashed
+    ("power only applies to float"). An integer one is raised in float64 and truncated back,
+    as onnxruntime does (`static_cast<T>(std::pow(x, y))`): exact where the result is."""
+    base, exponent = types.get(node.input[0]), types.get(node.input[1])
+    if base in _FLOATS:
+        if exponent in (base, None):
+            return False
+        value = e.constant(node.input[1])
+        if value is not None:
+            exponent_name = e.const(value.astype(helper.tensor_dtype_to_np_dtype(base)),
+                                    "exponent")
+        else:
+            exponent_name = e.op("Cast", [node.input[1]], "exponent", to=base)
+        e.op("Pow", [node.input[0], exponent_name], outputs=[node.output[0]])
+        return True
+    if base not in _INTEGERS:
         return False
-    exponent = e.constant(node.input[1]).astype(onnx.helper.tensor_dtype_to_np_dtype(base))
-    e.op("Pow", [node.input[0], e.const(exponent, "exponent")], outputs=[node.output[0]])
+    double = onnx.TensorProto.DOUBLE
+    x = e.op("Cast", [node.input[0]], "base", to=double)
+    y = node.input[1] if exponent == double else e.op("Cast", [node.input[1]], "exponent",
+                                                       to=double)
+    e.op("Cast", [e.op("Pow", [x, y])], outputs=[node.output[0]], to=base)
     return True
+
+
+def _declared_types(graph) -> dict[str, int]:
+    """Each tensor's element type where the graph says it (onnxslim's inference leaves them in
+    value_info), without inferring anything."""
+    types = {t.name: t.data_type for t in graph.initializer}
+    for vi in (*graph.input, *graph.value_info, *graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    return types
 
 
 def _compress(e: Emitter, node) -> None:
@@ -382,7 +412,7 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
     elif node.op_type == "Compress":
         _compress(e, node)
     elif node.op_type == "Pow":
-        return _float_exponent(e, node, types)
+        return _pow_types(e, node, types)
     elif node.op_type == "Tile":
         return _tile_as_expand(e, node, shapes, producers)
     elif node.op_type == "MaxPool":
@@ -406,9 +436,9 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
     return True
 
 
-def _wanted(n, inits: dict, opset: int, supported) -> bool:
+def _wanted(n, inits: dict, opset: int, supported, declared: dict) -> bool:
     """Whether node `n` is one this module rewrites (or folds: an operator the importer lacks,
-    on constants)."""
+    on constants); `declared`: the element types the graph states."""
     if contrib.is_rewritten(n):
         return True
     if n.domain not in _DOMAINS:
@@ -421,7 +451,8 @@ def _wanted(n, inits: dict, opset: int, supported) -> bool:
         op == "IsInf" and not (attr(n, "detect_negative", 1) and attr(n, "detect_positive", 1)) \
         or op == "MaxPool" and attr(n, "auto_pad") in _SAME or \
         op == "Compress" and n.input[1] in inits and attr(n, "axis", 0) != 0 or \
-        op == "Pow" and n.input[1] in inits and inits[n.input[1]].data_type in _INTEGERS or \
+        op == "Pow" and (declared.get(n.input[0]) not in _FLOATS or
+                         declared.get(n.input[1]) != declared.get(n.input[0])) or \
         op == "Tile" and n.input[1] not in inits
 
 
@@ -436,7 +467,8 @@ def rewrite(model: onnx.ModelProto, supported, path: str = "the model") -> dict[
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in _DOMAINS), 17)
     inits = {t.name: t for t in graph.initializer}
-    todo = [n for n in graph.node if _wanted(n, inits, opset, supported)]
+    declared = _declared_types(graph)
+    todo = [n for n in graph.node if _wanted(n, inits, opset, supported, declared)]
     if not todo:
         return {}
     used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}

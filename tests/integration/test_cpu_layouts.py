@@ -262,7 +262,7 @@ def _one_channel_onnx(path, part: str):
              node("Conv", ["t", "w2"], ["y"], pads=[1, 1, 1, 1])]
     graph = helper.make_graph(
         nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 10, 10])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 10, 10])], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)],
                                 ir_version=10), path)
     return path

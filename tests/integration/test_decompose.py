@@ -235,6 +235,18 @@ CASES = {
     # ONNX allows an integer exponent; the importer wanted the base's type
     "pow by an int64 exponent": ([helper.make_node("Pow", ["x", "e"], ["y"])], ["N", 6, 16],
                                  ["N", 6, 16], [_c("e", np.array(3, np.int64))], 17),
+    # an integer base crashed the importer ("power only applies to float"), a computed
+    # exponent of another type was refused: trunc(4x) of both signs raised to 0-3
+    "pow of integers, exponents computed": (
+        [helper.make_node("Mul", ["x", "four"], ["x4"]),
+         helper.make_node("Cast", ["x4"], ["q"], to=TensorProto.INT64),
+         helper.make_node("Abs", ["q"], ["a"]), helper.make_node("Min", ["a", "three"], ["e"]),
+         helper.make_node("Cast", ["e"], ["e32"], to=TensorProto.INT32),
+         helper.make_node("Pow", ["q", "e32"], ["p"]),
+         helper.make_node("Pow", ["x", "e"], ["px"]),
+         helper.make_node("Cast", ["p"], ["pf"], to=F),
+         helper.make_node("Add", ["pf", "px"], ["y"])],
+        ["N", 6, 16], ["N", 6, 16], [_c("four", np.float32(4)), _c("three", np.int64(3))], 15),
     "compress by a constant condition": (
         [helper.make_node("Compress", ["x", "keep"], ["y"], axis=2)], ["N", 6, 16],
         ["N", 6, 3], [_c("keep", np.array([1, 0, 0, 1, 0, 1], bool))], 17),
