@@ -13,6 +13,7 @@ from . import (  # noqa: F401
                resize,
                resize_pools,
                specials,
+               transformers,
                unary,
 )
 from .common import CASES, KNOWN, Case  # noqa: F401

@@ -95,3 +95,5 @@ conv_then("group norm 1 group (opset 21)", [N("GroupNormalization", ["r", "gs", 
 conv_then("group norm 24 groups (opset 21)", [N("GroupNormalization", ["r", "gs", "gb"], ["t"], num_groups=24)], [w("gs", 24), w("gb", 24)], 21)
 conv_then("group norm 2 groups (opset 18, per group)", [N("GroupNormalization", ["r", "gs", "gb"], ["t"], num_groups=2)], [w("gs", 2), w("gb", 2)], 18)
 conv_then("argmax over channels, kept, weighs the channels", [N("ArgMax", ["r"], ["am"], axis=1, keepdims=1), N("Cast", ["am"], ["amf"], to=F), N("Mul", ["r", "amf"], ["t"])])
+conv_then("pad zeros spatially (tf2onnx before a strided conv)", [N("Pad", ["r", "pd"], ["t0"]), N("Conv", ["t0", "cw3"], ["t"], strides=[2, 2])], [i64("pd", [0, 0, 1, 1, 0, 0, 1, 1]), w("cw3", 24, 24, 3, 3)])
+conv_then("pad edge spatially", [N("Pad", ["r", "pd"], ["t"], mode="edge")], [i64("pd", [0, 0, 2, 0, 0, 0, 1, 3])])

@@ -12,7 +12,8 @@ tensor that is mostly memory traffic (docs/benchmarks.md).
 - Before the conversion, `clip` with constant bounds becomes maximum and minimum, which the
   conversion carries (`clips_as_min_max`); and what stops the conversion of the whole model
   is rewritten: a negative squeeze axis, a one-channel tensor against a blocked one, a
-  reduction over the channels that keeps its axes, GroupNormalization.
+  reduction over the channels that keeps its axes, GroupNormalization; and PReLU, which it
+  does not carry, as operators it does.
 - After it, `keep_blocked` moves each conversion to NCHW later, past the operators that compute
   the same values on the blocked tensor: a resize (topi's takes NCHWc), a concatenation of
   whole blocks of channels, a depth-to-space whose phases are whole blocks, and elementwise
@@ -146,6 +147,30 @@ def channel_reductions_reshaped(mod):
         reduced = relax.Call(op, [call.args[0]], tvm.ir.make_node(
             "relax.attrs.StatisticalAttrs", axis=axes, keepdims=False))
         return relax.op.reshape(reduced, call.ty.shape)
+
+    return rewrite_calls(mod, replacement)
+
+
+def prelus_as_relu_and_min(mod):
+    """`prelu(x, alpha)` over the channels of a 4-D tensor as relu(x) + alpha * min(x, 0)
+    (exact: one of the two terms is 0): TVM's layout conversion does not carry `prelu` through
+    the blocked layout, so every PReLU (a face-recognition ResNet's, one per block) was a
+    conversion to NCHW and one back, each a pass over the tensor; the rewritten operators it
+    carries (the per-channel slope with the weights). Returns (module, calls rewritten)."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    prelu = tvm.ir.Op.get("relax.nn.prelu")
+
+    def replacement(call):
+        if not call.op.same_as(prelu) or getattr(call.args[0].ty, "ndim", -1) != 4 or \
+                int(call.attrs.axis) % 4 != 1 or getattr(call.args[1].ty, "ndim", -1) != 1:
+            return None
+        x, alpha = call.args
+        dtype = x.ty.dtype
+        slope = relax.op.reshape(alpha, relax.ShapeExpr([1, alpha.ty.shape[0], 1, 1]))
+        negative = relax.op.minimum(x, relax.const(0, dtype))
+        return relax.op.add(relax.op.nn.relu(x), relax.op.multiply(negative, slope))
 
     return rewrite_calls(mod, replacement)
 

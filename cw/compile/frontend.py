@@ -132,6 +132,7 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
             mod, _ = cpu_layouts.channel_reductions_reshaped(mod)
             mod, _ = cpu_layouts.channel_broadcasts_widened(mod)
             mod, _ = cpu_layouts.group_norms_decomposed(mod)
+            mod, _ = cpu_layouts.prelus_as_relu_and_min(mod)
             mod, transposed = cpu_conv.transposed_convs_as_convs(mod)
             mod, padded = cpu_conv.pad_conv_channels(mod, conv_block)
             layout = functools.partial(cpu_conv.conv_layout, widest=conv_block)

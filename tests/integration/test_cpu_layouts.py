@@ -286,3 +286,18 @@ def test_one_channel_against_many_keeps_the_model_blocked(tmp_path, part, change
     for batch in (1, 3):
         x = random_input((batch, 8, 10, 10), seed=batch)
         assert max_relative_error(model.run([x])[0], onnx_reference(onnx_path, [x])[0]) < 1e-5
+
+
+def test_a_prelu_runs_on_the_blocked_tensor(tmp_path):
+    """TVM's conversion does not carry `prelu`: each PReLU (one per block of a
+    face-recognition ResNet) was a conversion out of the blocked layout and one back. As
+    relu(x) + slope * min(x, 0) it runs blocked: in and out only, and exactly ONNX's PReLU."""
+    rng = np.random.default_rng(17)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n)
+             for n, s in (("w1", (24, 8, 3, 3)), ("slope", (24, 1, 1)), ("w2", (16, 24, 3, 3)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("PRelu", ["c", "slope"], ["p"]),
+             helper.make_node("Conv", ["p", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    onnx_path = _save(tmp_path / "m.onnx", nodes, inits, ["N", 8, 10, 10])
+    assert _layout_changes(onnx_path) == 2
+    _agrees_with_onnxruntime(onnx_path, tmp_path / "b", (8, 10, 10), (16, 10, 10))

@@ -1,8 +1,9 @@
-"""Three small CNNs (64 channels at 56x56, three residual blocks) whose every block has one of
-the patterns that took a whole model off cw's blocked CPU layout until stop 77: ConvNeXt's
-channels-first LayerNorm, GroupNormalization, CBAM's spatial attention.
+"""Small CNNs (64 channels at 56x56, three residual blocks) whose every block has one pattern
+that cw's blocked CPU layout handled badly until stop 77: ConvNeXt's channels-first LayerNorm,
+GroupNormalization, CBAM's spatial attention (each took the whole model off the layout), a
+PReLU (a conversion out of the layout and back around each).
 
-    python bench/one_channel_models.py DIR   # DIR/{layer_norm,group_norm,spatial_attention}.onnx
+    python bench/layout_models.py DIR   # DIR/{layer_norm,group_norm,spatial_attention,prelu}.onnx
 
 Then compile each with two checkouts and time them side by side with bench/edge_speed.py
 (docs/benchmarks.md, stop 77)."""
@@ -14,7 +15,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 CHANNELS, SIDE = 64, 56
-KINDS = ("layer_norm", "group_norm", "spatial_attention")
+KINDS = ("layer_norm", "group_norm", "spatial_attention", "prelu")
 node = helper.make_node
 
 
@@ -39,6 +40,9 @@ def _norm(kind, a, p, rng, inits):
         inits += [_tensor(p + "s", rng.uniform(0.5, 1.5, c)),
                   _tensor(p + "o", rng.uniform(-0.1, 0.1, c))]
         return [node("GroupNormalization", [a, p + "s", p + "o"], [p + "norm"], num_groups=8)]
+    if kind == "prelu":  # a face-recognition ResNet's
+        inits.append(_tensor(p + "slope", rng.uniform(0.1, 0.3, (c, 1, 1))))
+        return [node("PRelu", [a, p + "slope"], [p + "norm"])]
     inits.append(_tensor(p + "sa", rng.standard_normal((1, 2, 7, 7)) / 10))  # CBAM's
     return [node("ReduceMean", [a, "axis1"], [p + "avg"], keepdims=1),
             node("ReduceMax", [a, "axis1"], [p + "max"], keepdims=1),
@@ -79,7 +83,7 @@ def build(kind: str, path: str, blocks: int = 3) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python bench/one_channel_models.py DIR")
+        sys.exit("usage: python bench/layout_models.py DIR")
     for kind in KINDS:
         build(kind, f"{sys.argv[1]}/{kind}.onnx")
         print(f"{sys.argv[1]}/{kind}.onnx")
