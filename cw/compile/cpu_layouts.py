@@ -349,7 +349,7 @@ def _move(mover: _Mover, call, bindings: list):
             return None
         inner = mover.emit(relax.Call(call.op, [source.args[0]], call.attrs), bindings)
         return relax.op.layout_transform(inner, source.attrs.index_map)
-    if op in _BINARY:
+    if op in _BINARY or op == "relax.where":  # (where: a select, value by value)
         return _binary(mover, call, bindings)
     if op == "relax.concat":
         parts = call.args[0]
@@ -373,10 +373,12 @@ def _movable(mover: _Mover, arg):
 
 
 def _binary(mover: _Mover, call, bindings: list):
-    """`op(a, b)` with one operand converted from NCHWc and the other converted from the same
-    block, or a value per channel ((1, C, 1, 1) or (C, 1, 1)), or one value: the op on the
-    blocked operands (a per-channel operand converted to the block, weight-only math that is
-    lifted), then the conversion to NCHW."""
+    """`op(a, b)` (or `where(c, a, b)`) with one operand converted from NCHWc and the others
+    converted from the same block, or of a fixed shape that broadcasts against NCHW without
+    the batch: the op on the blocked operands, then the conversion to NCHW. A fixed operand
+    with C channels is converted to the block (a value per channel, (1, C, 1, 1) or
+    PyTorch's (C, 1, 1) `weight[:, None, None]`; a learned map (C, H, W)), one with a single
+    channel ([W], [H, 1], [1, 1, H, W]) gets a block of one; math on weights only, lifted."""
     from tvm import relax, tirx
 
     sources = [_movable(mover, a) for a in call.args]
@@ -393,18 +395,22 @@ def _binary(mover: _Mover, call, bindings: list):
         if _unblocking(mover.value(arg)) is not None:
             return None  # converted, but read elsewhere too: it stays
         shape = getattr(arg.ty, "shape", None)
-        if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape):
+        if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape) or \
+                len(shape) > 4:
             return None
         dims = [int(d) for d in shape]
-        if len(dims) <= 4 and all(d == 1 for d in dims):  # one value: broadcasts in any layout
+        n, c, h, w = [1] * (4 - len(dims)) + dims
+        if all(d == 1 for d in dims):  # one value: broadcasts in any layout
             operands.append(arg)
-        elif dims[-2:] == [1, 1] and len(dims) in (3, 4) and dims[-3] % block == 0 and \
-                dims[:-3] in ([], [1]):
-            # (C, 1, 1): PyTorch's `weight[:, None, None]` (ConvNeXt's channels-first norm)
-            per_channel = arg if len(dims) == 4 else mover.emit(
-                relax.op.reshape(arg, [1, *dims]), bindings)
+        elif n != 1:
+            return None
+        elif c == 1:
+            operands.append(mover.emit(relax.op.reshape(arg, [1, 1, h, w, 1]), bindings))
+        elif c % block == 0:
+            nchw = arg if len(dims) == 4 else mover.emit(
+                relax.op.reshape(arg, [1, c, h, w]), bindings)
             operands.append(mover.emit(relax.op.layout_transform(
-                per_channel, lambda n, c, h, w: (n, c // block, h, w, c % block)), bindings))
+                nchw, lambda n, c, h, w: (n, c // block, h, w, c % block)), bindings))
         else:
             return None
     inner = mover.emit(relax.Call(call.op, operands, call.attrs), bindings)

@@ -301,3 +301,26 @@ def test_a_prelu_runs_on_the_blocked_tensor(tmp_path):
     onnx_path = _save(tmp_path / "m.onnx", nodes, inits, ["N", 8, 10, 10])
     assert _layout_changes(onnx_path) == 2
     _agrees_with_onnxruntime(onnx_path, tmp_path / "b", (8, 10, 10), (16, 10, 10))
+
+
+def test_selects_and_spatial_operands_run_on_the_blocked_tensor(tmp_path):
+    """A leaky ReLU written as Where(c > 0, c, 0.1 c), a learned positional map (C, H, W) and a
+    map of one channel ([H, W] broadcast over the channels) between two convolutions: each
+    was a conversion out of the blocked layout and one back until stop 77. In and out only."""
+    rng = np.random.default_rng(19)
+
+    def tensor(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32),
+                                       name)
+
+    inits = [tensor("w1", 24, 8, 3, 3), tensor("pos", 24, 10, 10), tensor("hw", 10, 10),
+             tensor("w2", 16, 24, 3, 3), numpy_helper.from_array(np.float32(0), "zero"),
+             numpy_helper.from_array(np.float32(0.1), "slope")]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]),
+             node("Greater", ["c", "zero"], ["up"]), node("Mul", ["c", "slope"], ["low"]),
+             node("Where", ["up", "c", "low"], ["leaky"]), node("Add", ["leaky", "pos"], ["p"]),
+             node("Mul", ["p", "hw"], ["m"]), node("Conv", ["m", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    onnx_path = _save(tmp_path / "m.onnx", nodes, inits, ["N", 8, 10, 10])
+    assert _layout_changes(onnx_path) == 2
+    _agrees_with_onnxruntime(onnx_path, tmp_path / "b", (8, 10, 10), (16, 10, 10))
