@@ -273,6 +273,18 @@ def count_convs_2d(mod) -> int:
     return len(found)
 
 
+def count_blocked_convs(mod) -> int:
+    """Convolutions in `mod`'s main function in a blocked (NCHWc) layout: the ones
+    `schedule_convs` schedules once legalized."""
+    from tvm import relax
+
+    found = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: found.append(e) if (
+        isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" and
+        len(str(e.attrs.data_layout)) > 4) else None)
+    return len(found)
+
+
 def count_grouped_convs(mod) -> int:
     """Convolutions in `mod`'s main function with groups that are neither 1 nor one per channel
     (depthwise): `conv_layout` leaves them in NCHW."""

@@ -178,6 +178,18 @@ def test_small_cnn_compiles_blocked_and_agrees_with_nchw_and_onnxruntime(zoo_onn
     assert r.code != 0 and "convolution layout" in r.err
 
 
+def test_blocked_convolutions_are_counted_before_legalizing(zoo_onnx):
+    """`choose_target` keeps the host's x86-64 level for a model with convolutions cw blocked,
+    counted on the imported graph (legalizing every batch size to count the kernels cw
+    schedules took densenet121 8 of its 50 s); the count is the kernels' count."""
+    from cw.compile.compiler import import_graph
+
+    for layout, blocked in (("nchwc", 2), ("nchw", 0)):
+        _, imported, _ = import_graph(zoo_onnx("small_cnn"),
+                                      CompileConfig(batch_sizes=(1,), conv_layout=layout))
+        assert cpu_conv.count_blocked_convs(imported.mod) == blocked
+
+
 def _one_conv_onnx(path):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
