@@ -438,7 +438,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                     raise _failed_at(name, batch, e) from again
                 onnx_model.notes.append(
                     f"batch {batch}: LLVM's level-3 optimization gave invalid code (TVM 0.27's "
-                    "LLVM; a small matrix product for plain x86-64); built at level 2")
+                    "LLVM); built at level 2, the same instructions")
             kernel_file = f"kernels/batch{batch}.so"
             # a new list each time: export_library appends its own files to `addons`
             executable.export_library(str(writer.path(kernel_file)),
