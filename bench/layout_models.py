@@ -1,9 +1,10 @@
 """Small CNNs (64 channels at 56x56, three residual blocks) whose every block has one pattern
 that cw's blocked CPU layout handled badly until stop 77: ConvNeXt's channels-first LayerNorm,
 GroupNormalization, CBAM's spatial attention (each took the whole model off the layout), a
-PReLU (a conversion out of the layout and back around each).
+PReLU (a conversion out of the layout and back around each); until stop 78: a generator's
+reflect pad before each 3x3 convolution (the same).
 
-    python bench/layout_models.py DIR   # DIR/{layer_norm,group_norm,spatial_attention,prelu}.onnx
+    python bench/layout_models.py DIR   # DIR/{layer_norm,...,reflect_pad}.onnx
 
 Then compile each with two checkouts and time them side by side with bench/edge_speed.py
 (docs/benchmarks.md, stop 77)."""
@@ -15,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 CHANNELS, SIDE = 64, 56
-KINDS = ("layer_norm", "group_norm", "spatial_attention", "prelu")
+KINDS = ("layer_norm", "group_norm", "spatial_attention", "prelu", "reflect_pad")
 node = helper.make_node
 
 
@@ -40,6 +41,8 @@ def _norm(kind, a, p, rng, inits):
         inits += [_tensor(p + "s", rng.uniform(0.5, 1.5, c)),
                   _tensor(p + "o", rng.uniform(-0.1, 0.1, c))]
         return [node("GroupNormalization", [a, p + "s", p + "o"], [p + "norm"], num_groups=8)]
+    if kind == "reflect_pad":  # the pad is before the convolution; here a ReLU
+        return [node("Relu", [a], [p + "norm"])]
     if kind == "prelu":  # a face-recognition ResNet's
         inits.append(_tensor(p + "slope", rng.uniform(0.1, 0.3, (c, 1, 1))))
         return [node("PRelu", [a, p + "slope"], [p + "norm"])]
@@ -58,14 +61,19 @@ def build(kind: str, path: str, blocks: int = 3) -> None:
     def weight(name, *shape):
         return _tensor(name, rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:])))
 
-    inits = [weight("stem", c, 3, 3, 3), _tensor("axis1", [1], np.int64), _tensor("eps", 1e-6)]
+    inits = [weight("stem", c, 3, 3, 3), _tensor("axis1", [1], np.int64), _tensor("eps", 1e-6),
+             _tensor("pads", [0, 0, 1, 1, 0, 0, 1, 1], np.int64)]
     nodes = [node("Conv", ["x", "stem"], ["h0"], pads=[1, 1, 1, 1])]
     h = "h0"
     for b in range(blocks):
         p = f"b{b}_"
         inits += [weight(p + "c1", c, c, 3, 3), weight(p + "c2", 2 * c, c, 1, 1),
                   weight(p + "c3", c, 2 * c, 1, 1)]
-        nodes.append(node("Conv", [h, p + "c1"], [p + "a"], pads=[1, 1, 1, 1]))
+        if kind == "reflect_pad":  # fast neural style's and CycleGAN's residual blocks
+            nodes += [node("Pad", [h, "pads"], [p + "pad"], mode="reflect"),
+                      node("Conv", [p + "pad", p + "c1"], [p + "a"])]
+        else:
+            nodes.append(node("Conv", [h, p + "c1"], [p + "a"], pads=[1, 1, 1, 1]))
         nodes += _norm(kind, p + "a", p, rng, inits)
         nodes += [node("Conv", [p + "norm", p + "c2"], [p + "e"]),
                   node("Relu", [p + "e"], [p + "r"]), node("Conv", [p + "r", p + "c3"], [p + "f"]),

@@ -16,13 +16,16 @@ tensor that is mostly memory traffic (docs/benchmarks.md).
   does not carry, as operators it does.
 - After it, `keep_blocked` moves each conversion to NCHW later, past the operators that compute
   the same values on the blocked tensor: a resize (topi's takes NCHWc), a concatenation of
-  whole blocks of channels, a depth-to-space whose phases are whole blocks, and elementwise
+  whole blocks of channels, a depth-to-space whose phases are whole blocks, a pad along H and
+  W (imported as Relax's pad for this: `pads_as_operators`), and elementwise
   operators (their other operand converted too: a value per channel, lifted with the weights).
   A conversion back to NCHWc that follows one to NCHW is dropped. A conversion is only moved
   when nothing else reads its result, so no tensor is ever converted twice.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 from cw.compile.relax_rewrite import rewrite_calls
 from cw.tvm_env import load_tvm
@@ -217,6 +220,45 @@ def group_norms_decomposed(mod):
     return rewrite_calls(mod, replacement)
 
 
+# ONNX's Pad modes as relax.nn.pad's
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate",
+              "wrap": "circular"}
+
+
+@contextlib.contextmanager
+def pads_as_operators():
+    """While TVM imports a model: a Pad of a 4-D tensor as `relax.nn.pad` (the same kernels
+    once legalized) rather than the TIR kernel call the importer emits, which nothing after it
+    can see into. `keep_blocked` then pads the blocked tensor along its spatial axes: a
+    generator's reflect pads before each convolution (style transfer, CycleGAN) were a
+    conversion to NCHW and one back each. Negative pads (a crop) are imported as before."""
+    load_tvm()
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend
+
+    converter = getattr(onnx_frontend, "Pad", None)
+    original = getattr(converter, "__dict__", {}).get("_lower_pad")
+    if original is None:  # another TVM's importer: its own kernels
+        yield
+        return
+    lowered = original.__get__(None, converter)
+
+    def lower_pad(cls, bb, inputs, attr, params, allowed_modes):
+        mode = attr.get("mode", b"constant").decode("utf-8")
+        before, after, value = cls._parse_pads_and_axes(inputs, params)
+        if mode not in allowed_modes or mode not in _PAD_MODES or \
+                getattr(inputs[0].ty, "ndim", -1) != 4 or min(before + after) < 0:
+            return lowered(bb, inputs, attr, params, allowed_modes)
+        widths = [int(w) for pair in zip(before, after) for w in pair]
+        return bb.emit(relax.op.nn.pad(inputs[0], widths, _PAD_MODES[mode], float(value)))
+
+    converter._lower_pad = classmethod(lower_pad)
+    try:
+        yield
+    finally:
+        converter._lower_pad = original
+
+
 def keep_blocked(mod):
     """After ConvertLayout: conversions to NCHW moved past the operators that can take the
     blocked tensor, and conversions that undo one dropped. Returns (module, moves made)."""
@@ -343,6 +385,14 @@ def _move(mover: _Mover, call, bindings: list):
         return relax.op.layout_transform(resized, source.attrs.index_map)
     if op == "relax.reshape":
         return _depth_to_space(mover, call, bindings)
+    if op == "relax.nn.pad":  # along H and W only: each channel's plane padded alike
+        source = _movable(mover, call.args[0])
+        widths = [int(w) for w in call.attrs.pad_width]
+        if source is None or len(widths) != 8 or any(widths[:4]):
+            return None
+        padded = mover.emit(relax.op.nn.pad(source.args[0], widths + [0, 0],
+                                            call.attrs.pad_mode, call.attrs.pad_value), bindings)
+        return relax.op.layout_transform(padded, source.attrs.index_map)
     if op in _UNARY:
         source = _movable(mover, call.args[0])
         if source is None:

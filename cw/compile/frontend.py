@@ -54,7 +54,13 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
     printed = io.StringIO()
     # The importer prints the operator it failed on: that goes into our one line. The stderr
     # filter stays on until the exception (whose frames hold TVM's half-built module) is gone.
-    with contextlib.redirect_stdout(printed), _native_stderr_filtered(), _checked_lightly():
+    pads = contextlib.nullcontext()
+    if conv_block:
+        from cw.compile import cpu_layouts
+
+        pads = cpu_layouts.pads_as_operators()
+    with contextlib.redirect_stdout(printed), _native_stderr_filtered(), _checked_lightly(), \
+            pads:
         try:
             # Unsanitized names, so that messages and the manifest use the ONNX initializer names.
             mod = relax_onnx.from_onnx(onnx_model.model, keep_params_in_input=True,

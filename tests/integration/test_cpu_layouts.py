@@ -324,3 +324,37 @@ def test_selects_and_spatial_operands_run_on_the_blocked_tensor(tmp_path):
     onnx_path = _save(tmp_path / "m.onnx", nodes, inits, ["N", 8, 10, 10])
     assert _layout_changes(onnx_path) == 2
     _agrees_with_onnxruntime(onnx_path, tmp_path / "b", (8, 10, 10), (16, 10, 10))
+
+
+def test_spatial_pads_run_on_the_blocked_tensor(tmp_path):
+    """A generator's pads between convolutions (reflect, as style transfer and CycleGAN write
+    them; edge; a constant that is not zero, which no convolution's own padding takes): the
+    importer's pad kernels were a conversion out of the blocked layout and one back each until
+    stop 78. Padded along H and W on the blocked tensor: in and out only. A pad of channels
+    is no spatial pad: it stays converted, and right."""
+    rng = np.random.default_rng(23)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n)
+             for n, s in (("w1", (24, 8, 3, 3)), ("w2", (24, 24, 3, 3)), ("w3", (16, 24, 3, 3)),
+                          ("w4", (16, 16, 3, 3)))]
+    inits += [numpy_helper.from_array(np.array(p, np.int64), n) for n, p in (
+        ("reflect", [0, 0, 1, 1, 0, 0, 1, 1]), ("edge", [0, 0, 2, 0, 0, 0, 1, 3]),
+        ("shift", [0, 0, 0, 1, 0, 0, 2, 1]), ("channels", [0, 0, 0, 0, 0, 8, 0, 0]))]
+    inits.append(numpy_helper.from_array(np.float32(0.5), "half"))
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1"], ["c1"]), node("Relu", ["c1"], ["r1"]),
+             node("Pad", ["r1", "reflect"], ["p1"], mode="reflect"),
+             node("Conv", ["p1", "w2"], ["c2"]), node("Relu", ["c2"], ["r2"]),
+             node("Pad", ["r2", "edge"], ["p2"], mode="edge"),
+             node("Pad", ["p2", "shift", "half"], ["p3"]),
+             node("Conv", ["p3", "w3"], ["c3"])]
+    onnx_path = _save(tmp_path / "m.onnx", nodes + [node("Relu", ["c3"], ["y"])], inits,
+                      ["N", 8, 12, 12])
+    assert _layout_changes(onnx_path) == 2
+    _agrees_with_onnxruntime(onnx_path, tmp_path / "b", (8, 12, 12), (16, 13, 13))
+
+    nodes += [node("Pad", ["c3", "channels"], ["p4"]), node("Conv", ["p4", "w4"], ["y"])]
+    inits[3] = numpy_helper.from_array((rng.standard_normal((16, 24, 3, 3)) * 0.3)
+                                       .astype(np.float32), "w4")
+    onnx_path = _save(tmp_path / "c.onnx", nodes, inits, ["N", 8, 12, 12])
+    assert _layout_changes(onnx_path) == 4
+    _agrees_with_onnxruntime(onnx_path, tmp_path / "c", (8, 12, 12), (16, 11, 11))
