@@ -9,6 +9,7 @@ from . import (  # noqa: F401
                io,
                layouts,
                old_opsets,
+               pipelines,
                quantized,
                recurrent,
                resize,

@@ -53,5 +53,6 @@ case("Pow negative base int exponent", [N("Pow", ["x", "three"])], X4, [f32("thr
 case("Pow int exponent tensor", [N("Pow", ["x", "e"])], X4, [i64("e", 2)], 13)
 known("Cast to fp16 and back", "onnxruntime's CPU computes the float16 Relu and Mul in float32 "
       "and drops the casts; cw rounds to float16 as ONNX says")
-known("fp16 MatMul", "float16 products: onnxruntime sums in float32 and rounds once; TVM's "
-      "kernel rounds as it goes. Both within float16's precision (ONNX does not say which)")
+known("fp16 MatMul", "onnxruntime's CPU has no float16 MatMul: it computes in float32 and drops "
+      "the casts (x is never rounded to float16); cw rounds as ONNX says, and sums in float32 "
+      "(until stop 78 in float16, as it went)")

@@ -11,13 +11,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 import cw
 from cw.bundle import (SCHEMA_VERSION, TENSOR_ALIGNMENT, WEIGHTS_FILE, BatchKernel, BundleWriter,
                        FixedInput, Manifest, Source, Target, TensorSpec, WeightPage, Weights,
                        WeightTensor, model_name_from)
 from cw.compile import (cpu_conv, cpu_kernels, cuda_conv, cutlass_build, cutlass_conv,
                         cutlass_plans, default_schedules, fast_math, fast_tvmscript, frontend,
-                        normalize, onnx_load, paging, rebatch, relax_rewrite, targets, tuning)
+                        normalize, onnx_load, onnx_shapes, paging, rebatch, relax_rewrite,
+                        targets, tuning)
 from cw.compile.config import (  # noqa: F401 (compile's constants, importable from here too)
     CONV_ALGOS, CUTLASS_MIN_SM, DEFAULT_BATCH_SIZES, DEFAULT_CONV_ALGO, DEFAULT_PAGE_SIZE,
     LARGE_KERNEL_LIBRARY_BYTES, MAX_AUTO_JOBS, PRECISIONS, CompileConfig)
@@ -128,6 +131,43 @@ def _tensor_specs(struct_info, batch_size: int, names: list[str],
                                 (index_limits or {}).get(name, 0),
                                 (source_batch_axes or {}).get(name, 0)))
     return specs
+
+
+def _check_output_shapes(name: str, outs: list[TensorSpec],
+                         inferred: list[list[int | None]] | None, actual) -> None:
+    """Refuse a compile whose outputs are not the shape ONNX says they are: the sign of an
+    operator TVM imported as another computation (it resized an NHWC image's W where the
+    model resized H and W). An axis ONNX leaves unknown is not checked. ONNX's inference has
+    bugs of its own (a Split into uneven parts): `actual()`, the sample shapes onnxruntime
+    gives (None where it cannot run the file), settles a difference."""
+    shapes = None
+    for i, (spec, dims) in enumerate(zip(outs, inferred or ())):
+        if dims is None or len(dims) != len(spec.sample_shape) + 1:
+            continue
+        if any(d is not None and d != got for d, got in zip(dims[1:], spec.sample_shape)):
+            shapes = actual() if shapes is None else shapes
+            if shapes and i < len(shapes) and shapes[i] == list(spec.sample_shape):
+                continue
+            expected = ", ".join("?" if d is None else str(d) for d in dims[1:])
+            raise ModelError(
+                f"{name}: output '{spec.name}' comes out of TVM's import with sample shape "
+                f"{list(spec.sample_shape)} where ONNX's shape inference gives [{expected}]: an "
+                "operator was imported as another computation, and cw refuses to serve it",
+                "please report it with the model (cw compile --verbose names the steps); "
+                "the model's own export may avoid the operator's form")
+
+
+def _onnxruntime_shapes(onnx_path, ins: list[TensorSpec], batch: int) -> list:
+    """The sample shapes of the file's outputs in onnxruntime, on zeros of `ins`' shapes at
+    `batch`; [] where it cannot run the file (inputs fixed at compile time, say)."""
+    from cw.verify import onnx_reference
+
+    try:
+        outputs = onnx_reference(onnx_path, [np.zeros((batch, *s.sample_shape), s.dtype)
+                                             for s in ins])
+    except Exception:  # (whatever the reason, the difference stands)
+        return []
+    return [list(o.shape[1:]) for o in outputs]
 
 
 def plain(value) -> str:
@@ -317,7 +357,7 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
     imported = frontend.import_model(onnx_model, conv_block=conv_block,
                                      fp16=config.precision == "fp16", conv_algo=config.conv_algo,
                                      page_size=config.page_size,
-                                     tf32=config.precision == "tf32")
+                                     tf32=config.precision == "tf32", target=config.target)
     if config.conv_algo != "direct" and config.target == "cpu":
         onnx_model.notes.append(f"{config.conv_algo} on the CPU: Winograd's kernels get TVM's "
                                 "default loops, far slower than cw's NCHWc convolutions (it is "
@@ -408,6 +448,7 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
         input_names = [n for n, _, _ in onnx_model.inputs]
         output_names = [o.name for o in onnx_model.model.graph.output]
         kernels, inputs_spec, outputs_spec = [], None, None
+        inferred_outputs = onnx_shapes.output_dims(onnx_model.model)
         split_convs = config.conv_split == "auto"
         tf32 = config.precision == "tf32"
         # a model without a convolution CUTLASS takes gets no CUTLASS library linked in
@@ -493,6 +534,8 @@ def compile_model(onnx_path: str | os.PathLike, out: str | os.PathLike,
                     input_names, onnx_model.index_limits, onnx_model.source_batch_axes)
                 outs = _tensor_specs(func.ret_ty, batch, output_names,
                                      source_batch_axes=onnx_model.source_batch_axes)
+                _check_output_shapes(name, outs, inferred_outputs,
+                                     functools.partial(_onnxruntime_shapes, onnx_path, ins, batch))
                 lowered, plan, scheduled, total = _lower_batch(
                     mod, target, name, batch, onnx_model.notes, database=database,
                     conv_split=split_convs, cutlass=cutlass, tf32=tf32, cutlass_plans=plans)

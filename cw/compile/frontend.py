@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from cw.compile import onnx_shapes, relax_rewrite
+from cw.compile import fp16_sums, onnx_shapes, relax_rewrite
 from cw.compile.onnx_load import OnnxModel
 from cw.errors import ModelError
 from cw.tvm_env import load_tvm
@@ -37,7 +37,8 @@ class ImportedModel:
 
 def import_model(onnx_model: OnnxModel, conv_block: int = 0,
                  fp16: bool = False, conv_algo: str = "direct",
-                 page_size: int | None = None, tf32: bool = False) -> ImportedModel:
+                 page_size: int | None = None, tf32: bool = False,
+                 target: str = "cpu") -> ImportedModel:
     """Import into Relax and evaluate the weight-only computation once, on the CPU.
     `conv_block`: convolutions in NCHWc layouts with channel blocks up to this wide (CPU
     targets, cw/compile/cpu_conv.py: 8 for AVX2, 16 for AVX-512); 0 leaves them in NCHW.
@@ -45,7 +46,9 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
     whose transformed filter fits in a weights page of `page_size` bytes; cutlass for NHWC
     convolutions that CUTLASS runs (cw/compile/cutlass_conv.py).
     `fp16`: convolutions and matrix products in fp16 with fp32 sums (TVM's ToMixedPrecision).
-    `tf32`: the CUTLASS convolutions will multiply in TF32 (only the note says so here)."""
+    `tf32`: the CUTLASS convolutions will multiply in TF32 (only the note says so here).
+    `target`: "cpu" or "cuda", for the form of a float16 model's float32 sums
+    (cw/compile/fp16_sums.py)."""
     tvm = load_tvm()
     from tvm import relax
     from tvm.relax.frontend import onnx as relax_onnx
@@ -99,6 +102,15 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
     # scalars crashes
     mod, _ = relax_rewrite.stacked_reductions_as_chains(mod)
     mod, _ = relax_rewrite.scalar_stacks_as_concats(mod)
+    # before the layouts: on the CPU the products are then float32 ones, blocked as ever
+    mod, summed = fp16_sums.float32_sums(mod, cpu=target == "cpu")
+    if summed:
+        onnx_model.notes.append(
+            f"float16: {summed} operator{'s' * (summed != 1)} that add up terms "
+            "(convolutions, matrix products, reductions, normalizations) summed in float32, "
+            "rounded to float16 after each" +
+            (" (on float32 operands: the CPU has no float16 arithmetic)"
+             if target == "cpu" else ""))
     if conv_algo == "cutlass":
         mod = _cutlass_layouts(mod, onnx_model, tf32)
     elif conv_algo != "direct":
@@ -171,6 +183,8 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         # before lifting: the weights' casts to fp16 are then lifted with the rest, so the
         # bundle stores fp16 weights (half the bytes to LOAD) instead of casting on every run
         mod = relax.transform.ToMixedPrecision(out_dtype="float32")(mod)
+        # its reductions and normalizations that follow a float16 operand stay in float16
+        mod, _ = fp16_sums.float32_sums(mod, cpu=target == "cpu")
     # BatchNorm statistics and weight transposes depend on the weights only: lift them into a
     # function run once below instead of on every inference.
     mod = relax.transform.LiftTransformParams()(mod)

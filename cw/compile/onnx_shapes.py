@@ -106,6 +106,21 @@ def dims(inferred: onnx.ModelProto, model: onnx.ModelProto | None = None,
     return shapes
 
 
+def output_dims(model: onnx.ModelProto) -> list[list[int | None]] | None:
+    """Each graph output's dims as ONNX's shape inference gives them from the inputs (the
+    shapes the file declares for its outputs set aside: an exporter's may be stale), None
+    where unknown; None where inference fails."""
+    probe = without_weights(model)
+    for out in probe.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True)
+    except Exception:  # (TVM's import reports a model whose shapes do not infer)
+        return None
+    known = dims(inferred)
+    return [known.get(out.name) for out in model.graph.output]
+
+
 def _copy_field(target, field, value) -> None:
     repeated = getattr(field, "is_repeated", None)  # protobuf 7 dropped `label`
     if repeated is None:

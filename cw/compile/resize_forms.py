@@ -39,8 +39,10 @@ def candidate(node: onnx.NodeProto, inits: dict) -> bool:
             attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch" or \
             attr(node, "coordinate_transformation_mode", "half_pixel") not in _TVM_MODES:
         return True
-    return len(node.input) > 2 and node.input[2] in inits and \
+    scales = len(node.input) > 2 and node.input[2] in inits and \
         (len(node.input) < 4 or not node.input[3])
+    # (sizes: for a resize of other axes than the last ones, which the importer ignores)
+    return scales or len(node.input) > 3 and node.input[3] in inits
 
 
 def _what(node) -> str:
@@ -72,6 +74,14 @@ def rewrite_node(e: Emitter, node, shapes: dict, where: str) -> bool:
     rank = len(dims)
     per_axis = _per_axis_scales(node, dims, [a % rank for a in axes or range(rank)], scales,
                                 sizes)
+    whole = all(Fraction(s) * dims[a] == out for a, (s, out) in per_axis.items())
+    if any(a < 2 for a in per_axis):  # (the importer would resize the last axes instead)
+        if not antialias and len(per_axis) <= rank - 2 and (whole or not changed_form):
+            _moved_last(e, node, dims, per_axis, sizes is not None and not changed_form,
+                        where)
+        else:
+            _by_matrices(e, node, dims, per_axis, where)
+        return True
     kept = {k: v for k, v in _attributes(node).items()
             if k not in ("axes", "keep_aspect_ratio_policy")}
     if mode == "half_pixel_symmetric":  # its adjustment is 1 where the sizes are whole
@@ -81,7 +91,6 @@ def rewrite_node(e: Emitter, node, shapes: dict, where: str) -> bool:
             return False  # the importer maps by out / in, as ONNX does for sizes
         e.op("Resize", list(node.input), outputs=[node.output[0]], **kept)
         return True
-    whole = all(Fraction(s) * dims[a] == out for a, (s, out) in per_axis.items())
     if not antialias and whole:
         if not changed_form and sizes is None:
             return False  # a scale TVM takes as it is
@@ -97,6 +106,41 @@ def rewrite_node(e: Emitter, node, shapes: dict, where: str) -> bool:
         return True
     _by_matrices(e, node, dims, per_axis, where)
     return True
+
+
+def _moved_last(e: Emitter, node, dims: list, per_axis: dict, by_sizes: bool,
+                where: str) -> None:
+    """A resize of an axis before the last two (an NHWC image's H, scales [1, s, s, 1]): TVM's
+    importer resizes the last axes by the last scales and ignores the others, so it gave an
+    image of the wrong size, silently. It is written as a transpose that puts the resized
+    axes last, the resize (by sizes where `by_sizes`, else by scales: whole ones where the
+    form changed), and the transpose back."""
+    if attr(node, "coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
+        raise ModelError(f"{where} crops and resizes axes before its last two",
+                         "resize the last axes (NCHW), or crop before the model")
+    rank = len(dims)
+    perm = [a for a in range(rank) if a not in per_axis] + sorted(per_axis)
+    moved = e.op("Transpose", [node.input[0]], perm=perm)
+    if by_sizes:
+        full = [dims[a] if isinstance(dims[a], int) else 1 for a in perm]
+        for k, a in enumerate(perm):
+            if a in per_axis:
+                full[k] = per_axis[a][1]
+        given = ["", e.const(np.array(full, np.int64), "sizes")]
+    else:
+        given = [e.const(np.array([per_axis.get(a, (1.0,))[0] for a in perm], np.float32),
+                         "scales")]
+    kept = {k: v for k, v in _attributes(node).items()  # (both said in `per_axis` now)
+            if k not in ("axes", "keep_aspect_ratio_policy")}
+    inner = helper.make_node("Resize", [moved, node.input[1] if len(node.input) > 1 else "",
+                                        *given], [e.name("resized")], name=e.name("resize"),
+                             **kept)
+    shapes = {moved: [dims[a] for a in perm]}
+    e.inits.update({t.name: t for t in e.new_inits})  # (the inner node's constants)
+    if not rewrite_node(e, inner, shapes, where):
+        e.nodes.append(inner)
+    e.op("Transpose", [inner.output[0]], outputs=[node.output[0]],
+         perm=[perm.index(a) for a in range(rank)])
 
 
 def _attributes(node) -> dict:
@@ -168,9 +212,9 @@ def _axis_matrix(e: Emitter, node, dims: list, axis: int, scale: float, size_out
 
 def _by_matrices(e: Emitter, node, dims: list, per_axis: dict, where: str) -> None:
     rank = len(dims)
-    if any(a < 2 for a in per_axis):
-        raise ModelError(f"{where} {_what(node)} along its batch or channel axis",
-                         "resize only the spatial axes")
+    if 0 in per_axis:
+        raise ModelError(f"{where} {_what(node)} along its batch axis",
+                         "resize only the other axes")
     by_sizes = len(node.input) > 3 and bool(node.input[3])
     matrices = {a: _axis_matrix(e, node, dims, a, s, out if by_sizes else None, where)
                 for a, (s, out) in sorted(per_axis.items())}

@@ -76,6 +76,49 @@ def test_a_resize_form_agrees_with_onnxruntime(tmp_path, form):
     _agrees(tmp_path, nodes, inits, opset, note="cw/compile/decompose.py")
 
 
+# TVM's importer resizes the last axes by the last scales and ignores the others: an NHWC
+# image by [1, 2, 2, 1] came out [N, H, 2W, C] until stop 78, silently
+BEFORE_THE_LAST_TWO = {
+    "NHWC by 2 x 2, linear": (_resize(scales=[1, 2, 2, 1], mode="linear"), ("N", 7, 9, 3)),
+    "NHWC by 1.3 x 1.7, cubic": (_resize(scales=[1, 1.3, 1.7, 1], mode="cubic"),
+                                 ("N", 7, 9, 3)),
+    "NHWC to sizes under axes, nearest": (
+        _resize(18, sizes=[14, 18], mode="nearest", axes=[1, 2]), ("N", 7, 9, 3)),
+    "channels by 2, nearest": (_resize(scales=[1, 2, 1, 1], mode="nearest"), ("N", 4, 7, 9)),
+    "[N, L, C] along L, linear": (_resize(scales=[1, 2, 1], mode="linear"), ("N", 7, 4)),
+}
+
+
+@pytest.mark.parametrize("form", list(BEFORE_THE_LAST_TWO))
+def test_a_resize_of_axes_before_the_last_two_agrees_with_onnxruntime(tmp_path, form):
+    (nodes, inits, opset), x_shape = BEFORE_THE_LAST_TWO[form]
+    _agrees(tmp_path, nodes, inits, opset, x_shape, note="cw/compile/decompose.py")
+
+
+def test_an_output_of_another_shape_than_onnx_infers_is_refused(tmp_path, cli, monkeypatch):
+    """The net under such bugs: with the NHWC resize handed to TVM's importer as it was, the
+    compile stops in one line instead of serving an image of the wrong shape."""
+    from cw.compile import resize_forms
+
+    monkeypatch.setattr(resize_forms, "candidate", lambda node, inits: False)
+    (nodes, inits, opset), x_shape = BEFORE_THE_LAST_TWO["NHWC by 2 x 2, linear"]
+    src = tmp_path / "m.onnx"
+    _save(src, nodes, list(x_shape), inits, opset)
+    r = cli("compile", src, "-o", tmp_path / "b")
+    assert r.code != 0 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "output 'y' comes out of TVM's import with sample shape [7, 18, 3] where ONNX's " \
+        "shape inference gives [14, 18, 3]" in r.err, r.err
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_difference_onnxruntime_settles_for_tvm_is_not_refused(tmp_path):
+    """ONNX's own inference errs on a Split into uneven parts (8 into 3: [3, 3, 2], which
+    it sizes otherwise); onnxruntime agrees with TVM, so the compile goes on, and is right."""
+    nodes = [helper.make_node("Split", ["x"], ["a", "b", "c"], axis=2, num_outputs=3),
+             helper.make_node("Concat", ["c", "a"], ["y"], axis=2)]
+    _agrees(tmp_path, nodes, [], 18, x_shape=("N", 6, 8))
+
+
 def test_a_resize_by_whole_scales_stays_one_resize(tmp_path):
     """2x of 7 x 9 is whole: TVM's resize is right there, and no matrix is made."""
     from cw.compile.compiler import CompileConfig, compile_model
