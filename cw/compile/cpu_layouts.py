@@ -12,8 +12,8 @@ tensor that is mostly memory traffic (docs/benchmarks.md).
 - Before the conversion, `clip` with constant bounds becomes maximum and minimum, which the
   conversion carries (`clips_as_min_max`); and what stops the conversion of the whole model
   is rewritten: a negative squeeze axis, a one-channel tensor against a blocked one, a
-  reduction over the channels that keeps its axes, GroupNormalization; and PReLU, which it
-  does not carry, as operators it does.
+  reduction over the channels that keeps its axes (GroupNormalization is arithmetic by then:
+  cw/compile/norms.py); and PReLU, which it does not carry, as operators it does.
 - After it, `keep_blocked` moves each conversion to NCHW later, past the operators that compute
   the same values on the blocked tensor: a resize (topi's takes NCHWc), a concatenation of
   whole blocks of channels, a depth-to-space whose phases are whole blocks, a pad along H and
@@ -174,48 +174,6 @@ def prelus_as_relu_and_min(mod):
         slope = relax.op.reshape(alpha, relax.ShapeExpr([1, alpha.ty.shape[0], 1, 1]))
         negative = relax.op.minimum(x, relax.const(0, dtype))
         return relax.op.add(relax.op.nn.relu(x), relax.op.multiply(negative, slope))
-
-    return rewrite_calls(mod, replacement)
-
-
-def group_norms_decomposed(mod):
-    """`group_norm` over (N, C, H, W) as its arithmetic: TVM 0.27's layout inference gives
-    the data its blocked layout but leaves gamma and beta per channel, and the check that
-    follows ("the size of input 1 must be equal to the size of channel_axis") stops the
-    conversion of the whole model. The reshape to groups converts to NCHW and back around the
-    normalization alone. Returns (module, calls rewritten)."""
-    tvm = load_tvm()
-    from tvm import relax, tirx
-
-    group_norm = tvm.ir.Op.get("relax.nn.group_norm")
-
-    def replacement(call):
-        if not call.op.same_as(group_norm):
-            return None
-        attrs = call.attrs
-        x, gamma, beta = call.args
-        shape = getattr(x.ty, "shape", None)
-        if getattr(x.ty, "ndim", -1) != 4 or int(attrs.channel_axis) != 1 or \
-                [int(a) for a in attrs.axes] != [2, 3] or not isinstance(shape, relax.ShapeExpr):
-            return None
-        n, c, h, w = shape.values
-        groups = int(attrs.num_groups)
-        if not isinstance(c, tirx.IntImm) or int(c.value) % groups:
-            return None
-        dtype = x.ty.dtype
-        grouped = relax.op.reshape(x, relax.ShapeExpr([n, groups, int(c.value) // groups, h, w]))
-        mean = relax.op.mean(grouped, axis=[2, 3, 4], keepdims=True)
-        variance = relax.op.variance(grouped, axis=[2, 3, 4], keepdims=True)
-        eps = relax.const(float(attrs.epsilon), dtype)
-        normalized = relax.op.divide(relax.op.subtract(grouped, mean),
-                                     relax.op.sqrt(relax.op.add(variance, eps)))
-        y = relax.op.reshape(normalized, relax.ShapeExpr([n, c, h, w]))
-        per_channel = relax.ShapeExpr([c, 1, 1])
-        if attrs.scale:
-            y = relax.op.multiply(y, relax.op.reshape(gamma, per_channel))
-        if attrs.center:
-            y = relax.op.add(y, relax.op.reshape(beta, per_channel))
-        return y
 
     return rewrite_calls(mod, replacement)
 

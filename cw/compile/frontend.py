@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from cw.compile import fp16_sums, onnx_shapes, relax_rewrite
+from cw.compile import fp16_sums, norms, onnx_shapes, relax_rewrite
 from cw.compile.onnx_load import OnnxModel
 from cw.errors import ModelError
 from cw.tvm_env import load_tvm
@@ -102,6 +102,7 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
     # scalars crashes
     mod, _ = relax_rewrite.stacked_reductions_as_chains(mod)
     mod, _ = relax_rewrite.scalar_stacks_as_concats(mod)
+    mod, _ = norms.group_norms_decomposed(mod)
     # before the layouts: on the CPU the products are then float32 ones, blocked as ever
     mod, summed = fp16_sums.float32_sums(mod, cpu=target == "cpu")
     if summed:
@@ -149,7 +150,6 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
             mod, _ = cpu_layouts.positive_squeeze_axes(mod)
             mod, _ = cpu_layouts.channel_reductions_reshaped(mod)
             mod, _ = cpu_layouts.channel_broadcasts_widened(mod)
-            mod, _ = cpu_layouts.group_norms_decomposed(mod)
             mod, _ = cpu_layouts.prelus_as_relu_and_min(mod)
             mod, transposed = cpu_conv.transposed_convs_as_convs(mod)
             mod, padded = cpu_conv.pad_conv_channels(mod, conv_block)

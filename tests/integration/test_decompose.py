@@ -247,6 +247,12 @@ CASES = {
          helper.make_node("Cast", ["p"], ["pf"], to=F),
          helper.make_node("Add", ["pf", "px"], ["y"])],
         ["N", 6, 16], ["N", 6, 16], [_c("four", np.float32(4)), _c("three", np.int64(3))], 15),
+    # ONNX's E[x²] - E[x]², as TVM's importer took it, cancels where the mean is large against
+    # the spread (here 30 to 1); about the mean it does not (axes without the batch's)
+    "mean-variance normalization far from 0": (
+        [helper.make_node("Add", ["x", "thirty"], ["xo"]),
+         helper.make_node("MeanVarianceNormalization", ["xo"], ["y"], axes=[2, 3])],
+        ["N", 6, 16, 16], ["N", 6, 16, 16], [_c("thirty", np.float32(30))], 13),
     "compress by a constant condition": (
         [helper.make_node("Compress", ["x", "keep"], ["y"], axis=2)], ["N", 6, 16],
         ["N", 6, 3], [_c("keep", np.array([1, 0, 0, 1, 0, 1], bool))], 17),
