@@ -139,7 +139,7 @@ def _check_output_shapes(name: str, outs: list[TensorSpec],
     operator TVM imported as another computation (it resized an NHWC image's W where the
     model resized H and W). An axis ONNX leaves unknown is not checked. ONNX's inference has
     bugs of its own (a Split into uneven parts): `actual()`, the sample shapes onnxruntime
-    gives (None where it cannot run the file), settles a difference."""
+    gives (empty where it cannot run the file), settles a difference."""
     shapes = None
     for i, (spec, dims) in enumerate(zip(outs, inferred or ())):
         if dims is None or len(dims) != len(spec.sample_shape) + 1:

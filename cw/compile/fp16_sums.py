@@ -14,7 +14,8 @@ float16 once, after it, as onnxruntime and cuDNN do:
   lifted: the bundle stores them in float32, and cw's CPU convolutions take them as ever);
 - reductions, softmax, normalizations and average pools: on float32 operands.
 
-Elementwise operators stay in float16: one rounding each, as in onnxruntime.
+Elementwise operators stay in float16: one rounding each, as in onnxruntime. Not reached: an
+`Einsum`, which TVM's importer writes as a kernel of its own (still summed in float16).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from cw.tvm_env import load_tvm
 
 # operators with an `out_dtype`: the type they sum in
 _PRODUCTS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d", "relax.nn.conv1d_transpose",
-             "relax.nn.conv2d_transpose", "relax.matmul")
+             "relax.nn.conv2d_transpose", "relax.nn.conv3d_transpose", "relax.matmul")
 # operators that sum (or average) in their input's type
 _SUMMING = ("relax.sum", "relax.mean", "relax.variance", "relax.std", "relax.prod",
+            "relax.cumsum",
             "relax.nn.softmax", "relax.nn.log_softmax", "relax.nn.layer_norm",
             "relax.nn.group_norm", "relax.nn.rms_norm", "relax.nn.instance_norm",
             "relax.nn.avg_pool1d", "relax.nn.avg_pool2d", "relax.nn.avg_pool3d",

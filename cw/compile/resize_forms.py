@@ -115,9 +115,6 @@ def _moved_last(e: Emitter, node, dims: list, per_axis: dict, by_sizes: bool,
     image of the wrong size, silently. It is written as a transpose that puts the resized
     axes last, the resize (by sizes where `by_sizes`, else by scales: whole ones where the
     form changed), and the transpose back."""
-    if attr(node, "coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
-        raise ModelError(f"{where} crops and resizes axes before its last two",
-                         "resize the last axes (NCHW), or crop before the model")
     rank = len(dims)
     perm = [a for a in range(rank) if a not in per_axis] + sorted(per_axis)
     moved = e.op("Transpose", [node.input[0]], perm=perm)
