@@ -14,8 +14,9 @@ float16 once, after it, as onnxruntime and cuDNN do:
   lifted: the bundle stores them in float32, and cw's CPU convolutions take them as ever);
 - reductions, softmax, normalizations and average pools: on float32 operands.
 
-Elementwise operators stay in float16: one rounding each, as in onnxruntime. Not reached: an
-`Einsum`, which TVM's importer writes as a kernel of its own (still summed in float16).
+Elementwise operators stay in float16: one rounding each, as in onnxruntime. An `Einsum`,
+which TVM's importer writes as a kernel of its own that this cannot see, is given float32
+operands in the ONNX graph (decompose.py).
 """
 
 from __future__ import annotations
