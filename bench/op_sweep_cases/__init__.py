@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
                casts,
                forms,
+               generators,
                heads,
                indexing,
                integers,

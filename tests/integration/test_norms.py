@@ -16,7 +16,7 @@ def _group_norm(path, shape, groups):
     graph = helper.make_graph(
         [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=groups)],
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", *shape[1:]])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", *shape[1:]])], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)],
                                 ir_version=10), path)
     return inits
