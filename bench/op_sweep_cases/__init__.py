@@ -18,5 +18,6 @@ from . import (  # noqa: F401
                specials,
                transformers,
                unary,
+               volumes,
 )
 from .common import CASES, KNOWN, Case  # noqa: F401
