@@ -45,7 +45,8 @@ _DOMAINS = ("", "ai.onnx")
 _REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding", "Sinh",
               "Cosh", "CenterCropPad", "Col2Im", *index_forms.OPS}
 _NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvTranspose",
-                 "Resize", "MaxPool", "Pow", "Tile", "CenterCropPad", "Col2Im", *index_forms.OPS}
+                 "Resize", "MaxPool", "Pow", "Tile", "CenterCropPad", "Col2Im",
+                 "MeanVarianceNormalization", *index_forms.OPS}
 _INTEGERS = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
              onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
              onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}

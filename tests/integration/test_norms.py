@@ -1,4 +1,5 @@
-"""GroupNormalization with its variance about the mean (cw/compile/norms.py)."""
+"""GroupNormalization (cw/compile/norms.py) and MeanVarianceNormalization (decompose.py) with
+their variance about the mean."""
 
 import numpy as np
 import onnx
@@ -46,3 +47,22 @@ def test_a_group_norm_of_values_far_from_zero_does_not_cancel(tmp_path, shape):
         assert np.isfinite(y).all(), offset
         error = float(np.abs(y - _exact(x, 8, scale, bias)).max())
         assert error < bound, (offset, error)
+
+
+def test_a_float16_mean_variance_normalization_compiles(tmp_path):
+    """The rewrite about the mean gives its 1e-9 the input's type (a float32 one failed the
+    float16 model's import)."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("MeanVarianceNormalization", ["r"], ["y"], axes=[2, 3])], "mvn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["N", 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["N", 4, 8, 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                ir_version=8), tmp_path / "m.onnx")
+    compile_model(tmp_path / "m.onnx", tmp_path / "b", CompileConfig(batch_sizes=(1,)))
+    x = np.random.default_rng(8).standard_normal((1, 4, 8, 8)).astype(np.float16)
+    y = LocalModel(tmp_path / "b").run([x])[0]
+    r = np.maximum(x.astype(np.float64), 0)
+    exact = (r - r.mean((2, 3), keepdims=True)) / (r.std((2, 3), keepdims=True) + 1e-9)
+    assert y.dtype == np.float16
+    assert float(np.abs(y - exact).max()) < 4e-3  # a few float16 ulps at values up to ~3
