@@ -112,6 +112,8 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
             "rounded to float16 after each" +
             (" (on float32 operands: the CPU has no float16 arithmetic)"
              if target == "cpu" else ""))
+    if target == "cpu":  # after fp16_sums, which made a float16 model's LayerNorm a float32 one
+        mod, _ = norms.layer_norms_about_the_mean(mod)
     if conv_algo == "cutlass":
         mod = _cutlass_layouts(mod, onnx_model, tf32)
     elif conv_algo != "direct":

@@ -1,4 +1,5 @@
-"""GroupNormalization as its arithmetic, with the variance taken about the mean.
+"""GroupNormalization as its arithmetic, with the variance taken about the mean; LayerNorm
+on the CPU given rows about their mean.
 
 TVM 0.27's group_norm kernel sums x and x² in one pass and takes E[x²] - E[x]², which cancels
 where a group's mean is large against its spread: on the build machine, float32 GroupNorm
@@ -58,5 +59,38 @@ def group_norms_decomposed(mod):
         if attrs.center:
             y = relax.op.add(y, relax.op.reshape(beta, per_channel))
         return y
+
+    return rewrite_calls(mod, replacement)
+
+
+
+def layer_norms_about_the_mean(mod):
+    """Every float32 `layer_norm` given its input less the mean of what it normalizes (the
+    same result in exact arithmetic). Returns (module, calls rewritten).
+
+    TVM's kernel takes the mean, then the variance about it, but its mean is a float32 sum
+    of the row: rows of 768 with a mean 1000 times their spread came out 2.4e-3 off on the
+    CPU (3.3e-4 with cpu_kernels' lane sums; onnxruntime 6.5e-5). On the row less its mean
+    the kernel's own mean is ~0 and what it rounds is the spread's: 1.3e-6 at any mean.
+    The subtraction is one more kernel per LayerNorm (BERT-base on the CPU: +0.7 ms in ~140;
+    docs/benchmarks.md, stop 79), and is written for the CPU only: a GPU's sums are trees of
+    short sums, and a launch there weighs more."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    layer_norm = tvm.ir.Op.get("relax.nn.layer_norm")
+
+    def replacement(call):
+        if not call.op.same_as(layer_norm):
+            return None
+        x = call.args[0]
+        rank = getattr(x.ty, "ndim", -1)
+        if rank < 1 or x.ty.dtype != "float32":
+            return None
+        attrs = call.attrs
+        centered = relax.op.subtract(
+            x, relax.op.mean(x, axis=[int(a) % rank for a in attrs.axes], keepdims=True))
+        return relax.op.nn.layer_norm(centered, call.args[1], call.args[2], attrs.axes,
+                                      float(attrs.epsilon), attrs.center, attrs.scale)
 
     return rewrite_calls(mod, replacement)

@@ -414,6 +414,11 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
         outers = [sch.get(sch.get_loops(step)[0]) for step in steps]
         assert len(steps) >= 2 and all(o.same_as(outers[0]) for o in outers)  # one loop nest
         assert outers[0].kind == tirx.ForKind.PARALLEL and int(outers[0].extent) == rows
+        # sums along a row in a vector of partial sums; each step's loop along it vectorized
+        partial = [s for s in steps if sch.get(s).name_hint.endswith("_rf_update")]
+        assert len(partial) == {"softmax": 2, "layer_norm": 2}.get(op, 0)
+        for step in partial + [steps[-1]] * (op in ("softmax", "layer_norm")):
+            assert sch.get(sch.get_loops(step)[-1]).kind == tirx.ForKind.VECTORIZED
     rng = np.random.default_rng(6)
     values = [rng.standard_normal(shape).astype(np.float32)]
     if op == "layer_norm":

@@ -66,3 +66,40 @@ def test_a_float16_mean_variance_normalization_compiles(tmp_path):
     exact = (r - r.mean((2, 3), keepdims=True)) / (r.std((2, 3), keepdims=True) + 1e-9)
     assert y.dtype == np.float16
     assert float(np.abs(y - exact).max()) < 4e-3  # a few float16 ulps at values up to ~3
+
+
+def _normalization(path, op, shape):
+    """A LayerNormalization over the last axis or an InstanceNormalization (scale, bias)."""
+    channels = shape[-1] if op == "LayerNormalization" else shape[1]
+    inits = [numpy_helper.from_array(np.linspace(0.5, 2, channels, dtype=np.float32), "s"),
+             numpy_helper.from_array(np.linspace(-1, 1, channels, dtype=np.float32), "b")]
+    attrs = {"axis": -1} if op == "LayerNormalization" else {}
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "s", "b"], ["y"], **attrs)], "n",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", *shape[1:]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", *shape[1:]])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    return [numpy_helper.to_array(t).astype(np.float64) for t in inits]
+
+
+@pytest.mark.parametrize("op,shape,bound", [
+    # the kernel's mean summed the row in float32: 2.4e-3 off, 3.3e-4 in lane sums
+    # (cpu_kernels.SUM_LANES); rows about their mean (norms.layer_norms_about_the_mean) 1.3e-6
+    ("LayerNormalization", (1, 128, 768), 2e-5),
+    # one running sum over H x W: 1.4e-3; in lane sums 1.7e-4 (onnxruntime 4.8e-4)
+    ("InstanceNormalization", (1, 64, 32, 32), 4e-4),
+])
+def test_a_normalization_of_values_far_from_zero_rounds_little_on_the_cpu(
+        tmp_path, op, shape, bound):
+    """Rows with a mean 1000 times their spread, against float64."""
+    scale, bias = _normalization(tmp_path / "m.onnx", op, shape)
+    compile_model(tmp_path / "m.onnx", tmp_path / "b", CompileConfig(batch_sizes=(1,)))
+    x = (np.random.default_rng(3).standard_normal(shape) + 1000).astype(np.float32)
+    y = LocalModel(tmp_path / "b").run([x])[0]
+    v = x.astype(np.float64)
+    axes = (-1,) if op == "LayerNormalization" else tuple(range(2, len(shape)))
+    per_channel = (-1,) if op == "LayerNormalization" else (1, -1) + (1,) * (len(shape) - 2)
+    exact = (v - v.mean(axes, keepdims=True)) / np.sqrt(v.var(axes, keepdims=True) + 1e-5) \
+        * scale.reshape(per_channel) + bias.reshape(per_channel)
+    assert float(np.abs(y - exact).max()) < bound
