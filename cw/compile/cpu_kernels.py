@@ -324,12 +324,36 @@ def schedule_rows(func):
         rows *= e
     if common == 0 or rows < 2 or total < ROWS_MIN_ITERATIONS:
         return None
-    for in_lanes in (True, False):  # vectors where TIR allows them, else as before
-        try:
-            return _rows(*_steps(func), common, in_lanes)
+    # a channel block (NCHWc) that a reduction walks in vectors is not a row of its own
+    channel_block = leads[-1][common - 1]
+    in_vectors = common - 1 if common > 1 and rows // channel_block >= 2 and any(
+        _vector_axis(sch, block) == common - 1 for block in blocks) else common
+    for in_lanes, leading in ((True, in_vectors), (False, common)):
+        try:  # vectors where TIR allows them, else as before
+            return _rows(*_steps(func), leading, in_lanes)
         except (s_tir.ScheduleError, _NotVectorized):
             pass
     return None
+
+
+def _vector_axis(sch, block) -> int | None:
+    """The position of `block`'s last data-parallel axis where it is a reduction over other
+    axes whose input holds that axis contiguous (its last index: the channel block of a pool
+    or a mean over NCHWc), at most MAX_VECTOR_LOOP long; else None."""
+    from tvm import tirx
+
+    iter_vars = list(sch.get(block).iter_vars)
+    spatial = [iv.iter_type == tirx.IterVar.DataPar for iv in iter_vars]
+    if all(spatial) or not spatial[0]:
+        return None
+    position = spatial.index(False) - 1
+    if any(spatial[position + 1:]) or position < 0:
+        return None
+    axis = iter_vars[position]
+    if int(axis.dom.extent) > MAX_VECTOR_LOOP or not any(
+            len(r.region) and r.region[-1].min.same_as(axis.var) for r in sch.get(block).reads):
+        return None
+    return position
 
 
 class _NotVectorized(Exception):
@@ -416,7 +440,19 @@ def _vectorized_along_the_row(sch, block, lane_sums: bool) -> None:
         sch.decompose_reduction(block, along)
         return
     node = sch.get(block)
-    if not own or any(iv.iter_type != tirx.IterVar.DataPar for iv in node.iter_vars):
+    if not own:
+        return
+    reduced = sum(iv.iter_type != tirx.IterVar.DataPar for iv in node.iter_vars)
+    if reduced:
+        position = _vector_axis(sch, block)
+        if position is None or len(own) <= reduced:
+            return
+        vector, window = own[-reduced - 1], own[-reduced:]
+        if int(sch.get(vector).extent) != int(node.iter_vars[position].dom.extent):
+            raise _NotVectorized(node.name_hint)
+        sch.reorder(*window, vector)
+        sch.vectorize(vector)  # before the initialization is split off, which TIR needs
+        sch.decompose_reduction(block, window[0])
         return
     extent = sch.get(own[-1]).extent
     if not isinstance(extent, tirx.IntImm):

@@ -363,7 +363,9 @@ def test_bundles_store_weight_matrices_in_panels(tmp_path):
 @pytest.mark.parametrize("op,shape,rows", [
     ("softmax", (12, 128, 128), 12 * 128),   # BERT-base's attention scores
     ("layer_norm", (1, 128, 768), 128),
-    ("mean", (1, 12, 160, 160, 8), 12 * 8),  # a global average pool over NCHW8c (PP-OCR's SE)
+    # a global average pool over NCHW8c (PP-OCR's SE): a row per channel block, its 8 channels
+    # summed in a vector (were 12 x 8 rows, each a strided walk)
+    ("mean", (1, 12, 160, 160, 8), 12),
     ("max_pool", (1, 16, 13, 13, 8), 16),    # padded: rows stop at the channel blocks
     ("softmax", (4, 100), None),             # 400 values: one thread
     ("mean", (1, 160, 7, 7, 8), None),       # MobileNetV2's global average pool at batch 1
@@ -417,7 +419,12 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
         # sums along a row in a vector of partial sums; each step's loop along it vectorized
         partial = [s for s in steps if sch.get(s).name_hint.endswith("_rf_update")]
         assert len(partial) == {"softmax": 2, "layer_norm": 2}.get(op, 0)
-        for step in partial + [steps[-1]] * (op in ("softmax", "layer_norm")):
+        # a pool's or an NCHWc mean's window walked with the channel block in a vector
+        windows = [s for s in steps
+                   if sch.get(s).name_hint in ("pool_max_update", "x_red_update")]
+        assert len(windows) == {"mean": 1, "max_pool": 1}.get(op, 0), \
+            [sch.get(s).name_hint for s in steps]
+        for step in partial + windows + [steps[-1]] * (op in ("softmax", "layer_norm")):
             assert sch.get(sch.get_loops(step)[-1]).kind == tirx.ForKind.VECTORIZED
     rng = np.random.default_rng(6)
     values = [rng.standard_normal(shape).astype(np.float32)]
