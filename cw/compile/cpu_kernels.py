@@ -408,11 +408,14 @@ def _lane_sums(sch, block):
     if not any(_reads_whole_rows(read, reduced) for read in node.reads):
         return None
     loops = sch.get_loops(block)[-count:]
-    inner = sch.fuse(*loops) if count > 1 else loops[0]
-    extent = sch.get(inner).extent
-    if not isinstance(extent, tirx.IntImm) or int(extent) < 2 * SUM_LANES \
-            or int(extent) % SUM_LANES:
+    extent = 1
+    for loop in loops:
+        if not isinstance(sch.get(loop).extent, tirx.IntImm):
+            return None
+        extent *= int(sch.get(loop).extent)
+    if extent < 2 * SUM_LANES or extent % SUM_LANES:
         return None
+    inner = sch.fuse(*loops) if count > 1 else loops[0]
     lanes = sch.split(inner, [None, SUM_LANES])[1]
     return sch.rfactor(lanes, len(node.iter_vars) - count)
 

@@ -63,7 +63,6 @@ def group_norms_decomposed(mod):
     return rewrite_calls(mod, replacement)
 
 
-
 def layer_norms_about_the_mean(mod):
     """Every float32 `layer_norm` given its input less the mean of what it normalizes (the
     same result in exact arithmetic). Returns (module, calls rewritten).
