@@ -332,13 +332,19 @@ def schedule_rows(func):
         rows *= e
     if common == 0 or rows < 2 or total < ROWS_MIN_ITERATIONS:
         return None
-    # a channel block (NCHWc) that a reduction walks in vectors is not a row of its own
-    channel_block = leads[-1][common - 1]
-    in_vectors = common - 1 if common > 1 and rows // channel_block >= 2 and any(
-        _vector_axis(sch, block) == common - 1 for block in blocks) else common
-    for in_lanes, leading in ((True, in_vectors), (False, common)):
+    # the contiguous axis of a reduction over others (NCHWc's channel block under a pool, W
+    # under a reduction over NCHW's channels) is walked in vectors: the whole axis where it
+    # is short (no longer a row of its own), else SUM_LANES at a time
+    in_vectors, split = common, None
+    if any(_vector_axis(sch, block) == common - 1 for block in blocks):
+        extent = leads[-1][common - 1]
+        if extent <= MAX_VECTOR_LOOP and common > 1 and rows // extent >= 2:
+            in_vectors = common - 1
+        elif extent > MAX_VECTOR_LOOP and extent % SUM_LANES == 0:
+            split = SUM_LANES
+    for in_lanes, leading, lanes in ((True, in_vectors, split), (False, common, None)):
         try:  # vectors where TIR allows them, else as before
-            return _rows(*_steps(func), leading, in_lanes)
+            return _rows(*_steps(func), leading, in_lanes, lanes)
         except (s_tir.ScheduleError, _NotVectorized):
             pass
     return None
@@ -347,8 +353,9 @@ def schedule_rows(func):
 def _vector_axis(sch, block) -> int | None:
     """The position of `block`'s last data-parallel axis where it is a reduction over other
     axes whose input holds that axis contiguous (its last index: the channel block of a pool
-    or a mean over NCHWc), at most MAX_VECTOR_LOOP long; else None."""
+    or a mean over NCHWc, W of a reduction over NCHW's channels); else None."""
     from tvm import tirx
+    from tvm.tirx.analysis import undefined_vars
 
     iter_vars = list(sch.get(block).iter_vars)
     spatial = [iv.iter_type == tirx.IterVar.DataPar for iv in iter_vars]
@@ -358,8 +365,12 @@ def _vector_axis(sch, block) -> int | None:
     if any(spatial[position + 1:]) or position < 0:
         return None
     axis = iter_vars[position]
-    if int(axis.dom.extent) > MAX_VECTOR_LOOP or not any(
-            len(r.region) and r.region[-1].min.same_as(axis.var) for r in sch.get(block).reads):
+    reduced = [iv.var for iv in iter_vars[position + 1:]]
+    # the reads the reduction walks (an index of a reduced axis in them), each along the axis
+    walked = [r for r in sch.get(block).reads
+              if any(v.same_as(k) for d in r.region for v in undefined_vars(d.min)
+                     for k in reduced)]
+    if not walked or not all(r.region[-1].min.same_as(axis.var) for r in walked):
         return None
     return position
 
@@ -368,10 +379,11 @@ class _NotVectorized(Exception):
     """A step's loops are not as the vectorization expects."""
 
 
-def _rows(sch, blocks, common: int, in_lanes: bool):
+def _rows(sch, blocks, common: int, in_lanes: bool, split: int | None = None):
     """`sch` with `blocks` computed row by row (the leading `common` loops of the last),
     rows in parallel; `in_lanes`: sums along a row in SUM_LANES partial sums and each step's
-    loop along the row vectorized."""
+    loop along the row vectorized; `split`: the last of the `common` loops split, its inner
+    `split` iterations left to each row."""
     lane_sums = []
     if in_lanes:
         steps = []
@@ -382,6 +394,8 @@ def _rows(sch, blocks, common: int, in_lanes: bool):
                 steps.append(partial)
             steps.append(block)
         blocks = steps
+    if split:
+        sch.split(sch.get_loops(blocks[-1])[common - 1], [None, split])
     loops = sch.get_loops(blocks[-1])
     outer = sch.fuse(*loops[:common]) if common > 1 else loops[0]
     for block in reversed(blocks[:-1]):
@@ -459,7 +473,8 @@ def _vectorized_along_the_row(sch, block, lane_sums: bool) -> None:
         if position is None or len(own) <= reduced:
             return
         vector, window = own[-reduced - 1], own[-reduced:]
-        if int(sch.get(vector).extent) != int(node.iter_vars[position].dom.extent):
+        if not isinstance(sch.get(vector).extent, tirx.IntImm) \
+                or int(sch.get(vector).extent) > MAX_VECTOR_LOOP:
             raise _NotVectorized(node.name_hint)
         sch.reorder(*window, vector)
         sch.vectorize(vector)  # before the initialization is split off, which TIR needs

@@ -367,6 +367,9 @@ def test_bundles_store_weight_matrices_in_panels(tmp_path):
     # summed in a vector (were 12 x 8 rows, each a strided walk)
     ("mean", (1, 12, 160, 160, 8), 12),
     ("max_pool", (1, 16, 13, 13, 8), 16),    # padded: rows stop at the channel blocks
+    # a segmentation map's classes (NCHW): rows of 16 along W, the 16 in a vector (were
+    # 128 x 128 rows, each a strided walk over the 21 classes)
+    ("argmax", (1, 21, 128, 128), 128 * 8),
     ("softmax", (4, 100), None),             # 400 values: one thread
     ("mean", (1, 160, 7, 7, 8), None),       # MobileNetV2's global average pool at batch 1
     # a maximum over a new axis of length 1 (quantized_activations' fusion barrier): the last
@@ -396,6 +399,8 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
                 y = relax.op.nn.layer_norm(x, gamma, beta, axes=[-1])
             elif op == "mean":
                 y = relax.op.mean(x, axis=[2, 3], keepdims=True)
+            elif op == "argmax":
+                y = relax.op.argmax(x, axis=1, keepdims=True)
             elif op == "unit_max":
                 y = relax.op.max(bb.emit(relax.op.expand_dims(x, -1)), axis=[-1])
             else:
@@ -421,10 +426,12 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
         assert len(partial) == {"softmax": 2, "layer_norm": 2}.get(op, 0)
         # a pool's or an NCHWc mean's window walked with the channel block in a vector
         windows = [s for s in steps
-                   if sch.get(s).name_hint in ("pool_max_update", "x_red_update")]
-        assert len(windows) == {"mean": 1, "max_pool": 1}.get(op, 0), \
+                   if sch.get(s).name_hint in ("pool_max_update", "x_red_update",
+                                               "x_red_temp_update")]
+        assert len(windows) == {"mean": 1, "max_pool": 1, "argmax": 1}.get(op, 0), \
             [sch.get(s).name_hint for s in steps]
-        for step in partial + windows + [steps[-1]] * (op in ("softmax", "layer_norm")):
+        for step in partial + windows + [steps[-1]] * (op in ("softmax", "layer_norm",
+                                                              "argmax")):
             assert sch.get(sch.get_loops(step)[-1]).kind == tirx.ForKind.VECTORIZED
     rng = np.random.default_rng(6)
     values = [rng.standard_normal(shape).astype(np.float32)]
@@ -443,6 +450,8 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
         ref = v.mean(axis=(2, 3), keepdims=True)
     elif op == "unit_max":
         ref = v
+    elif op == "argmax":
+        ref = v.argmax(axis=1)[:, None]
     else:
         padded = np.pad(v, ((0, 0), (0, 0), (2, 2), (2, 2), (0, 0)), constant_values=-np.inf)
         ref = np.max([padded[:, :, i:i + 13, j:j + 13] for i in range(5) for j in range(5)],
