@@ -13,6 +13,7 @@ from . import (  # noqa: F401
                pipelines,
                quantized,
                recurrent,
+               reductions,
                resize,
                resize_pools,
                specials,
