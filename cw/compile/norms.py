@@ -69,7 +69,7 @@ def layer_norms_about_the_mean(mod):
 
     TVM's kernel takes the mean, then the variance about it, but its mean is a float32 sum
     of the row: rows of 768 with a mean 1000 times their spread came out 2.4e-3 off on the
-    CPU (3.3e-4 with cpu_kernels' lane sums; onnxruntime 6.5e-5). On the row less its mean
+    CPU (3.3e-4 with cpu_rows' lane sums; onnxruntime 6.5e-5). On the row less its mean
     the kernel's own mean is ~0 and what it rounds is the spread's: 1.3e-6 at any mean.
     The subtraction is one more kernel per LayerNorm (BERT-base on the CPU: +0.7 ms in ~140;
     docs/benchmarks.md, stop 79), and is written for the CPU only: a GPU's sums are trees of

@@ -5,7 +5,7 @@ numpy does."""
 import numpy as np
 import pytest
 
-from cw.compile import cpu_kernels, targets
+from cw.compile import cpu_kernels, cpu_rows, targets
 from cw.compile.compiler import legalized
 from cw.tvm_env import load_tvm
 
@@ -412,7 +412,7 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
     with target:
         fused, _ = legalized(bb.get(), target)
     (func,) = _kernels(fused).values()
-    sch = cpu_kernels.schedule_rows(func)
+    sch = cpu_rows.schedule_rows(func)
     assert (sch is not None) == (rows is not None)
     scheduled, count = cpu_kernels.schedule_kernels(fused)
     assert count == (rows is not None)

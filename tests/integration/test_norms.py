@@ -85,7 +85,7 @@ def _normalization(path, op, shape):
 
 @pytest.mark.parametrize("op,shape,bound", [
     # the kernel's mean summed the row in float32: 2.4e-3 off, 3.3e-4 in lane sums
-    # (cpu_kernels.SUM_LANES); rows about their mean (norms.layer_norms_about_the_mean) 1.3e-6
+    # (cpu_rows.SUM_LANES); rows about their mean (norms.layer_norms_about_the_mean) 1.3e-6
     ("LayerNormalization", (1, 128, 768), 2e-5),
     # one running sum over H x W: 1.4e-3; in lane sums 1.7e-4 (onnxruntime 4.8e-4)
     ("InstanceNormalization", (1, 64, 32, 32), 4e-4),
