@@ -82,12 +82,14 @@ def schedule_rows(func):
             in_vectors = common - 1
         elif extent > MAX_VECTOR_LOOP and extent % SUM_LANES == 0:
             split = SUM_LANES
-    for in_lanes, leading, lanes in ((True, in_vectors, split), (False, common, None)):
-        try:  # vectors where TIR allows them, else as before
-            return _rows(*kernel_steps(func), leading, in_lanes, lanes)
-        except (s_tir.ScheduleError, _NotVectorized):
-            pass
-    return None
+    try:  # vectors where TIR allows them
+        return _rows(*kernel_steps(func), in_vectors, True, split)
+    except Exception:  # noqa: BLE001 (TIR's own errors too, rfactor's among them: a rule's
+        pass           # failure, not the kernel's, which the rows without vectors then take)
+    try:
+        return _rows(*kernel_steps(func), common, False)
+    except s_tir.ScheduleError:
+        return None
 
 
 def _vector_axis(sch, block) -> int | None:

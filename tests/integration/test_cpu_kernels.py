@@ -502,3 +502,32 @@ def test_a_cast_to_bfloat16_rounds_where_it_is_inlined(tmp_path):
     assert np.signbit(y[0, 0, 8]) and not np.array_equal(y, x)
     np.testing.assert_array_equal(z, rounded(z))  # every value a bfloat16
     np.testing.assert_allclose(z[1:], rounded(x[1:] @ w), rtol=1e-2, atol=1e-2)
+
+
+def test_rows_without_vectors_where_the_vector_schedule_fails(monkeypatch):
+    """A TIR error in the vector schedule (rfactor raised TVM's InternalError on a first
+    version's loops, not a ScheduleError) leaves the kernel its rows without vectors, not the
+    compile failed."""
+    from tvm import relax, tirx
+
+    load_tvm()
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((12, 128, 128), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(bb.emit(relax.op.nn.softmax(x, axis=-1)))
+        bb.emit_func_output(y)
+    target = targets.tvm_target("cpu", targets.default_cpu_arch())
+    with target:
+        fused, _ = legalized(bb.get(), target)
+    (func,) = _kernels(fused).values()
+
+    def broken(sch, block):
+        raise RuntimeError("InternalError: Check failed: block_realize == old_block_realize_")
+
+    monkeypatch.setattr(cpu_rows, "_lane_sums", broken)
+    sch = cpu_rows.schedule_rows(func)
+    steps = sch.get_child_blocks(sch.get_sblock("root"))
+    assert sch.get(sch.get_loops(steps[0])[0]).kind == tirx.ForKind.PARALLEL
+    assert not any(sch.get(s).name_hint.endswith("_rf_update") for s in steps)
+
