@@ -53,3 +53,14 @@ case("SPP: MaxPool 5/9/13 stride 1 after a conv, concatenated", CONV + [N("MaxPo
 case("AveragePool 3x3 stride 1, pads not counted, after a conv", CONV + [N("AveragePool", ["r"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=0)], ["N", 8, 64, 64], [w("k", 32, 8, 3, 3)])
 case("MaxPool 3x3 stride 2 after a conv (a ResNet stem)", CONV + [N("MaxPool", ["r"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])], ["N", 8, 128, 128], [w("k", 32, 8, 3, 3)])
 case("ReduceMean over channels of a conv's output, kept for a broadcast", CONV + [N("ReduceMean", ["r"], ["m"], axes=[1], keepdims=1), N("Sigmoid", ["m"], ["s"]), N("Mul", ["r", "s"])], ["N", 8, 64, 64], [w("k", 32, 8, 3, 3)])
+# stop 80: the elementwise steps around a reduction over a middle axis take the reductions'
+# rows (cpu_rows._reduced_between), the contiguous axis in vectors
+LN_C = [N("ReduceMean", ["x"], ["m"], axes=[1], keepdims=1), N("Sub", ["x", "m"], ["d"]), N("Mul", ["d", "d"], ["d2"]), N("ReduceMean", ["d2"], ["v"], axes=[1], keepdims=1), N("Add", ["v", "eps"], ["ve"]), N("Sqrt", ["ve"], ["sd"]), N("Div", ["d", "sd"])]
+case("LogSoftmax over classes", [N("LogSoftmax", ["x"], axis=1)], SEG)
+case("Softmax over classes, W of 100 (not a multiple of 16)", [N("Softmax", ["x"], axis=1)], ["N", 21, 96, 100])
+case("Softmax over classes, W of 40 (a vector whole)", [N("Softmax", ["x"], axis=1)], ["N", 21, 160, 40])
+case("Softmax over H (axis 2 of 4)", [N("Softmax", ["x"], axis=2)], MAPS)
+case("Softmax over the middle of three axes", [N("Softmax", ["x"], axis=1)], ["N", 19, 8192])
+case("LpNormalization over channels (SSD's L2Norm)", [N("LpNormalization", ["x"], axis=1, p=2)], ["N", 64, 38, 38])
+case("x less its mean over channels", [N("ReduceMean", ["x"], ["m"], axes=[1], keepdims=1), N("Sub", ["x", "m"])], MAPS)
+case("a channels-first LayerNorm by operators (no convolution: NCHW)", LN_C, MAPS, [f32("eps", 1e-6)])

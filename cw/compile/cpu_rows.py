@@ -5,7 +5,9 @@ within a row in vectors (cpu_kernels.default_schedule tries this last).
 A row is the leading loops all steps share; its intermediates then stay in cache. Within it,
 a sum along the row keeps SUM_LANES partial sums in one vector (TIR's rfactor), a reduction
 over NCHWc's H and W walks the channel block in a vector, one over NCHW's channels 16
-positions along W; each step's loop along the row is vectorized.
+positions along W; each step's loop along the row is vectorized. Where the reductions reduce
+an axis between others (a softmax over NCHW's channels), the elementwise steps walk that axis
+last, so that they share the reductions' rows.
 """
 
 from __future__ import annotations
@@ -38,27 +40,33 @@ def schedule_rows(func):
     0.04 ms. A reduction over NCHWc's H and W (a pool's window, a global mean) takes a row
     per channel block and the block's channels as its vector: YOLOX's 13x13 max pool 1.93 ->
     0.14 ms; one over NCHW's channels a row per 16 along W, in a vector: an ArgMax over 21
-    classes 0.71 -> 0.28 ms (docs/benchmarks.md, stop 79). Where TIR refuses a vector
-    schedule, the rows as before."""
+    classes 0.71 -> 0.28 ms (docs/benchmarks.md, stop 79). The elementwise steps around a
+    reduction over NCHW's channels take its rows (_reduced_between): a softmax over 21
+    classes at 128 x 128 2.6-2.9 -> 0.8-1.0 ms (stop 80). Where TIR refuses a vector schedule,
+    the rows as before."""
     from tvm import s_tir, tirx
 
     sch, blocks = kernel_steps(func)
     if not blocks:
         return None
-    leads, total = [], 0
+    across = _reduced_between(sch, blocks)
+    if across is not None:
+        _moved_last(sch, blocks, across)
+    leads, axes, total = [], [], 0
     for block in blocks:
         loops = sch.get_loops(block)
-        iter_vars = sch.get(block).iter_vars
         extents = [sch.get(loop).extent for loop in loops]
-        # as TE made it: one loop per block axis, in order (spatial axes, then reduced ones)
-        if len(loops) != len(iter_vars) or not all(isinstance(e, tirx.IntImm) for e in extents):
+        # as TE made it, but for the order: one loop per block axis (spatial ones first)
+        bound = _loop_axes(sch, block)
+        if bound is None or not all(isinstance(e, tirx.IntImm) for e in extents):
             return None
         lead = []
-        for iv, e in zip(iter_vars, extents):
+        for iv, e in zip(bound, extents):
             if iv.iter_type != tirx.IterVar.DataPar:
                 break
             lead.append(int(e))
         leads.append(lead)
+        axes.append(bound)
         size = 1
         for e in extents:
             size *= int(e)
@@ -76,20 +84,113 @@ def schedule_rows(func):
     # under a reduction over NCHW's channels) is walked in vectors: the whole axis where it
     # is short (no longer a row of its own), else SUM_LANES at a time
     in_vectors, split = common, None
-    if any(_vector_axis(sch, block) == common - 1 for block in blocks):
+    if any(_vector_axis(sch, block) is not None
+           and axes[i][common - 1].same_as(sch.get(block).iter_vars[_vector_axis(sch, block)])
+           for i, block in enumerate(blocks)):
         extent = leads[-1][common - 1]
         if extent <= MAX_VECTOR_LOOP and common > 1 and rows // extent >= 2:
             in_vectors = common - 1
         elif extent > MAX_VECTOR_LOOP and extent % SUM_LANES == 0:
             split = SUM_LANES
+
+    def steps():
+        sch, blocks = kernel_steps(func)
+        if across is not None:
+            _moved_last(sch, blocks, across)
+        return sch, blocks
+
     try:  # vectors where TIR allows them
-        return _rows(*kernel_steps(func), in_vectors, True, split)
+        return _rows(*steps(), in_vectors, True, split, across is not None)
     except Exception:  # noqa: BLE001 (TIR's own errors too, rfactor's among them: a rule's
         pass           # failure, not the kernel's, which the rows without vectors then take)
     try:
-        return _rows(*kernel_steps(func), common, False)
+        return _rows(*steps(), common, False)
     except s_tir.ScheduleError:
         return None
+
+
+def _loop_axes(sch, block):
+    """The axis of `block` each of its loops walks, in the loops' order, where each loop walks
+    one axis, all spatial ones before the reduced ones; else None."""
+    from tvm import s_tir, tirx
+
+    loops = sch.get_loops(block)
+    if not loops:
+        return None
+    realize = sch.get(loops[-1]).body
+    node = sch.get(block)
+    if not isinstance(realize, s_tir.SBlockRealize) or len(loops) != len(node.iter_vars):
+        return None
+    by_var = {}
+    for iv, value in zip(node.iter_vars, realize.iter_values):
+        if not isinstance(value, tirx.Var):
+            return None
+        by_var[value] = iv
+    bound = [by_var.get(sch.get(loop).loop_var) for loop in loops]
+    if any(iv is None for iv in bound):
+        return None
+    kinds = [iv.iter_type == tirx.IterVar.DataPar for iv in bound]
+    if kinds != sorted(kinds, reverse=True):
+        return None
+    return bound
+
+
+def _reduced_between(sch, blocks) -> tuple[int, int] | None:
+    """Where a kernel's reductions reduce an axis that lies between others (a softmax or a
+    norm over NCHW's channels), its position in the kernel's whole tensors and their rank;
+    else None. Steps over the whole tensors walk it among their axes: with it moved last
+    (_moved_last), their leading loops are the reductions' (the rows)."""
+    from tvm import tirx
+    from tvm.tirx.analysis import undefined_vars
+
+    position, rank = None, None
+    for block in blocks:
+        node = sch.get(block)
+        spatial = [iv for iv in node.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+        if len(spatial) == len(node.iter_vars):
+            continue
+        if len(node.iter_vars) - len(spatial) != 1 \
+                or node.iter_vars[-1].iter_type == tirx.IterVar.DataPar:
+            return None
+        reduced = node.iter_vars[-1].var
+        for read in node.reads:
+            indices = [r.min for r in read.region]
+            if not any(v.same_as(reduced) for d in indices for v in undefined_vars(d)):
+                continue
+            at = next((i for i, d in enumerate(indices) if d.same_as(reduced)), None)
+            if at is None or at == len(indices) - 1 or position not in (None, at):
+                return None
+            # the reduction keeps the axis (keepdims: a unit one in its place) or drops it
+            kept = list(spatial)
+            if len(kept) == len(indices) and int(kept[at].dom.extent) == 1:
+                del kept[at]
+            rest = indices[:at] + indices[at + 1:]
+            if len(rest) != len(kept) or not all(d.same_as(iv.var) for d, iv in zip(rest, kept)) \
+                    or rank not in (None, len(indices)):
+                return None
+            position, rank = at, len(indices)
+    if position is None:
+        return None
+    whole = [b for b in blocks if len(sch.get(b).iter_vars) == rank
+             and all(iv.iter_type == tirx.IterVar.DataPar for iv in sch.get(b).iter_vars)
+             and int(sch.get(b).iter_vars[position].dom.extent) > 1]
+    return (position, rank) if whole else None
+
+
+def _moved_last(sch, blocks, across: tuple[int, int]) -> None:
+    """The loop of each step over the kernel's whole tensors (`across` as _reduced_between
+    gives it) that walks the reduced axis, or its unit axis in its place, moved after its
+    other spatial loops: then the steps' leading loops are the reductions' (the rows)."""
+    from tvm import tirx
+
+    position, rank = across
+    for block in blocks:
+        node = sch.get(block)
+        spatial = [iv for iv in node.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+        if len(spatial) != rank:
+            continue
+        loops = sch.get_loops(block)
+        sch.reorder(*loops[:position], *loops[position + 1:rank], loops[position])
 
 
 def _vector_axis(sch, block) -> int | None:
@@ -121,13 +222,18 @@ class _NotVectorized(Exception):
     """A step's loops are not as the vectorization expects."""
 
 
-def _rows(sch, blocks, common: int, in_lanes: bool, split: int | None = None):
+def _rows(sch, blocks, common: int, in_lanes: bool, split: int | None = None,
+          across: bool = False):
     """`sch` with `blocks` computed row by row (the leading `common` loops of the last),
     rows in parallel; `in_lanes`: sums along a row in SUM_LANES partial sums and each step's
     loop along the row vectorized; `split`: the last of the `common` loops split, its inner
-    `split` iterations left to each row."""
+    `split` iterations left to each row; `across`: the last block's last loop is the axis the
+    reductions reduce (_moved_last), walked outside the row's contiguous one."""
+    from tvm import tirx
+
     lane_sums = []
     if in_lanes:
+        blocks = _inlined(sch, blocks)
         steps = []
         for block in blocks:
             partial = _lane_sums(sch, block)
@@ -139,6 +245,10 @@ def _rows(sch, blocks, common: int, in_lanes: bool, split: int | None = None):
     if split:
         sch.split(sch.get_loops(blocks[-1])[common - 1], [None, split])
     loops = sch.get_loops(blocks[-1])
+    if across and len(loops) > common + 1 and all(
+            iv.iter_type == tirx.IterVar.DataPar for iv in sch.get(blocks[-1]).iter_vars):
+        sch.reorder(loops[-1], *loops[common:-1])  # the contiguous axis back innermost
+        loops = sch.get_loops(blocks[-1])
     outer = sch.fuse(*loops[:common]) if common > 1 else loops[0]
     for block in reversed(blocks[:-1]):
         sch.compute_at(block, outer)
@@ -197,7 +307,8 @@ def _vectorized_along_the_row(sch, block, lane_sums: bool) -> None:
     (whole up to MAX_VECTOR_LOOP, else in SUM_LANES)."""
     from tvm import tirx
 
-    own = sch.get_loops(block)[1:]  # the row's loop comes first
+    # the row's loop comes first; a unit axis (a reduction's kept one) walks nothing
+    own = [loop for loop in sch.get_loops(block)[1:] if not _is_one(sch.get(loop).extent)]
     if lane_sums:
         if len(own) < 2 or int(sch.get(own[-2]).extent) != SUM_LANES:
             raise _NotVectorized(sch.get(block).name_hint)
@@ -229,3 +340,29 @@ def _vectorized_along_the_row(sch, block, lane_sums: bool) -> None:
         sch.vectorize(own[-1])
     elif int(extent) % SUM_LANES == 0:
         sch.vectorize(sch.split(own[-1], [None, SUM_LANES])[1])
+
+
+def _is_one(extent) -> bool:
+    """Whether a loop of this extent runs once."""
+    from tvm import tirx
+
+    return isinstance(extent, tirx.IntImm) and int(extent) == 1
+
+
+def _inlined(sch, blocks):
+    """`blocks` less the elementwise steps that only one step reads, computed inside that one
+    (a softmax's x - max inside its exp): a buffer fewer written and read per row."""
+    from tvm import s_tir, tirx
+
+    kept = []
+    for block in blocks[:-1]:
+        node = sch.get(block)
+        if all(iv.iter_type == tirx.IterVar.DataPar for iv in node.iter_vars) \
+                and len(sch.get_consumers(block)) == 1:
+            try:
+                sch.compute_inline(block)
+                continue
+            except s_tir.ScheduleError:
+                pass
+        kept.append(block)
+    return kept + blocks[-1:]

@@ -81,6 +81,34 @@ def test_concat_batchnorm_relu_becomes_one_parallel_vectorized_pass(shape_a, sha
     np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
 
 
+def test_a_kernel_no_vector_divides_runs_its_rows_in_parallel_each_a_loop():
+    """A kernel whose size no vector of 8 divides, its rows longer than a vector (YOLOX's head:
+    [3549, 85]), keeps its innermost loop apart under parallel rows: fused into one loop it
+    did each outer axis's index arithmetic (divisions, nested selects) once an element."""
+    from tvm import relax, tirx
+
+    shape_a, shape_b = (1, 23, 9, 85), (1, 8, 9, 85)  # 31 x 9 x 85: odd
+    tvm, target, fused = _fused(shape_a, shape_b)
+    (name, func), = _kernels(fused).items()
+    sch = cpu_kernels.schedule_elementwise(func)
+    assert sch is not None
+    loops = [sch.get(loop) for loop in sch.get_loops(
+        sch.get_child_blocks(sch.get_sblock("root"))[0])]
+    assert [int(loop.extent) for loop in loops] == [31 * 9, 85]
+    assert [loop.kind for loop in loops] == [tirx.ForKind.PARALLEL, tirx.ForKind.SERIAL]
+    scheduled, count = cpu_kernels.schedule_kernels(fused)
+    assert count == 1
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(shape_a).astype(np.float32)
+    b = rng.standard_normal(shape_b).astype(np.float32)
+    mean, gamma, beta = (rng.standard_normal((1, 31, 1, 1)).astype(np.float32) for _ in range(3))
+    std = rng.uniform(0.5, 2, (1, 31, 1, 1)).astype(np.float32)
+    y = vm["main"](*[tvm.runtime.tensor(v) for v in (a, b, mean, std, gamma, beta)]).numpy()
+    expected = np.maximum((np.concatenate([a, b], axis=1) - mean) / std * gamma + beta, 0)
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_reductions_and_scheduled_kernels_are_left_alone():
     from tvm import relax
 
@@ -370,6 +398,8 @@ def test_bundles_store_weight_matrices_in_panels(tmp_path):
     # a segmentation map's classes (NCHW): rows of 16 along W, the 16 in a vector (were
     # 128 x 128 rows, each a strided walk over the 21 classes)
     ("argmax", (1, 21, 128, 128), 128 * 8),
+    # its softmax: the elementwise steps too (were one loop nest each, on one thread)
+    ("softmax_channels", (1, 21, 128, 128), 128 * 8),
     ("softmax", (4, 100), None),             # 400 values: one thread
     ("mean", (1, 160, 7, 7, 8), None),       # MobileNetV2's global average pool at batch 1
     # a maximum over a new axis of length 1 (quantized_activations' fusion barrier): the last
@@ -393,8 +423,8 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
         params += [gamma, beta]
     with bb.function("main", params):
         with bb.dataflow():
-            if op == "softmax":
-                y = relax.op.nn.softmax(x, axis=-1)
+            if op.startswith("softmax"):
+                y = relax.op.nn.softmax(x, axis=1 if op == "softmax_channels" else -1)
             elif op == "layer_norm":
                 y = relax.op.nn.layer_norm(x, gamma, beta, axes=[-1])
             elif op == "mean":
@@ -427,11 +457,13 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
         # a pool's or an NCHWc mean's window walked with the channel block in a vector
         windows = [s for s in steps
                    if sch.get(s).name_hint in ("pool_max_update", "x_red_update",
-                                               "x_red_temp_update")]
-        assert len(windows) == {"mean": 1, "max_pool": 1, "argmax": 1}.get(op, 0), \
+                                               "x_red_temp_update", "T_softmax_maxelem_update",
+                                               "T_softmax_expsum_update")]
+        assert len(windows) == {"mean": 1, "max_pool": 1, "argmax": 1,
+                                "softmax_channels": 2}.get(op, 0), \
             [sch.get(s).name_hint for s in steps]
         for step in partial + windows + [steps[-1]] * (op in ("softmax", "layer_norm",
-                                                              "argmax")):
+                                                              "argmax", "softmax_channels")):
             assert sch.get(sch.get_loops(step)[-1]).kind == tirx.ForKind.VECTORIZED
     rng = np.random.default_rng(6)
     values = [rng.standard_normal(shape).astype(np.float32)]
@@ -440,9 +472,10 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
     vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
     y = vm["main"](*[tvm.runtime.tensor(v) for v in values]).numpy()
     v = values[0].astype(np.float64)
-    if op == "softmax":
-        e = np.exp(v - v.max(axis=-1, keepdims=True))
-        ref = e / e.sum(axis=-1, keepdims=True)
+    if op.startswith("softmax"):
+        axis = 1 if op == "softmax_channels" else -1
+        e = np.exp(v - v.max(axis=axis, keepdims=True))
+        ref = e / e.sum(axis=axis, keepdims=True)
     elif op == "layer_norm":
         ref = (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-5) \
             * values[1] + values[2]
