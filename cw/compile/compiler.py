@@ -70,7 +70,7 @@ def choose_target(config: CompileConfig, onnx_model, imported, batch_sizes):
         # convolutions cw blocked are ones it schedules: decided without legalizing every batch
         # size to count them (densenet121 at batch sizes 1 and 4: 8 of its 50 s)
         return arch, sources, database
-    tuned_total = convs_total = matmuls_total = scheduled_total = total = 0
+    tuned_total = scheduled_total = total = 0
     target = targets.tvm_target(config.target, arch)
     for batch in batch_sizes:
         mod = bind_batch(imported.mod, onnx_model, batch)
@@ -81,15 +81,17 @@ def choose_target(config: CompileConfig, onnx_model, imported, batch_sizes):
         with target:
             fused, tuned, n = tuning.apply_database(fused, database)
             fused, convs = cpu_conv.schedule_convs(fused)
-            matmuls_total += cpu_kernels.count_matmuls(fused)
+            # cw's convolutions dominate a CNN's time and need AVX2 (mobilenet_v2 at batch 1:
+            # 29 ms as x86-64-v3, 38 ms as plain x86-64 with 60 of its 138 kernels scheduled);
+            # so do its matrix products a transformer's time (the tiny transformer: x86-64-v3
+            # 1.6-1.9x faster). One batch size with either decides (the others not legalized)
+            if convs or cpu_kernels.count_matmuls(fused):
+                return arch, sources, database
             # cw's elementwise and row schedules are written for vectors of 8 and 16: as plain
             # x86-64 code a softmax over 12 x 128 rows of 128 took 0.65 ms, 0.28 as AVX-512
             scheduled_total += cpu_kernels.schedule_kernels(fused)[1]
-        tuned_total, convs_total, total = tuned_total + tuned, convs_total + convs, total + n
-    # cw's convolutions dominate a CNN's time and need AVX2 (mobilenet_v2 at batch 1: 29 ms as
-    # x86-64-v3, 38 ms as plain x86-64 with 60 of its 138 kernels scheduled); so do its matrix
-    # products a transformer's time (the tiny transformer: x86-64-v3 1.6-1.9x faster)
-    if total and (convs_total or matmuls_total or (tuned_total + scheduled_total) * 2 >= total):
+        tuned_total, total = tuned_total + tuned, total + n
+    if total and (tuned_total + scheduled_total) * 2 >= total:
         return arch, sources, database
     generic = tuning.sources_for(targets.target_key("cpu", targets.GENERIC_CPU), config.tune_dbs,
                                  config.use_committed_records)
