@@ -341,8 +341,8 @@ def import_graph(onnx_path, config: CompileConfig, progress: Progress = _no_prog
         batch_sizes = (fixed,)
     progress("stage", {"text": "folding constants and shapes (onnxslim)"})
     normalize.slim(onnx_model, progress)
-    mixing = rebatch.batch_mixing(onnx_model.model, onnx_model.quantized) \
-        if max(batch_sizes) > 1 else ""
+    mixing = (rebatch.batch_mixing(onnx_model.model, onnx_model.quantized)
+              or onnx_model.rewritten_mixing) if max(batch_sizes) > 1 else ""
     if mixing:
         if config.batch_sizes != DEFAULT_BATCH_SIZES:
             raise UsageError(f"{Path(onnx_path).name}: {mixing}; cannot compile batch sizes "

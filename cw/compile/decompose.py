@@ -23,6 +23,7 @@
   raised to a constant integer exponent (the importer wants one type): the exponent as a float.
 - Tile by repeats computed from the batch (the importer takes no shape expression there), where
   every axis it repeats has size 1: the Expand to those repeats.
+- MaxPool's indices and MaxUnpool, numbered per sample: cw/compile/pool_indices.py.
 - Attention and RotaryEmbedding (opset 23; cw/compile/attention.py).
 - DFT and STFT (audio front ends): products by constant matrices (cw/compile/spectral.py).
 - CenterCropPad (opset 18): a Slice and a Pad, centered as ONNX's reference centers them.
@@ -37,7 +38,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from cw.compile import attention, contrib, index_forms, onnx_shapes, resize_forms, spectral
+from cw.compile import (attention, contrib, index_forms, onnx_shapes, pool_indices, resize_forms,
+                        spectral)
 from cw.compile.emit import Emitter, attr
 from cw.errors import ModelError
 
@@ -45,7 +47,7 @@ _DOMAINS = ("", "ai.onnx")
 _REWRITTEN = {"Celu", "Swish", "LpNormalization", "DFT", "STFT", "RotaryEmbedding", "Sinh",
               "Cosh", "CenterCropPad", "Col2Im", *index_forms.OPS}
 _NEEDS_SHAPES = {"Expand", "DFT", "STFT", "Attention", "RotaryEmbedding", "ConvTranspose",
-                 "Resize", "MaxPool", "Pow", "Tile", "CenterCropPad", "Col2Im",
+                 "Resize", "MaxPool", "MaxUnpool", "Pow", "Tile", "CenterCropPad", "Col2Im",
                  "MeanVarianceNormalization", *index_forms.OPS}
 _INTEGERS = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
              onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
@@ -54,8 +56,8 @@ _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLO
            onnx.TensorProto.BFLOAT16}
 _SAME = ("SAME_UPPER", "SAME_LOWER")
 # operators the importer has, rewritten in the forms it gets wrong (the rest it lacks)
-_TARGETED = {"Expand", "ConvTranspose", "Resize", "IsInf", "MaxPool", "Compress", "Pow", "Tile",
-             "MeanVarianceNormalization", "Einsum"}
+_TARGETED = {"Expand", "ConvTranspose", "Resize", "IsInf", "MaxPool", "MaxUnpool", "Compress",
+             "Pow", "Tile", "MeanVarianceNormalization", "Einsum"}
 
 
 def is_rewritten(node: onnx.NodeProto) -> bool:
@@ -394,23 +396,13 @@ def _compress(e: Emitter, node) -> None:
 
 
 def _same_padded_pool(e: Emitter, node, shapes, where: str) -> bool:
-    """A pooling padded SAME_UPPER / SAME_LOWER with the pads ONNX derives for it: the total is
-    (ceil(in / stride) - 1) * stride + (kernel - 1) * dilation + 1 - in, its larger half at
-    the end for SAME_UPPER, at the start for SAME_LOWER."""
+    """A pooling padded SAME_UPPER / SAME_LOWER with the pads ONNX derives for it."""
     dims = shapes.get(node.input[0])
     kernel = list(attr(node, "kernel_shape", []))
     if not dims or len(dims) != len(kernel) + 2 or \
             not all(isinstance(d, int) for d in dims[2:]):
         return False  # (the importer takes a fixed shape, or says why not)
-    strides = list(attr(node, "strides", [1] * len(kernel)))
-    dilations = list(attr(node, "dilations", [1] * len(kernel)))
-    upper = attr(node, "auto_pad") == "SAME_UPPER"
-    begin, end = [], []
-    for size, k, stride, dilation in zip(dims[2:], kernel, strides, dilations):
-        total = max((-(-size // stride) - 1) * stride + (k - 1) * dilation + 1 - size, 0)
-        small = total // 2
-        begin.append(small if upper else total - small)
-        end.append(total - small if upper else small)
+    begin, end = pool_indices.pool_pads(node, dims[2:])
     kept = {a.name: helper.get_attribute_value(a) for a in node.attribute
             if a.name not in ("auto_pad", "pads")}
     e.op(node.op_type, list(node.input), outputs=list(node.output), pads=begin + end, **kept)
@@ -440,6 +432,8 @@ def _rewrite_one(e: Emitter, node, shapes: dict, types: dict, used: set, where: 
         return _pow_types(e, node, types)
     elif node.op_type == "Tile":
         return _tile_as_expand(e, node, shapes, producers)
+    elif pool_indices.wanted(node):
+        return pool_indices.rewrite_node(e, node, shapes, types, producers, where)
     elif node.op_type == "MaxPool":
         return _same_padded_pool(e, node, shapes, where)
     elif node.op_type == "Swish":
@@ -478,7 +472,7 @@ def _wanted(n, inits: dict, opset: int, supported, declared: dict) -> bool:
         op == "Expand" and n.input[1] in inits or \
         op == "ConvTranspose" and attr(n, "output_shape") is not None or \
         op == "IsInf" and not (attr(n, "detect_negative", 1) and attr(n, "detect_positive", 1)) \
-        or op == "MaxPool" and attr(n, "auto_pad") in _SAME or \
+        or op == "MaxPool" and attr(n, "auto_pad") in _SAME or pool_indices.wanted(n) or \
         op == "Compress" and n.input[1] in inits and attr(n, "axis", 0) != 0 or \
         op == "Pow" and (declared.get(n.input[0]) not in _FLOATS or
                          declared.get(n.input[1]) != declared.get(n.input[0])) or \

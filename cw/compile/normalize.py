@@ -178,8 +178,10 @@ def _decomposed(onnx_model: OnnxModel, say) -> None:
     load_tvm()
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
-    from cw.compile import decompose
+    from cw.compile import decompose, rebatch
 
+    # before the rewrite numbers MaxPool's indices per sample, where a reader could tell
+    onnx_model.rewritten_mixing = rebatch.pool_indices_across_the_batch(onnx_model.model)
     done = decompose.rewrite(onnx_model.model, _get_convert_map(), onnx_model.path.name)
     if done:
         say(", ".join(f"{n} {op}" for op, n in sorted(done.items())) + " written as operators "

@@ -51,6 +51,9 @@ class OnnxModel:
     source_batch_axes: dict[str, int] = field(default_factory=dict)
     # inputs given a value at compile time (--input-value), now constants of the graph
     fixed_inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    # what combines a batch's samples in a form the graph rewrites then hide (MaxPool's indices
+    # read as values): rebatch.batch_mixing sees the graph after them
+    rewritten_mixing: str = ""
 
 
 def parse_input_shapes(specs: list[str]) -> dict[str, list]:

@@ -16,7 +16,7 @@ import copy
 import numpy as np
 import onnx
 
-from cw.compile import batch_values, onnx_shapes, resize_scales
+from cw.compile import batch_values, onnx_shapes, pool_indices, resize_scales
 from cw.compile.onnx_load import BATCH_VAR, OnnxModel
 
 CHECK_BATCH = 3
@@ -170,12 +170,26 @@ def _axes(node: onnx.NodeProto, constants: dict, rank: int) -> set[int] | None:
 
 def batch_mixing(model: onnx.ModelProto, quantized: bool = False) -> str:
     """What in `model` (batch symbolic) combines the samples of a batch: a reduction, softmax,
-    scan, selection or normalization along the batch axis, or the batch size read as a value
-    (cw/compile/batch_values.py). Served in batches, each request's answer would then depend
+    scan, selection or normalization along the batch axis, the batch size read as a value
+    (cw/compile/batch_values.py), or MaxPool's indices, numbered across the batch, read as
+    values (cw/compile/pool_indices.py). Served in batches, each request's answer would then depend
     on the others' (and on the padding); "" when nothing does.
     With `quantized`, a whole tensor's min or max is not counted: dynamic quantization's range,
     which ONNX and onnxruntime take over the batch too (quantized.py's note says so)."""
-    return _along_the_batch(model, quantized) or batch_values.batch_size_read(model)
+    return _along_the_batch(model, quantized) or batch_values.batch_size_read(model) or \
+        pool_indices_across_the_batch(model)
+
+
+def pool_indices_across_the_batch(model: onnx.ModelProto) -> str:
+    """pool_indices.across_the_batch on `model`'s inferred shapes: normalize.slim asks before
+    it rewrites MaxPool's indices (after, nothing tells)."""
+    if not any(pool_indices.wanted(n) for n in model.graph.node):
+        return ""
+    try:
+        dims = onnx_shapes.dims(onnx_shapes.infer(model), symbols=True)
+    except Exception:  # shapes onnx cannot infer: nothing to tell from (TVM's import judges)
+        return ""
+    return pool_indices.across_the_batch(model, dims)
 
 
 def _along_the_batch(model: onnx.ModelProto, quantized: bool) -> str:
