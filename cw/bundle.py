@@ -186,7 +186,7 @@ class BatchKernel(msgspec.Struct, frozen=True):
     data_bytes: int = 0  # CPU libraries: size of the data sections, which bound any constant
     kernels_tuned: int = 0  # kernels scheduled from a tuning database (the rest: TVM defaults)
     kernels_total: int = 0
-    kernels_conv_scheduled: int = 0  # CPU: NCHWc convolutions with cw's schedule
+    kernels_conv_scheduled: int = 0  # CPU: convolutions with cw's schedule (NCHWc or NCHW)
     kernels_conv_split: int = 0  # CUDA: convolutions split along input channels (split-K)
 
 

@@ -43,8 +43,8 @@ def compile_cmd(
     untuned: bool = typer.Option(False, "--untuned",
                                  help="Ignore cw's committed tuning records (TVM defaults)."),
     conv_layout: str = typer.Option(_DEFAULTS.conv_layout, "--conv-layout",
-                                    help="CPU convolutions: nchwc (blocked channels, cw's "
-                                         "schedule) or nchw (TVM's loops)."),
+                                    help="CPU convolutions: nchwc (blocked channels) or nchw "
+                                         "(plain), each with cw's schedule for it."),
     precision: str = typer.Option(_DEFAULTS.precision, "--precision",
                                   help="fp32; tf32 (CUDA, sm_80+): convolutions on tensor "
                                        "cores with TF32 operands, fp32 sums (CUTLASS); or fp16: "
@@ -130,13 +130,13 @@ def compile_cmd(
 
 def _convs(kernel) -> str:
     n, split = kernel.kernels_conv_scheduled, kernel.kernels_conv_split
-    return ((f", {n} NCHWc conv{'s' if n != 1 else ''}" if n else "")
+    return ((f", {n} conv{'s' if n != 1 else ''} in cw's schedule" if n else "")
             + (f", {split} split-K conv{'s' if split != 1 else ''}" if split else ""))
 
 
 def conv_cell(scheduled: int, split: int) -> str:
-    """The convolutions cw treated itself, for a table: NCHWc-scheduled (CPU), split-K (CUDA)."""
-    parts = ([f"{scheduled} NCHWc"] if scheduled else []) + ([f"{split} split-K"] if split else [])
+    """The convolutions cw treated itself, for a table: in cw's schedule (CPU), split-K (CUDA)."""
+    parts = ([f"{scheduled} cw"] if scheduled else []) + ([f"{split} split-K"] if split else [])
     return ", ".join(parts) or "-"
 
 

@@ -34,7 +34,7 @@ class CompileConfig:
     input_values: dict[str, list] = field(default_factory=dict)  # inputs fixed at compile time
     tune_dbs: tuple[str, ...] = ()   # `cw tune` databases or CUTLASS plans, before cw's own
     use_committed_records: bool = True
-    conv_layout: str = "nchwc"       # CPU: "nchwc" (blocked, cw's schedule) or "nchw" (TVM's)
+    conv_layout: str = "nchwc"  # CPU: "nchwc" (blocked) or "nchw" (plain); cw schedules both
     precision: str = "fp32"          # "fp32" | "fp16" (convolutions and matmuls, fp32 sums) |
                                      # "tf32" (CUDA: CUTLASS convolutions, one TF32 product)
     conv_split: str = "auto"         # CUDA: "auto" (split-K where a conv leaves SMs idle) | "off"

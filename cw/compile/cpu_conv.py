@@ -165,8 +165,8 @@ def conv_schedule(func):
     sch = s_tir.Schedule(func)
     try:
         conv = sch.get_sblock("conv2d_NCHWc")
-    except Exception:  # noqa: BLE001  (no such block: maybe a depthwise conv)
-        return _depthwise_schedule(sch)
+    except Exception:  # noqa: BLE001  (no such block: maybe a depthwise or plain NCHW conv)
+        return _depthwise_schedule(sch) or _plain_schedule(sch)
     loops = sch.get_loops(conv)
     if len(loops) != 8:
         return None
@@ -212,6 +212,80 @@ def _depthwise_schedule(sch):
     return _finish(sch, conv, n, c, oh, owo, owi, cb, kh)
 
 
+def _lane(width: int, block: int) -> int | None:
+    """Output pixels per vector of a plain NCHW row: the row where it fits one vector of
+    `block` lanes, else the widest divisor that does (LLVM compiled a vector of 28 or 56
+    lanes ~8x slower than two or four of 14, and one of 14 on AVX2, two registers of which
+    one is partial, ~8x slower than two of 7); None where only short ones divide (a prime
+    width)."""
+    if width <= block:
+        return width
+    return next((d for d in range(block, 3, -1) if width % d == 0), None)
+
+
+def _plain_schedule(sch):
+    """A plain NCHW convolution, grouped or not: a grouped one, which cw does not block
+    (ShuffleNet v1's 1x1s, 4 groups of 28-136 channels, which no block divides;
+    `count_grouped_convs`), or any in a model kept off the blocked layout (`--conv-layout
+    nchw`, a layout conversion that failed). TVM's own loops ran them on one thread,
+    one product at a time: 2.7-3.0 ms for a 272-channel 1x1 at 14 x 14, 0.06 ms in this
+    nest. Per output row, a tile of up to 8 output channels of one group times the row in
+    vectors along W, accumulated over the group's input channels and the filter window: each
+    input vector loaded feeds every channel of the tile."""
+    for name in ("group_conv2d_nchw", "conv2d_nchw"):
+        try:
+            conv = sch.get_sblock(name)
+            break
+        except Exception:  # noqa: BLE001  (not this form)
+            continue
+    else:
+        return None
+    loops = sch.get_loops(conv)
+    if len(loops) != 7:
+        return None
+    n, ff, yy, xx, rc, ry, rx = loops
+    extents = [_int(sch.get(loop).extent) for loop in loops]
+    if any(e is None for e in extents):
+        return None
+    out_c, width, per_group_in = extents[1], extents[3], extents[4]
+    # the input (its channels: groups x the reduction's) is the read that is not the filter
+    shapes = [[_int(d) for d in r.source.shape] for r in sch.get(conv).reads]
+    inputs = [shape for shape in shapes if len(shape) == 4 and
+              shape[:2] != [out_c, per_group_in]]
+    from tvm.target import Target
+
+    block = widest_block(Target.current()) if Target.current() is not None else BLOCK
+    lane = _lane(width, block)
+    if len(inputs) != 1 or inputs[0][1] is None or lane is None:
+        return None
+    groups = inputs[0][1] // per_group_in
+    # output channels of one group per tile: they read the same input rows
+    tile = next(t for t in (8, 4, 2, 1) if (out_c // groups) % t == 0)
+    ffo, ffi = sch.split(ff, [None, tile])
+    xo, xi = sch.split(xx, [None, lane])
+    # the whole row per tile where its accumulators take at most 3/4 of the registers (24 of
+    # AVX-512's 32, 12 of AVX2's 16)
+    if tile * (width // lane) <= (24 if block == WIDE_BLOCK else 12):
+        sch.reorder(n, ffo, yy, rc, ry, rx, ffi, xo, xi)
+        sch.unroll(xo)
+        last = yy
+    else:
+        sch.reorder(n, ffo, yy, xo, rc, ry, rx, ffi, xi)
+        last = xo
+    if not fuse_epilogue(sch, conv, last):
+        return None
+    sch.parallel(sch.fuse(n, ffo, yy))
+    sch.unroll(ffi)
+    sch.vectorize(xi)
+    sch.decompose_reduction(conv, rc)
+    for producer in sch.get_producers(conv):
+        if sch.get(producer).name_hint == "pad_temp":
+            pad_loops = sch.get_loops(producer)
+            sch.parallel(sch.fuse(*pad_loops[:3]))
+            sch.vectorize(pad_loops[-1])
+    return sch
+
+
 def _finish(sch, conv, n, occ, oh, owo, owi, ocb, first_reduction):
     """Epilogue, threads, unrolling and vectors for a conv nest ordered
     n, occ, oh, owo, [reduction loops], owi, ocb."""
@@ -231,7 +305,7 @@ def _finish(sch, conv, n, occ, oh, owo, owi, ocb, first_reduction):
 
 
 def schedule_conv(func):
-    """`func` with the NCHWc convolution schedule applied, or None when it is not such a
+    """`func` with cw's convolution schedule applied, or None when it is not such a
     kernel (or one whose epilogue the schedule cannot place: TVM's generic lowering then)."""
     from tvm import s_tir
 
@@ -243,8 +317,8 @@ def schedule_conv(func):
 
 
 def schedule_convs(mod):
-    """Give every unscheduled conv2d_NCHWc kernel of `mod` the default schedule. Returns
-    (module, number of kernels scheduled)."""
+    """Give every unscheduled convolution kernel of `mod` (NCHWc, depthwise NCHWc, plain
+    NCHW) cw's schedule for it. Returns (module, number of kernels scheduled)."""
     from tvm import tirx
 
     updates = {}
@@ -287,7 +361,7 @@ def count_blocked_convs(mod) -> int:
 
 def count_grouped_convs(mod) -> int:
     """Convolutions in `mod`'s main function with groups that are neither 1 nor one per channel
-    (depthwise): `conv_layout` leaves them in NCHW."""
+    (depthwise): `conv_layout` leaves them in NCHW (and `_plain_schedule` takes them)."""
     from tvm import relax
 
     grouped = []

@@ -126,7 +126,6 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
             f"{conv_algo}: {rewritten} 3x3 convolutions as Winograd F({m}x{m}, 3x3)"
             + (f"; {too_large} left direct, their transformed filters larger than a weights "
                "page (a larger --page-size takes them)" if too_large else ""))
-    grouped = 0
     if conv_block:
         from cw.compile import cpu_conv, cpu_layouts
 
@@ -134,14 +133,16 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         if convs_1d:
             onnx_model.notes.append(f"{convs_1d} 1-D convolution{'s' * (convs_1d != 1)} as 2-D "
                                     "ones one row high")
+        # the rest are blocked around them: with cw's NCHW schedule for them, ShuffleNet v1
+        # ran ×0.76-0.97 of its time all in NCHW, a ResNeXt stage ×0.38-0.47 (stop 81; when
+        # they ran in TVM's loops, the layout changes around them had cost more)
         grouped = cpu_conv.count_grouped_convs(mod)
         if grouped:
             onnx_model.notes.append(
-                f"convolutions kept in NCHW, without cw's NCHWc schedule: {grouped} grouped "
-                "convolution(s) cw does not block, around which the layout changes cost more "
-                "than blocking the rest gains (ShuffleNet v1: 43 → 62 ms)")
+                f"{grouped} grouped convolution{'s' * (grouped != 1)} in plain NCHW with cw's "
+                "NCHW schedule (not blocked: their groups' channels), the rest blocked")
     # (a model without 2-D convolutions has nothing to block)
-    if conv_block and not grouped and cpu_conv.count_convs_2d(mod):
+    if conv_block and cpu_conv.count_convs_2d(mod):
         import functools
 
         # before lifting, so that the weights' relayout is lifted with the rest

@@ -50,8 +50,12 @@ def _reference(x, w, b, stride, pad, residual=None, silu=False):
             patch = xp[:, :, i:i + stride * out_h:stride, j:j + stride * out_w:stride]
             if per_group == 1 and c == oc and c > 1:  # depthwise
                 y += w[None, :, 0, i, j, None, None] * patch
-            else:
-                y += np.einsum("oc,nchw->nohw", w[:, :, i, j], patch)
+            else:  # each group's outputs from its inputs (one group: all of them)
+                groups, out_group = c // per_group, oc // (c // per_group)
+                for g in range(groups):
+                    y[:, g * out_group:(g + 1) * out_group] += np.einsum(
+                        "oc,nchw->nohw", w[g * out_group:(g + 1) * out_group, :, i, j],
+                        patch[:, g * per_group:(g + 1) * per_group])
     y += b
     if residual is not None:
         y += residual
@@ -83,6 +87,14 @@ def _reference(x, w, b, stride, pad, residual=None, silu=False):
     (1, 12, 16, 16, 16, 3, 1, 1, False, 1, 16, True),
     (2, 32, 14, 14, 9, 3, 1, 1, True, 1, 16, False),
     (1, 16, 10, 10, 4, 1, 1, 0, False, 1, 8, True),
+    # grouped, not depthwise: plain NCHW in cw's NCHW schedule (`_plain_schedule`): ShuffleNet
+    # v1's 1x1 in 4 groups of 68, a row of 28 in vectors of 14 (7 on AVX2) with a residual at
+    # batch 2, ResNeXt's 3x3 in 32 groups (stride 2, an output row of 9, SiLU), and a row of
+    # 112 whose accumulators do not fit the registers (a tile per vector, not per row)
+    (1, 272, 14, 14, 272, 1, 1, 0, False, 4, 16, False),
+    (2, 136, 28, 28, 136, 1, 1, 0, True, 4, 16, False),
+    (1, 64, 17, 17, 64, 3, 2, 1, False, 32, 8, True),
+    (1, 16, 112, 112, 16, 3, 1, 1, False, 2, 8, False),
 ])
 def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pad, residual,
                                                    groups, widest, silu):
@@ -123,7 +135,7 @@ PLAIN = ("NCHW", "OIHW")
     (12, 64, 1, 8, ("NCHW12c", "OIHW12i8o")),  # input channels in no block: all at once
     (64, 20, 1, 8, PLAIN),      # output channels in no block: padded first (pad_conv_channels)
     (32, 32, 32, 8, ("NCHW8c", "OIHW1i8o")),  # depthwise
-    (32, 64, 2, 8, PLAIN),      # grouped: left to TVM
+    (32, 64, 2, 8, PLAIN),      # grouped: plain NCHW (cw's NCHW schedule)
     (12, 12, 12, 8, PLAIN),     # depthwise, channels not a multiple of 8
     # AVX-512: blocks of 16 where the channels divide, of 8 where only 8 does
     (64, 64, 1, 16, ("NCHW16c", "OIHW16i16o")), (3, 64, 1, 16, ("NCHW3c", "OIHW3i16o")),
@@ -163,12 +175,13 @@ def test_small_cnn_compiles_blocked_and_agrees_with_nchw_and_onnxruntime(zoo_onn
     onnx_path = zoo_onnx("small_cnn")
     r = cli("compile", onnx_path, "-o", tmp_path / "c", "--batch-sizes", "1,3")
     assert r.code == 0, r.err
-    assert "NCHWc conv" in r.out
+    assert "convs in cw's schedule" in r.out
     blocked = LocalModel(tmp_path / "c")
     assert all(k.kernels_conv_scheduled == 2 for k in blocked.manifest.kernels)
     plain_manifest = compile_model(onnx_path, tmp_path / "p",
                                    CompileConfig(batch_sizes=(3,), conv_layout="nchw"))
-    assert plain_manifest.kernels[0].kernels_conv_scheduled == 0
+    # plain NCHW convolutions get cw's NCHW schedule (TVM's loops ran them on one thread)
+    assert plain_manifest.kernels[0].kernels_conv_scheduled == 2
     plain = LocalModel(tmp_path / "p")
     x = random_input((3, 3, 32, 32), seed=5)
     ref = onnx_reference(onnx_path, [x])[0]
@@ -414,7 +427,7 @@ def _conv_transpose_onnx(path, c, oc, k, stride, pad=0, groups=1, bias=True):
     (16, 8, 4, 2, 1, 1, True, True),      # overlapping windows (GAN and U-Net decoders)
     (8, 8, 3, 2, 1, 1, True, True),       # a filter no multiple of the stride
     (8, 16, 5, 1, 2, 1, False, True),     # stride 1: a plain conv with its filter flipped
-    (16, 16, 2, 2, 0, 2, True, False),    # grouped: TVM's own loops
+    (16, 16, 2, 2, 0, 2, True, False),    # grouped: TVM's own lowering of the transposed conv
 ])
 def test_transposed_convolutions_agree_with_onnxruntime(tmp_path, c, oc, k, stride, pad, groups,
                                                         bias, rewritten):
