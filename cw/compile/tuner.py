@@ -130,7 +130,8 @@ def _default_schedule(task, rules):
     mod = task.dispatched[0]
     if task.target.kind.name == "llvm":
         try:
-            sch = cpu_conv.conv_schedule(mod)
+            with task.target:  # (the NCHW schedule's vectors follow the target's width)
+                sch = cpu_conv.conv_schedule(mod)
             return sch if sch is not None else cpu_kernels.default_schedule(mod)
         except s_tir.ScheduleError:
             return None
