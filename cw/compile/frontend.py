@@ -127,12 +127,20 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
             + (f"; {too_large} left direct, their transformed filters larger than a weights "
                "page (a larger --page-size takes them)" if too_large else ""))
     if conv_block:
-        from cw.compile import cpu_conv, cpu_layouts
+        from cw.compile import conv3d, cpu_conv, cpu_layouts
 
         mod, convs_1d = cpu_conv.convs_1d_as_2d(mod)
         if convs_1d:
             onnx_model.notes.append(f"{convs_1d} 1-D convolution{'s' * (convs_1d != 1)} as 2-D "
                                     "ones one row high")
+        mod, transposed_3d = conv3d.transposed_convs_3d_as_convs(mod)
+        mod, convs_3d = conv3d.convs_3d_as_2d(mod)
+        if convs_3d:
+            onnx_model.notes.append(
+                f"{convs_3d} 3-D convolution{'s' * (convs_3d != 1)} as 2-D ones, the depth taps "
+                "stacked as channels" + (f" ({transposed_3d} of them transposed ones, as "
+                                         "convolutions and a depth-to-space)"
+                                         if transposed_3d else ""))
         # the rest are blocked around them: with cw's NCHW schedule for them, ShuffleNet v1
         # ran ×0.76-0.97 of its time all in NCHW, a ResNeXt stage ×0.38-0.47 (stop 81; when
         # they ran in TVM's loops, the layout changes around them had cost more)
