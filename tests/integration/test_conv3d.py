@@ -55,8 +55,9 @@ PAD1 = {"pads": [1] * 6}
     # C3D: 3 x 3 x 3 everywhere, a spatial max pool between
     (3, (16, [3, 3, 3], PAD1), (16, [3, 3, 3], {"pads": [1] * 6, "strides": [2, 2, 2]}),
      "MaxPool"),
-    # R(2+1)D: a spatial 1 x 3 x 3, then a temporal 3 x 1 x 1
-    (8, (16, [1, 3, 3], {"pads": [0, 1, 1, 0, 1, 1]}),
+    # R(2+1)D: a spatial 1 x 3 x 3, then a temporal 3 x 1 x 1 on channels in no block (each
+    # tap's padded to one)
+    (8, (12, [1, 3, 3], {"pads": [0, 1, 1, 0, 1, 1]}),
      (8, [3, 1, 1], {"pads": [1, 0, 0, 1, 0, 0]}), "Relu"),
     # a causal temporal convolution (padded in front only), dilated in depth; then strided
     # in depth alone, with output channels in no block
