@@ -401,6 +401,12 @@ def test_bundles_store_weight_matrices_in_panels(tmp_path):
     # its softmax: the elementwise steps too (were one loop nest each, on one thread)
     ("softmax_channels", (1, 21, 128, 128), 128 * 8),
     ("softmax", (4, 100), None),             # 400 values: one thread
+    # an audio encoder's InstanceNorm over 3,199 frames, which no vector divides: both sums
+    # over the row (its mean's, its variance's) padded to whole vectors (were one running sum)
+    ("deviation", (1, 64, 3199), 64),
+    # a layer norm over 1,000: its mean's sum padded; its variance's terms, (x - mean)^2
+    # computed in the sum, are not (a padded term would add mean^2: the row is far from 0)
+    ("layer_norm_odd", (1, 64, 1000), 64),
     ("mean", (1, 160, 7, 7, 8), None),       # MobileNetV2's global average pool at batch 1
     # a maximum over a new axis of length 1 (quantized_activations' fusion barrier): the last
     # step has one leading loop fewer than the one before it (an IndexError until stop 66);
@@ -417,7 +423,7 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType(shape, "float32"))
     params = [x]
-    if op == "layer_norm":
+    if op.startswith("layer_norm"):
         gamma = relax.Var("g", relax.TensorType(shape[-1:], "float32"))
         beta = relax.Var("b", relax.TensorType(shape[-1:], "float32"))
         params += [gamma, beta]
@@ -425,8 +431,11 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
         with bb.dataflow():
             if op.startswith("softmax"):
                 y = relax.op.nn.softmax(x, axis=1 if op == "softmax_channels" else -1)
-            elif op == "layer_norm":
+            elif op.startswith("layer_norm"):
                 y = relax.op.nn.layer_norm(x, gamma, beta, axes=[-1])
+            elif op == "deviation":  # an InstanceNorm's, as wav2vec's fused it
+                y = relax.op.sqrt(bb.emit(relax.op.add(bb.emit(relax.op.variance(
+                    x, axis=[-1], keepdims=True)), relax.const(1e-5, "float32"))))
             elif op == "mean":
                 y = relax.op.mean(x, axis=[2, 3], keepdims=True)
             elif op == "argmax":
@@ -453,7 +462,8 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
         assert outers[0].kind == tirx.ForKind.PARALLEL and int(outers[0].extent) == rows
         # sums along a row in a vector of partial sums; each step's loop along it vectorized
         partial = [s for s in steps if sch.get(s).name_hint.endswith("_rf_update")]
-        assert len(partial) == {"softmax": 2, "layer_norm": 2}.get(op, 0)
+        assert len(partial) == {"softmax": 2, "layer_norm": 2, "deviation": 2,
+                                "layer_norm_odd": 1}.get(op, 0)
         # a pool's or an NCHWc mean's window walked with the channel block in a vector
         windows = [s for s in steps
                    if sch.get(s).name_hint in ("pool_max_update", "x_red_update",
@@ -467,8 +477,10 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
             assert sch.get(sch.get_loops(step)[-1]).kind == tirx.ForKind.VECTORIZED
     rng = np.random.default_rng(6)
     values = [rng.standard_normal(shape).astype(np.float32)]
-    if op == "layer_norm":
+    if op.startswith("layer_norm"):
         values += [rng.standard_normal(shape[-1:]).astype(np.float32) for _ in range(2)]
+    if op in ("deviation", "layer_norm_odd"):  # far from 0: a padded (x - mean)^2 adds mean^2
+        values[0] += 3
     vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
     y = vm["main"](*[tvm.runtime.tensor(v) for v in values]).numpy()
     v = values[0].astype(np.float64)
@@ -476,7 +488,9 @@ def test_other_kernels_run_row_by_row_over_the_cores(op, shape, rows):
         axis = 1 if op == "softmax_channels" else -1
         e = np.exp(v - v.max(axis=axis, keepdims=True))
         ref = e / e.sum(axis=axis, keepdims=True)
-    elif op == "layer_norm":
+    elif op == "deviation":
+        ref = np.sqrt(v.var(-1, keepdims=True) + 1e-5)
+    elif op.startswith("layer_norm"):
         ref = (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-5) \
             * values[1] + values[2]
     elif op == "mean":
