@@ -36,19 +36,25 @@ def padded_columns(n: int, width: int) -> int:
     return n + -n % width
 
 
-def packed_matmul(x, panels):
-    """x [..., K] @ W, with W given as panels [N / b, K, b] (TE)."""
-    from tvm import te
+def packed_matmul(x, panels, rows: int | None = None):
+    """x [..., K] @ W, with W given as panels [N / b, K, b] (TE); with `rows`, that many rows
+    (more than x's M, for whole tiles), the extra ones computed from x's last row (a clamped
+    index: no condition in the loop) and dropped by the caller."""
+    from tvm import te, tirx
 
     *lead, depth = x.shape
     blocks, _, width = panels.shape
     k = te.reduce_axis((0, depth), name="k")
+    m = lead[-1] if lead else None
 
     def element(*index):
-        *rows, j = index
-        return te.sum(x[(*rows, k)] * panels[j // width, k, j % width], axis=k)
+        *outer, j = index
+        if rows is not None:
+            outer[-1] = tirx.min(outer[-1], m - 1)
+        return te.sum(x[(*outer, k)] * panels[j // width, k, j % width], axis=k)
 
-    return te.compute((*lead, blocks * width), element, name=PACKED_BLOCK)
+    shape = (*lead[:-1], rows, blocks * width) if rows is not None else (*lead, blocks * width)
+    return te.compute(shape, element, name=PACKED_BLOCK)
 
 
 def pack_weights(mod, lanes: int):
@@ -81,12 +87,78 @@ def pack_weights(mod, lanes: int):
             w = relax.op.nn.pad(w, [0, 0, 0, padded - n])
         panels = relax.op.permute_dims(relax.op.reshape(w, [depth, padded // width, width]),
                                        [1, 0, 2])
-        product = builder.call_te(packed_matmul, x, builder.emit(panels),
+        m = _static(list(x_ty.shape)[-2:-1])
+        rows = _tile_rows(m[0]) if m else None
+        product = builder.call_te(packed_matmul, x, builder.emit(panels), rows,
                                   primfunc_name_hint="matmul")
-        if padded == n:
+        if padded == n and rows is None:
             return product
-        # the zero columns' products dropped (a copy TVM fuses into what reads them)
-        return relax.op.strided_slice(builder.emit(product), axes=[x_ty.ndim - 1], begin=[0],
-                                      end=[n])
+        # the zero columns' and the extra rows' products dropped (a copy TVM fuses into what
+        # reads them)
+        axes, ends = [x_ty.ndim - 1], [n]
+        if rows is not None:
+            axes, ends = [x_ty.ndim - 2, x_ty.ndim - 1], [m[0], n]
+        return relax.op.strided_slice(builder.emit(product), axes=axes, begin=[0] * len(axes),
+                                      end=ends)
 
     return rewrite_calls(mod, replacement, with_builder=True)
+
+
+# a product's rows run in tiles of 4-8 (cpu_kernels.schedule_matmul takes exact tiles only)
+# and its columns in chunks of 8-64: rows no such tile divides are computed in whole tiles of 8,
+# columns no 8 divides padded to 16
+ROW_TILES = (8, 7, 6, 5, 4)
+ROW_PAD = 8
+COLUMN_PAD = 16
+
+
+def _static(shape) -> list[int] | None:
+    try:
+        return [int(d) for d in shape]
+    except (TypeError, ValueError):
+        return None
+
+
+def _tile_rows(m: int) -> int | None:
+    """Rows to compute for a product of `m` rows no tile of 4-8 divides (a ViT's 197 tokens,
+    a prime: its linear layers ran one row at a time, 38-45 GFLOP/s), else None."""
+    if m < ROW_PAD or any(m % t == 0 for t in ROW_TILES):
+        return None
+    return m + -m % ROW_PAD
+
+
+def ragged_products_padded(mod):
+    """Every float32 matmul by a batched W (attention's products, W an activation) whose rows
+    no tile of 4-8 divides or whose columns no 8 divides on operands padded with zeros, the
+    padding sliced off after: a ViT's 197 x 197 attention scores ran in TVM's own loops
+    (5 GFLOP/s). Products by a 2-D weight matrix are pack_weights'. Returns (module, products
+    rewritten)."""
+    load_tvm()
+    from tvm import relax
+
+    def replacement(call):
+        if getattr(call.op, "name", "") != "relax.matmul":
+            return None
+        x, w = call.args
+        x_ty, w_ty = x.ty, w.ty
+        if getattr(x_ty, "ndim", 0) < 2 or getattr(w_ty, "ndim", 0) < 3 \
+                or x_ty.dtype != "float32" or w_ty.dtype != "float32":
+            return None
+        rows, columns = _static(list(x_ty.shape)[-2:-1]), _static(list(w_ty.shape)[-1:])
+        if rows is None or columns is None:
+            return None
+        (m,), (n,) = rows, columns
+        padded_m = _tile_rows(m) or m
+        pad_n = -n % COLUMN_PAD if n >= COLUMN_PAD and n % 8 else 0
+        if padded_m == m and not pad_n:
+            return None
+        if padded_m != m:
+            x = relax.op.nn.pad(x, [0, 0] * (x_ty.ndim - 2) + [0, padded_m - m, 0, 0])
+        if pad_n:
+            w = relax.op.nn.pad(w, [0, 0] * (w_ty.ndim - 1) + [0, pad_n])
+        product = relax.op.matmul(x, w, out_dtype=call.attrs.out_dtype)
+        ndim = max(x_ty.ndim, w_ty.ndim)
+        return relax.op.strided_slice(product, axes=[ndim - 2, ndim - 1], begin=[0, 0],
+                                      end=[m, n])
+
+    return rewrite_calls(mod, replacement)
