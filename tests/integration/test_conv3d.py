@@ -48,6 +48,16 @@ def _model(path, c, first, second, between="Relu"):
     return path
 
 
+def _agrees_with_onnxruntime(bundle, onnx_path, c):
+    """The bundle (compiled at 1 and 4) against onnxruntime at batch 1 and 3 (padded to 4)."""
+    model = LocalModel(bundle)
+    for batch in (1, 3):
+        x = random_input((batch, c, *SIZE), seed=batch)
+        out, expected = model.run([x])[0], onnx_reference(onnx_path, [x])[0]
+        assert out.shape == expected.shape
+        assert max_relative_error(out, expected) < 1e-5, batch
+
+
 PAD1 = {"pads": [1] * 6}
 
 
@@ -76,12 +86,7 @@ def test_3d_convolutions_run_as_2d_ones_and_agree_with_onnxruntime(tmp_path, c, 
     assert not any("kept in NCHW" in n for n in m.notes), m.notes
     # TVM's own conv3d is plain loops: every convolution in cw's schedule or none is
     assert m.kernels[0].kernels_conv_scheduled == 2, m.kernels[0]
-    model = LocalModel(tmp_path / "b")
-    for batch in (1, 3):
-        x = random_input((batch, c, *SIZE), seed=batch)
-        out, expected = model.run([x])[0], onnx_reference(onnx_path, [x])[0]
-        assert out.shape == expected.shape
-        assert max_relative_error(out, expected) < 1e-5, batch
+    _agrees_with_onnxruntime(tmp_path / "b", onnx_path, c)
 
 
 @pytest.mark.parametrize("kernel,attrs", [
@@ -111,9 +116,4 @@ def test_3d_transposed_convolutions_agree_with_onnxruntime(tmp_path, kernel, att
     assert ("2 3-D convolutions as 2-D ones, the depth taps stacked as channels (1 of them "
             "transposed ones, as convolutions and a depth-to-space)") in m.notes, m.notes
     assert m.kernels[0].kernels_conv_scheduled == 2, m.kernels[0]
-    model = LocalModel(tmp_path / "b")
-    for batch in (1, 3):
-        x = random_input((batch, c, *SIZE), seed=batch)
-        out, expected = model.run([x])[0], onnx_reference(onnx_path, [x])[0]
-        assert out.shape == expected.shape
-        assert max_relative_error(out, expected) < 1e-5, batch
+    _agrees_with_onnxruntime(tmp_path / "b", onnx_path, c)
