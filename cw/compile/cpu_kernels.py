@@ -193,8 +193,10 @@ def schedule_matmul(func):
         most = _packed_tile_rows()
     else:
         # up to 16 sums: 8 rows x 2 vectors where K is long enough to pay for them, else 4
-        # (attention's K of 64: 4 rows faster)
-        most = 8 if depth >= 256 else 4
+        # (attention's K of 64: 4 rows faster); 8 rows where a tile is one vector wide (N no
+        # two vectors divide), whose 4 sums left the FMA units waiting on each other
+        # (attention's 12 x 128 x 64 x 80: x0.67 of the time)
+        most = 8 if depth >= 256 or n % (2 * _target_lanes()) else 4
     tile = next(t for t in range(most, 0, -1) if last % t == 0)
     if last >= REGISTER_TILE_MIN_ROWS and tile > 1:
         return _register_tiled(sch, matmul, [*products, *row_loops[:-1]], row_loops[-1], tile,
@@ -219,12 +221,9 @@ def _packed_tile_rows() -> int:
     registers hold their 16 sums, else 4. AVX2 has 16 registers: 16 sums left none for W's two
     vectors and the broadcast, and LLVM kept 4 of them on the stack (a load and a store each
     per k; 128 x 768 x 3072 on 2 EPYC cores: 80-83 GFLOP/s in 8-row tiles, 97-107 in 4-row)."""
-    from tvm.target import Target
+    from cw.compile.cpu_conv import WIDE_BLOCK
 
-    from cw.compile.cpu_conv import WIDE_BLOCK, widest_block
-
-    target = Target.current(allow_none=True)
-    return 8 if target is not None and widest_block(target) == WIDE_BLOCK else 4
+    return 8 if _target_lanes() == WIDE_BLOCK else 4
 
 
 def _register_tiled(sch, matmul, outer_loops, i, tile: int, j, k, n: int,
@@ -241,13 +240,8 @@ def _register_tiled(sch, matmul, outer_loops, i, tile: int, j, k, n: int,
     panel (k_block x 2 vectors: 16 KiB for AVX2) read by every tile of rows while it stays in
     L1, the tiles' sums kept in a local buffer across blocks (as MLAS and BLIS do). Without it,
     each tile streamed the whole panel from L2 (BERT-base's 3072 x 768: 192 KiB)."""
-    from tvm.target import Target
-
-    from cw.compile.cpu_conv import widest_block
-
     if chunk is None:  # (a packed W's panel sets it)
-        target = Target.current(allow_none=True)  # (cw compiles under its target)
-        lanes = widest_block(target) if target is not None else 8
+        lanes = _target_lanes()
         chunk = next(c for c in (2 * lanes, lanes, 8) if n % c == 0)  # (the caller checked 8)
     io, ii = sch.split(i, [None, tile])
     jo, ji = sch.split(j, [None, chunk])
@@ -269,6 +263,17 @@ def _register_tiled(sch, matmul, outer_loops, i, tile: int, j, k, n: int,
     sch.vectorize(ji)
     sch.decompose_reduction(matmul, first_k)
     return sch
+
+
+def _target_lanes() -> int:
+    """float32 lanes of the current target's vectors (cw compiles under its target; 8 without
+    one)."""
+    from tvm.target import Target
+
+    from cw.compile.cpu_conv import widest_block
+
+    target = Target.current(allow_none=True)
+    return widest_block(target) if target is not None else 8
 
 
 def _weight_batch(block, lead_vars, k_var, j_var) -> int | None:

@@ -12,6 +12,12 @@ The packing is weight-only math, lifted with the rest when the graph is imported
 (frontend.import_model), so bundles store packed matrices and pay nothing per inference; only
 2-D float32 weight matrices are packed, their columns padded with zeros up to a whole panel
 where a panel does not divide N (panel_width).
+
+The schedule takes exact tiles of rows and whole vectors of columns. A product whose rows no
+tile divides (a ViT's 197 tokens) computes whole tiles, the extra rows from x's last row
+through a clamped index (packed_matmul, clamped_matmul), and a batched W's columns are padded
+with zeros to whole vectors (batched_columns); the extra rows and columns are sliced off in
+the epilogue.
 """
 
 from __future__ import annotations
@@ -106,10 +112,10 @@ def pack_weights(mod, lanes: int):
 
 # a product's rows run in tiles of 4-8 (cpu_kernels.schedule_matmul takes exact tiles only)
 # and its columns in chunks of 8-64: rows no such tile divides are computed in whole tiles of 8,
-# columns no 8 divides padded to 16
+# columns of a batched W from COLUMN_PAD_MIN on padded to whole vectors (batched_columns)
 ROW_TILES = (8, 7, 6, 5, 4)
 ROW_PAD = 8
-COLUMN_PAD = 16
+COLUMN_PAD_MIN = 16
 
 
 def _static(shape) -> list[int] | None:
@@ -117,6 +123,27 @@ def _static(shape) -> list[int] | None:
         return [int(d) for d in shape]
     except (TypeError, ValueError):
         return None
+
+
+def batched_columns(n: int, lanes: int) -> int:
+    """Columns to compute of a product by a batched W of `n`: a multiple of two vectors (the
+    schedule's tile of 4 rows x 2 vectors) where that adds at most an eighth to the least
+    padding, else of one vector (its tile then 8 rows x 1 vector), else n where 8 divides it.
+    A ViT's scores, 197 keys: 224 columns took x0.57 of the time of 208 (8 sums in registers,
+    not 4: the FMAs waited on each other); CLIP's 77: 80 (96 was x1.08)."""
+    if n < COLUMN_PAD_MIN:
+        return n
+    least = n if n % 8 == 0 else n + -n % lanes
+    return next((p for p in (n + -n % (2 * lanes), n + -n % lanes) if p * 8 <= least * 9),
+                least)
+
+
+def _same_dimension(a, b) -> bool:
+    """Whether two dimensions are one number or one symbolic variable (a batch)."""
+    try:
+        return int(a) == int(b)
+    except (TypeError, ValueError):
+        return a.same_as(b)
 
 
 def _tile_rows(m: int) -> int | None:
@@ -127,16 +154,34 @@ def _tile_rows(m: int) -> int | None:
     return m + -m % ROW_PAD
 
 
-def ragged_products_padded(mod):
+def clamped_matmul(x, w, rows: int):
+    """x [B..., M, K] @ w [B..., K, N] (TE) over `rows` rows (more than M, for whole tiles),
+    the extra ones computed from x's last row (a clamped index, as packed_matmul) and dropped
+    by the caller. Named as TVM's own matmul block, which cpu_kernels.schedule_matmul takes."""
+    from tvm import te, tirx
+
+    *lead, m, depth = x.shape
+    k = te.reduce_axis((0, depth), name="k")
+
+    def element(*index):
+        *outer, i, j = index
+        return te.sum(x[(*outer, tirx.min(i, m - 1), k)] * w[(*outer, k, j)], axis=k)
+
+    return te.compute((*lead, rows, w.shape[-1]), element, name="matmul")
+
+
+def ragged_products_padded(mod, lanes: int):
     """Every float32 matmul by a batched W (attention's products, W an activation) whose rows
-    no tile of 4-8 divides or whose columns no 8 divides on operands padded with zeros, the
-    padding sliced off after: a ViT's 197 x 197 attention scores ran in TVM's own loops
-    (5 GFLOP/s). Products by a 2-D weight matrix are pack_weights'. Returns (module, products
-    rewritten)."""
+    no tile of 4-8 divides computed in whole tiles (clamped_matmul), and whose columns no
+    vector divides on a W padded with zeros (batched_columns; `lanes`: float32 per vector),
+    the extra rows and columns sliced off after: a ViT's 197 x 197 attention scores ran in
+    TVM's own loops (5 GFLOP/s). Rows padded with zeros instead put the pad in the kernel that
+    made x, a softmax, whose rows then no longer lined up with its steps' (TVM's loops there).
+    Products by a 2-D weight matrix are pack_weights'. Returns (module, products rewritten)."""
     load_tvm()
     from tvm import relax
 
-    def replacement(call):
+    def replacement(call, builder):
         if getattr(call.op, "name", "") != "relax.matmul":
             return None
         x, w = call.args
@@ -149,16 +194,22 @@ def ragged_products_padded(mod):
             return None
         (m,), (n,) = rows, columns
         padded_m = _tile_rows(m) or m
-        pad_n = -n % COLUMN_PAD if n >= COLUMN_PAD and n % 8 else 0
+        pad_n = batched_columns(n, lanes) - n
         if padded_m == m and not pad_n:
             return None
-        if padded_m != m:
-            x = relax.op.nn.pad(x, [0, 0] * (x_ty.ndim - 2) + [0, padded_m - m, 0, 0])
         if pad_n:
             w = relax.op.nn.pad(w, [0, 0] * (w_ty.ndim - 1) + [0, pad_n])
-        product = relax.op.matmul(x, w, out_dtype=call.attrs.out_dtype)
+        if padded_m == m:
+            product = relax.op.matmul(x, w, out_dtype=call.attrs.out_dtype)
+        elif x_ty.ndim == w_ty.ndim and all(_same_dimension(a, b) for a, b in
+                                            zip(list(x_ty.shape)[:-2], list(w_ty.shape)[:-2])):
+            product = builder.emit(builder.call_te(clamped_matmul, x, builder.emit(w),
+                                                   padded_m, primfunc_name_hint="matmul"))
+        else:  # products broadcast over a batch: zero rows
+            x = relax.op.nn.pad(x, [0, 0] * (x_ty.ndim - 2) + [0, padded_m - m, 0, 0])
+            product = relax.op.matmul(x, w, out_dtype=call.attrs.out_dtype)
         ndim = max(x_ty.ndim, w_ty.ndim)
         return relax.op.strided_slice(product, axes=[ndim - 2, ndim - 1], begin=[0, 0],
                                       end=[m, n])
 
-    return rewrite_calls(mod, replacement)
+    return rewrite_calls(mod, replacement, with_builder=True)

@@ -7,7 +7,10 @@ a sum along the row keeps SUM_LANES partial sums in one vector (TIR's rfactor), 
 over NCHWc's H and W walks the channel block in a vector, one over NCHW's channels 16
 positions along W; each step's loop along the row is vectorized. Where the reductions reduce
 an axis between others (a softmax over NCHW's channels), the elementwise steps walk that axis
-last, so that they share the reductions' rows.
+last, so that they share the reductions' rows. A row that whole vectors do not fill is walked
+in whole vectors and one shorter one (loop_partition); where a step reads it through a clamped
+index (fast_math's softmax over ragged rows), the last vector is a loop of its own, so that the
+others load whole vectors.
 """
 
 from __future__ import annotations
@@ -350,18 +353,46 @@ def _reads_whole_rows(read, reduced) -> bool:
     if len(region) < len(reduced):
         return False
     for r, iv, size in zip(region[-len(reduced):], reduced, shape[-len(reduced):]):
-        # a row padded to whole vectors (_padded_to_lanes) reads up to its end
-        if not r.min.same_as(iv.var) or not isinstance(size, tirx.IntImm) \
+        # a row padded to whole vectors (_padded_to_lanes) reads up to its end; one read
+        # through a clamped index (fast_math's softmax over ragged rows) its last element again
+        if not (r.min.same_as(iv.var) or _clamped(r.min, iv.var, size)) \
+                or not isinstance(size, tirx.IntImm) \
                 or not int(size) <= int(iv.dom.extent) < int(size) + SUM_LANES:
             return False
     return True
 
 
+def _clamped(index, var, size) -> bool:
+    """Whether `index` is min(var, size - 1)."""
+    from tvm import tirx
+
+    return isinstance(index, tirx.Min) and index.a.same_as(var) \
+        and isinstance(index.b, tirx.IntImm) and isinstance(size, tirx.IntImm) \
+        and int(index.b) == int(size) - 1
+
+
+def _reads_clamped(node) -> bool:
+    """Whether block `node` reads any buffer through a clamped index (min(v, n - 1))."""
+    from tvm import tirx
+
+    return any(isinstance(r.min, tirx.Min) for read in node.reads for r in read.region)
+
+
+def _last_vector_apart(sch, loop) -> None:
+    """`loop` (over a row's vectors) with its last iteration a loop of its own, where a read
+    through a clamped index reads whole vectors only in the others (their index simplifies to
+    the loop's; in the last it is a gather)."""
+    extent = int(sch.get(loop).extent)
+    if extent > 1:
+        sch.loop_partition(loop, [extent - 1, None])
+
+
 def _vectorized_along_the_row(sch, block, lane_sums: bool) -> None:
     """The innermost loop of `block` under the row vectorized: a partial sums block's lanes
     (moved innermost, its initialization split off), or a data-parallel step's last loop
-    (whole up to MAX_VECTOR_LOOP, else in SUM_LANES)."""
-    from tvm import tirx
+    (whole up to MAX_VECTOR_LOOP, else in SUM_LANES and, where SUM_LANES do not divide it, a
+    shorter vector after them: a softmax's last step over 197 keys had stayed in scalars)."""
+    from tvm import s_tir, tirx
 
     # the row's loop comes first; a unit axis (a reduction's kept one) walks nothing
     own = [loop for loop in sch.get_loops(block)[1:] if not _is_one(sch.get(loop).extent)]
@@ -372,6 +403,8 @@ def _vectorized_along_the_row(sch, block, lane_sums: bool) -> None:
         lanes, along = sch.get_loops(block)[-1], sch.get_loops(block)[-2]
         sch.vectorize(lanes)  # before the initialization is split off, which TIR needs
         sch.decompose_reduction(block, along)
+        if _reads_clamped(sch.get(block)):
+            _last_vector_apart(sch, sch.get_loops(block)[-2])
         return
     node = sch.get(block)
     if not own:
@@ -392,10 +425,22 @@ def _vectorized_along_the_row(sch, block, lane_sums: bool) -> None:
     extent = sch.get(own[-1]).extent
     if not isinstance(extent, tirx.IntImm):
         return
-    if int(extent) <= MAX_VECTOR_LOOP:
+    extent = int(extent)
+    if _reads_clamped(node) and extent % SUM_LANES == 0:
+        vectors, lanes = sch.split(own[-1], [None, SUM_LANES])
+        sch.vectorize(lanes)
+        _last_vector_apart(sch, vectors)
+    elif extent <= MAX_VECTOR_LOOP:
         sch.vectorize(own[-1])
-    elif int(extent) % SUM_LANES == 0:
+    elif extent % SUM_LANES == 0:
         sch.vectorize(sch.split(own[-1], [None, SUM_LANES])[1])
+    else:  # whole vectors, then the rest of the row in one shorter vector
+        try:
+            whole, rest = sch.loop_partition(own[-1], [extent - extent % SUM_LANES, None])
+        except s_tir.ScheduleError:  # the step in scalars, as before
+            return
+        sch.vectorize(sch.split(whole, [None, SUM_LANES])[1])
+        sch.vectorize(rest)
 
 
 def _is_one(extent) -> bool:

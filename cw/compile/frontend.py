@@ -186,12 +186,12 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
 
         # after the layout conversion (a product by a packed matrix is a kernel call it cannot
         # see through), before lifting (the packing is lifted)
-        mod, ragged = cpu_matmul.ragged_products_padded(mod)
+        mod, ragged = cpu_matmul.ragged_products_padded(mod, conv_block)
         if ragged:
             onnx_model.notes.append(
                 f"{ragged} batched matrix product{'s' * (ragged != 1)} (attention's) with rows "
-                "no tile of 4-8 divides, or columns no 8 does (a ViT's 197 tokens), on operands "
-                "padded with zeros")
+                "no tile of 4-8 divides, or columns no vector does (a ViT's 197 tokens), in "
+                "whole tiles of rows and on columns padded with zeros")
         mod, packed = cpu_matmul.pack_weights(mod, conv_block)
         if packed:
             onnx_model.notes.append(f"{packed} weight matri{'ces' if packed != 1 else 'x'} "
