@@ -153,6 +153,7 @@ def _ragged_softmax(exp):
         k = te.reduce_axis((0, padded), name="k")
         maximum = te.compute(lead, lambda *i: te.max(clamped(i, k), axis=k),
                              name="T_softmax_maxelem")
+
         def exponential(*i):
             v = tirx.Var("v", "float32")  # (the formula reads its input several times)
             return tirx.Let(v, clamped(i[:-1], i[-1]) - maximum(*i[:-1]), exp(v))
