@@ -60,6 +60,9 @@ conv_then("max pool 3 stride 2 ceil", [N("MaxPool", ["r"], ["t"], kernel_shape=[
 conv_then("average pool, padding not counted", [N("AveragePool", ["r"], ["t"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])])
 conv_then("depthwise 3x3", [N("Conv", ["r", "dw"], ["t"], pads=[1, 1, 1, 1], group=24)], [w("dw", 24, 1, 3, 3)])
 conv_then("grouped, 8 channels a group", [N("Conv", ["r", "gw"], ["t"], pads=[1, 1, 1, 1], group=3)], [w("gw", 24, 8, 3, 3)])
+# grouped convolutions whose groups whole blocks divide run blocked (stop 83): RegNet's groups of 16, strided; two blocks a group
+case("grouped, 16 channels a group (RegNet's), strided", [N("Conv", ["x", "g0"], ["a"], pads=[1, 1, 1, 1]), N("Relu", ["a"], ["r"]), N("Conv", ["r", "gw16"], ["t"], pads=[1, 1, 1, 1], strides=[2, 2], group=3), N("Relu", ["t"], ["u"]), N("Conv", ["u", "g1"], ["y"])], XC, [w("g0", 48, 8, 3, 3), w("gw16", 48, 16, 3, 3), w("g1", 16, 48, 1, 1)])
+case("grouped, 32 channels a group", [N("Conv", ["x", "g0"], ["a"], pads=[1, 1, 1, 1]), N("Relu", ["a"], ["r"]), N("Conv", ["r", "gw32"], ["t"], pads=[1, 1, 1, 1], group=2), N("Add", ["t", "r"], ["y"])], XC, [w("g0", 64, 8, 3, 3), w("gw32", 64, 32, 3, 3)])
 conv_then("transposed convolution", [N("ConvTranspose", ["r", "tw"], ["t"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])], [w("tw", 24, 24, 3, 3)])
 conv_then("two branches added", [N("Conv", ["x", "bw"], ["b"], pads=[1, 1, 1, 1]), N("Add", ["r", "b"], ["t"])], [w("bw", 24, 8, 3, 3)])
 conv_then("leaky where", [N("Greater", ["a", "z"], ["g"]), N("Mul", ["a", "k"], ["s"]), N("Where", ["g", "a", "s"], ["t"])], [f32("z", 0.0), f32("k", 0.1)])

@@ -94,6 +94,9 @@ def conv_layout(call, widest: int = BLOCK) -> dict[str, list[str]]:
     if attrs.groups != 1:
         if attrs.groups == out_c and in_c == 1:  # depthwise
             return {"relax.nn.conv2d": [f"NCHW{oc_bn}c", f"OIHW1i{oc_bn}o", f"NCHW{oc_bn}c"]}
+        if grouped_block(in_c, out_c, attrs.groups, widest) == oc_bn:
+            return {"relax.nn.conv2d": [f"NCHW{oc_bn}c", f"OIHW{oc_bn}i{oc_bn}o",
+                                        f"NCHW{oc_bn}c"]}
         return plain
     # input channels in no block (an RGB image's 3, YOLOX's 12 after its Focus slicing) are
     # taken all at once: they only set the reduction's split, and plain NCHW ran ~40x slower
@@ -110,10 +113,15 @@ def legalize_conv2d(bb, call):
     attrs = call.attrs
     if len(attrs.data_layout) == 4:
         return _nn_conv2d(bb, call)
-    if attrs.groups != 1:
+    if attrs.groups != 1 and str(attrs.kernel_layout).startswith("OIHW1i"):  # depthwise
         return bb.call_te(_depthwise_nchwc, call.args[0], call.args[1], attrs.strides,
                           attrs.padding, attrs.dilation, attrs.out_dtype or call.args[0].ty.dtype,
                           primfunc_name_hint="depthwise_conv2d_NCHWc")
+    if attrs.groups != 1:
+        return bb.call_te(_grouped_nchwc, call.args[0], call.args[1], attrs.strides,
+                          attrs.padding, attrs.dilation, int(attrs.groups),
+                          attrs.out_dtype or call.args[0].ty.dtype,
+                          primfunc_name_hint="conv2d_NCHWc")
     return bb.call_te(topi.nn.conv2d_NCHWc, call.args[0], call.args[1], attrs.strides,
                       attrs.padding, attrs.dilation, attrs.data_layout, attrs.out_layout,
                       attrs.out_dtype or call.args[0].ty.dtype,
@@ -141,6 +149,34 @@ def _depthwise_nchwc(data, kernel, strides, padding, dilation, out_dtype):
             padded[n, c, h * sh + kh * dh, w * sw + kw * dw, b].astype(out_dtype)
             * kernel[c, 0, kh, kw, 0, b].astype(out_dtype), axis=[kh, kw]),
         name="depthwise_conv2d_NCHWc")
+
+
+def _grouped_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype):
+    """A grouped conv in blocks (`grouped_block`): data N C/b H W b, kernel OC/b IC_g/b KH KW
+    b b; output block o reads the input blocks of its group only. Its block is named as
+    topi's conv2d_NCHWc, whose loops it has, so conv_schedule takes it."""
+    from tvm import te, topi
+
+    _, in_chunks, height, width, block = data.shape
+    out_chunks, group_chunks, kh_n, kw_n, _, _ = kernel.shape
+    out_per_group = int(out_chunks) // groups
+    sh, sw = (int(v) for v in strides)
+    dh, dw = (int(v) for v in dilation)
+    top, left, bottom, right = (int(v) for v in padding)
+    out_h = (height + top + bottom - (kh_n - 1) * dh - 1) // sh + 1
+    out_w = (width + left + right - (kw_n - 1) * dw - 1) // sw + 1
+    padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
+    ic = te.reduce_axis((0, group_chunks * block), name="ic")
+    kh = te.reduce_axis((0, kh_n), name="kh")
+    kw = te.reduce_axis((0, kw_n), name="kw")
+    return te.compute(
+        (data.shape[0], out_chunks, out_h, out_w, kernel.shape[5]),
+        lambda n, oc, h, w, ob: te.sum(
+            padded[n, oc // out_per_group * group_chunks + ic // block, h * sh + kh * dh,
+                   w * sw + kw * dw, ic % block].astype(out_dtype)
+            * kernel[oc, ic // block, kh, kw, ic % block, ob].astype(out_dtype),
+            axis=[ic, kh, kw]),
+        name="conv2d_NCHWc")
 
 
 def _reg_n(width: int, most: int = MAX_REG_N) -> int:
@@ -361,9 +397,23 @@ def count_blocked_convs(mod) -> int:
     return len(found)
 
 
-def count_grouped_convs(mod) -> int:
+def grouped_block(group_in: int, out_c: int, groups: int, widest: int = BLOCK) -> int | None:
+    """The channel block of a grouped conv (`group_in` input channels per group) that runs
+    blocked: where one block, the block of its input's and its output's channel counts, divides
+    every group's input and output channels, each output block reads its group's input blocks
+    only (RegNet's groups of 16); else None (ShuffleNet's 68, ResNeXt's 4: plain NCHW)."""
+    if out_c % groups:
+        return None
+    block = channel_block(out_c, widest)
+    if block is None or channel_block(group_in * groups, widest) != block:
+        return None
+    return block if group_in % block == 0 and (out_c // groups) % block == 0 else None
+
+
+def count_grouped_convs(mod, widest: int = BLOCK) -> int:
     """Convolutions in `mod`'s main function with groups that are neither 1 nor one per channel
-    (depthwise): `conv_layout` leaves them in NCHW (and `_plain_schedule` takes them)."""
+    (depthwise) and no `grouped_block`: `conv_layout` leaves them in NCHW (and `_plain_schedule`
+    takes them)."""
     from tvm import relax
 
     grouped = []
@@ -372,9 +422,12 @@ def count_grouped_convs(mod) -> int:
         if (isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d"
                 and e.attrs.groups != 1):
             shape = getattr(e.args[1].ty, "shape", None)
-            depthwise = (shape is not None and len(shape) == 4 and _int(shape[1]) == 1
-                         and _int(shape[0]) == e.attrs.groups)
-            if not depthwise:
+            if shape is None or len(shape) != 4 or None in (_int(shape[0]), _int(shape[1])):
+                grouped.append(e)
+                return
+            out_c, group_in = _int(shape[0]), _int(shape[1])
+            depthwise = group_in == 1 and out_c == e.attrs.groups
+            if not depthwise and grouped_block(group_in, out_c, e.attrs.groups, widest) is None:
                 grouped.append(e)
 
     relax.analysis.post_order_visit(mod["main"], visit)

@@ -144,7 +144,7 @@ def import_model(onnx_model: OnnxModel, conv_block: int = 0,
         # the rest are blocked around them: with cw's NCHW schedule for them, ShuffleNet v1
         # ran ×0.76-0.97 of its time all in NCHW, a ResNeXt stage ×0.38-0.47 (stop 81; when
         # they ran in TVM's loops, the layout changes around them had cost more)
-        grouped = cpu_conv.count_grouped_convs(mod)
+        grouped = cpu_conv.count_grouped_convs(mod, conv_block)
         if grouped:
             onnx_model.notes.append(
                 f"{grouped} grouped convolution{'s' * (grouped != 1)} in plain NCHW with cw's "

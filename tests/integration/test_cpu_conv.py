@@ -94,7 +94,12 @@ def _reference(x, w, b, stride, pad, residual=None, silu=False):
     (1, 272, 14, 14, 272, 1, 1, 0, False, 4, 16, False),
     (2, 136, 28, 28, 136, 1, 1, 0, True, 4, 16, False),
     (1, 64, 17, 17, 64, 3, 2, 1, False, 32, 8, True),
-    (1, 16, 112, 112, 16, 3, 1, 1, False, 2, 8, False),
+    (1, 24, 112, 112, 24, 3, 1, 1, False, 2, 8, False),
+    # grouped in blocks (`grouped_block`): RegNet's groups of 16 (stride 2, a residual; batch
+    # 2 with SiLU), and groups of two blocks of 8 each
+    (1, 32, 14, 14, 32, 3, 2, 1, True, 2, 16, False),
+    (2, 48, 13, 13, 48, 3, 1, 1, False, 3, 16, True),
+    (1, 48, 10, 10, 48, 3, 1, 1, False, 3, 8, False),
 ])
 def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pad, residual,
                                                    groups, widest, silu):
@@ -164,7 +169,14 @@ PLAIN = ("NCHW", "OIHW")
     (12, 64, 1, 8, ("NCHW12c", "OIHW12i8o")),  # input channels in no block: all at once
     (64, 20, 1, 8, PLAIN),      # output channels in no block: padded first (pad_conv_channels)
     (32, 32, 32, 8, ("NCHW8c", "OIHW1i8o")),  # depthwise
-    (32, 64, 2, 8, PLAIN),      # grouped: plain NCHW (cw's NCHW schedule)
+    # grouped: blocked where one block divides every group's channels (each output block then
+    # reads its group's input blocks only), else plain NCHW (cw's NCHW schedule)
+    (32, 64, 2, 8, ("NCHW8c", "OIHW8i8o")),
+    (48, 48, 3, 16, ("NCHW16c", "OIHW16i16o")),  # RegNet's groups of 16
+    (240, 240, 10, 16, PLAIN),  # groups of 24: the tensors' block (16) does not divide them
+    (240, 240, 10, 8, ("NCHW8c", "OIHW8i8o")),
+    (272, 272, 4, 16, PLAIN),   # ShuffleNet's groups of 68
+    (64, 64, 16, 16, PLAIN),    # ResNeXt's groups of 4
     (12, 12, 12, 8, PLAIN),     # depthwise, channels not a multiple of 8
     # AVX-512: blocks of 16 where the channels divide, of 8 where only 8 does
     (64, 64, 1, 16, ("NCHW16c", "OIHW16i16o")), (3, 64, 1, 16, ("NCHW3c", "OIHW3i16o")),
