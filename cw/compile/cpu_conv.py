@@ -68,7 +68,8 @@ def conv_layout(call, widest: int = BLOCK) -> dict[str, list[str]]:
     one conv2d, or NCHW to leave it as is. 2-D convolutions in NCHW with static channel counts
     are blocked: plain ones (groups=1) with output channels in a `channel_block` (see
     `pad_conv_channels` for the rest) and input channels in one too, or all at once where none
-    divides them; depthwise ones (one filter per channel) in their channels' block."""
+    divides them; depthwise ones (one filter per channel) in their channels' block; grouped
+    ones where one block divides every group (`grouped_block`)."""
     op = getattr(call.op, "name", "")
     if op == "relax.nn.conv2d_transpose":  # not blocked, so pinned (see `plain` below)
         attrs = call.attrs
@@ -128,26 +129,42 @@ def legalize_conv2d(bb, call):
                       primfunc_name_hint="conv2d_NCHWc")
 
 
+class _Window:
+    """A blocked conv's padded input (TE, "data_pad") and its window: output size, strides,
+    dilations and the filter's reduction axes."""
+
+    def __init__(self, data, kernel, strides, padding, dilation):
+        from tvm import te, topi
+
+        _, _, height, width, _ = data.shape
+        kh_n, kw_n = kernel.shape[2], kernel.shape[3]
+        self.sh, self.sw = (int(v) for v in strides)
+        self.dh, self.dw = (int(v) for v in dilation)
+        top, left, bottom, right = (int(v) for v in padding)
+        self.out_h = (height + top + bottom - (kh_n - 1) * self.dh - 1) // self.sh + 1
+        self.out_w = (width + left + right - (kw_n - 1) * self.dw - 1) // self.sw + 1
+        self.padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0],
+                                  name="data_pad")
+        self.kh = te.reduce_axis((0, kh_n), name="kh")
+        self.kw = te.reduce_axis((0, kw_n), name="kw")
+
+    def at(self, n, chunk, h, w, lane):
+        """The padded input the filter tap (kh, kw) reads for output (h, w)."""
+        return self.padded[n, chunk, h * self.sh + self.kh * self.dh,
+                           w * self.sw + self.kw * self.dw, lane]
+
+
 def _depthwise_nchwc(data, kernel, strides, padding, dilation, out_dtype):
     """Depthwise conv, data N C/b H W b, kernel C/b 1 KH KW 1 b (topi declares this operator
     but has no x86 implementation since TVM dropped its TE schedules)."""
-    from tvm import te, topi
+    from tvm import te
 
-    _, _, height, width, _ = data.shape
-    _, _, kh_n, kw_n, _, _ = kernel.shape
-    sh, sw = (int(v) for v in strides)
-    dh, dw = (int(v) for v in dilation)
-    top, left, bottom, right = (int(v) for v in padding)
-    out_h = (height + top + bottom - (kh_n - 1) * dh - 1) // sh + 1
-    out_w = (width + left + right - (kw_n - 1) * dw - 1) // sw + 1
-    padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
-    kh = te.reduce_axis((0, kh_n), name="kh")
-    kw = te.reduce_axis((0, kw_n), name="kw")
+    win = _Window(data, kernel, strides, padding, dilation)
     return te.compute(
-        (data.shape[0], data.shape[1], out_h, out_w, data.shape[4]),
+        (data.shape[0], data.shape[1], win.out_h, win.out_w, data.shape[4]),
         lambda n, c, h, w, b: te.sum(
-            padded[n, c, h * sh + kh * dh, w * sw + kw * dw, b].astype(out_dtype)
-            * kernel[c, 0, kh, kw, 0, b].astype(out_dtype), axis=[kh, kw]),
+            win.at(n, c, h, w, b).astype(out_dtype)
+            * kernel[c, 0, win.kh, win.kw, 0, b].astype(out_dtype), axis=[win.kh, win.kw]),
         name="depthwise_conv2d_NCHWc")
 
 
@@ -155,27 +172,20 @@ def _grouped_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype):
     """A grouped conv in blocks (`grouped_block`): data N C/b H W b, kernel OC/b IC_g/b KH KW
     b b; output block o reads the input blocks of its group only. Its block is named as
     topi's conv2d_NCHWc, whose loops it has, so conv_schedule takes it."""
-    from tvm import te, topi
+    from tvm import te
 
-    _, in_chunks, height, width, block = data.shape
-    out_chunks, group_chunks, kh_n, kw_n, _, _ = kernel.shape
+    block = data.shape[4]
+    out_chunks, group_chunks = kernel.shape[0], kernel.shape[1]
     out_per_group = int(out_chunks) // groups
-    sh, sw = (int(v) for v in strides)
-    dh, dw = (int(v) for v in dilation)
-    top, left, bottom, right = (int(v) for v in padding)
-    out_h = (height + top + bottom - (kh_n - 1) * dh - 1) // sh + 1
-    out_w = (width + left + right - (kw_n - 1) * dw - 1) // sw + 1
-    padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
+    win = _Window(data, kernel, strides, padding, dilation)
     ic = te.reduce_axis((0, group_chunks * block), name="ic")
-    kh = te.reduce_axis((0, kh_n), name="kh")
-    kw = te.reduce_axis((0, kw_n), name="kw")
     return te.compute(
-        (data.shape[0], out_chunks, out_h, out_w, kernel.shape[5]),
+        (data.shape[0], out_chunks, win.out_h, win.out_w, kernel.shape[5]),
         lambda n, oc, h, w, ob: te.sum(
-            padded[n, oc // out_per_group * group_chunks + ic // block, h * sh + kh * dh,
-                   w * sw + kw * dw, ic % block].astype(out_dtype)
-            * kernel[oc, ic // block, kh, kw, ic % block, ob].astype(out_dtype),
-            axis=[ic, kh, kw]),
+            win.at(n, oc // out_per_group * group_chunks + ic // block, h, w,
+                   ic % block).astype(out_dtype)
+            * kernel[oc, ic // block, win.kh, win.kw, ic % block, ob].astype(out_dtype),
+            axis=[ic, win.kh, win.kw]),
         name="conv2d_NCHWc")
 
 
