@@ -5,9 +5,10 @@ TVM's Relax pipeline leaves CPU convolutions as plain NCHW loops, about 40x slow
 onnxruntime, and MetaSchedule needs hundreds of trials per kernel to get close. Packing channels
 in blocks of one SIMD vector (NCHW8c activations and OIHW8i8o weights for AVX2's 8 fp32 lanes,
 NCHW16c and OIHW16i16o for AVX-512's 16, as oneDNN and onnxruntime's MLAS do) makes the fast
-loop nest a fixed shape: per output row, a register tile of `reg_n` output pixels x one vector
-of output channels accumulated over input channels and the filter window, each step one weight
-vector times a broadcast input value. `schedule_conv` writes that nest for any fused
+loop nest a fixed shape: per output row, a register tile of output pixels x one vector of
+output channels or several (AVX-512: up to 12 pixels x 2 blocks; AVX2: 3 pixels x 4 blocks, as
+MLAS's FMA3 kernel) accumulated over input channels and the filter window, each step a broadcast
+input value times the tile's weight vectors. `schedule_conv` writes that nest for any fused
 conv2d_NCHWc kernel, so every CNN gets it without tuning; tuning records still win where they
 exist (`cw tune` tunes the NCHWc kernels themselves).
 
@@ -30,9 +31,20 @@ MAX_REG_N = 14
 # AVX-512's 32 registers hold a tile two output blocks (32 channels) tall: each broadcast input
 # value then feeds two FMAs. Up to 12 pixels: 24 accumulators + 2 weight vectors + 1 broadcast.
 # On a 2-core Xeon (2026-11-26, batch 1, vs one block x 14 pixels): resnet18 ×0.88 of the time,
-# resnet50 ×0.91, inception_v3 ×0.97; 2 x 14 pixels spilled and ran ×1.3 slower. Two 8-channel
-# blocks of AVX2 spilled too (resnet18 ×1.39 slower), so AVX2 keeps one block.
+# resnet50 ×0.91, inception_v3 ×0.97; 2 x 14 pixels spilled and ran ×1.3 slower.
 PAIR_MAX_REG_N = 12
+# AVX2's 16 registers: 4 output blocks (32 channels) x 3 pixels, as onnxruntime's MLAS FMA3
+# kernel, or 2 x 4 where the channels hold no 4 blocks: each broadcast input value feeds 4 (2)
+# FMAs, where one block x 14 pixels loaded one per FMA, and 3x3 convs' rows CSE'd across the
+# window until they spilled (2 x 14 pixels had spilled too). On 2 Zen 3 cores (2026-12-02,
+# kernels side by side): 3x3 convs of ResNet's stages x0.74-0.86 of their time, a 1x1 x0.6-0.7,
+# SqueezeNet's 16-channel 3x3 x0.5; 2 x 6 pixels spilled (x1.1-2.3). 3 x 3 where the channels
+# come in 3 blocks (24, 48: PP-OCR's 96 -> 24 at 160 x 160 x0.86). Rows of at most
+# ONE_TILE_ROW pixels stay one block x the whole row: a tile of 3 pixels read a group's weights
+# (4 x 147 KB in ResNet's last stage) once per tile, where the row read one block's once
+# (ResNet-50's 512-channel 3x3 at 7 x 7 x1.09-1.16 slower in the model).
+AVX2_TILES = ((4, 3), (3, 3), (2, 4))
+ONE_TILE_ROW = 8
 
 
 def _int(x) -> int | None:
@@ -226,17 +238,42 @@ def conv_schedule(func):
     ic_bn = _int(shapes[0][4]) if len(shapes) == 1 else None
     if ic_bn is None or ic_total % ic_bn:
         return None
-    # two output blocks per tile where the registers allow (AVX-512's 16-channel blocks)
-    pair = extents[4] == WIDE_BLOCK and extents[1] % 2 == 0
-    owo, owi = sch.split(ow, [None, _reg_n(width, PAIR_MAX_REG_N if pair else MAX_REG_N)])
+    group, pixels = _tile(extents[1], extents[4], width)
+    if group > 1 and extents[4] == BLOCK and not sch.get_consumers(conv):
+        # summed in a buffer of its own, copied out per tile (as an epilogue is): in the
+        # output itself AVX2's tiles kept the sums of a row's last, partial tile in memory
+        # (DenseNet's unfused 3x3s x2.2 slower)
+        sch.cache_write(conv, 0, "global")
+    owo, owi = sch.split(ow, [None, pixels])
     icc, icb = sch.split(ic, [None, ic_bn])
-    if not pair:
+    if group == 1:
         sch.reorder(n, occ, oh, owo, icc, kh, kw, icb, owi, ocb)
         return _finish(sch, conv, n, occ, oh, owo, owi, ocb, icc)
-    oco, oci = sch.split(occ, [None, 2])
+    oco, oci = sch.split(occ, [None, group])
     sch.reorder(n, oco, oh, owo, icc, kh, kw, icb, oci, owi, ocb)
     sch.unroll(oci)
     return _finish(sch, conv, n, oco, oh, owo, owi, ocb, icc)
+
+
+def _tile(out_blocks: int, block: int, width: int) -> tuple[int, int]:
+    """(output channel blocks, pixels) of a conv's register tile: AVX2's several blocks where
+    its output channels make whole groups of them and its rows are long enough; two of
+    AVX-512's 16-channel blocks where they pair up; else one block x up to 14 pixels."""
+    if block == BLOCK and width > ONE_TILE_ROW and target_block() == BLOCK:
+        for group, pixels in AVX2_TILES:
+            if out_blocks % group == 0:
+                return group, pixels
+    if block == WIDE_BLOCK and out_blocks % 2 == 0:
+        return 2, _reg_n(width, PAIR_MAX_REG_N)
+    return 1, _reg_n(width)
+
+
+def target_block() -> int:
+    """The channel block of the target cw compiles for (8 without one)."""
+    from tvm.target import Target
+
+    target = Target.current(allow_none=True)
+    return widest_block(target) if target is not None else BLOCK
 
 
 def _depthwise_schedule(sch):
@@ -262,11 +299,12 @@ def _lane(width: int, block: int) -> int | None:
     """Output pixels per vector of a plain NCHW row: the row where it fits one vector of
     `block` lanes, else the widest divisor that does (LLVM compiled a vector of 28 or 56
     lanes ~8x slower than two or four of 14, and one of 14 on AVX2, two registers of which
-    one is partial, ~8x slower than two of 7); None where only short ones divide (a prime
-    width)."""
+    one is partial, ~8x slower than two of 7); None where none of at least 3 divides (a prime
+    width: TVM's own loops then). A row of 9 on AVX2 takes vectors of 3 (it had got TVM's
+    loops, on one thread: ResNeXt's stride-2 3x3 at 17 x 17)."""
     if width <= block:
         return width
-    return next((d for d in range(block, 3, -1) if width % d == 0), None)
+    return next((d for d in range(block, 2, -1) if width % d == 0), None)
 
 
 def _plain_schedule(sch):
@@ -298,9 +336,7 @@ def _plain_schedule(sch):
     shapes = [[_int(d) for d in r.source.shape] for r in sch.get(conv).reads]
     inputs = [shape for shape in shapes if len(shape) == 4 and
               shape[:2] != [out_c, per_group_in]]
-    from tvm.target import Target
-
-    block = widest_block(Target.current()) if Target.current() is not None else BLOCK
+    block = target_block()
     lane = _lane(width, block)
     if len(inputs) != 1 or inputs[0][1] is None or lane is None:
         return None

@@ -268,12 +268,9 @@ def _register_tiled(sch, matmul, outer_loops, i, tile: int, j, k, n: int,
 def _target_lanes() -> int:
     """float32 lanes of the current target's vectors (cw compiles under its target; 8 without
     one)."""
-    from tvm.target import Target
+    from cw.compile.cpu_conv import target_block
 
-    from cw.compile.cpu_conv import widest_block
-
-    target = Target.current(allow_none=True)
-    return widest_block(target) if target is not None else 8
+    return target_block()
 
 
 def _weight_batch(block, lead_vars, k_var, j_var) -> int | None:
