@@ -121,23 +121,12 @@ def _reference_conv(x, w, stride, pad):
 ])
 def test_default_schedule_computes_the_convolution(n, c, h, w, oc, k, stride, pad, residual,
                                                    groups, widest, silu):
-    import functools
-
-    from tvm import relax
-
     tvm, mod = _conv_graph(n, c, h, w, oc, k, stride, pad, groups=groups, residual=residual,
                            silu=silu)
     mod, padded = cpu_conv.pad_conv_channels(mod, widest)  # as the front end does
     assert padded == (oc % 8 != 0)
-    layout = functools.partial(cpu_conv.conv_layout, widest=widest)
-    mod = relax.transform.ConvertLayout({}, layout_cb=layout)(mod)
-    target = targets.tvm_target("cpu", _arch(widest))
-    with target:
-        fused, _ = legalized(mod, target)
-        fused, scheduled = cpu_conv.schedule_convs(fused)
+    vm, scheduled = _blocked_vm(tvm, mod, widest)
     assert scheduled == 1
-    ex = tvm.compile(fused, target=target)
-    vm = relax.VirtualMachine(ex, tvm.cpu())
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((oc, c // groups, k, k)).astype(np.float32)
@@ -157,8 +146,9 @@ def _arch(widest: int) -> str:
     return "x86-64-v3" if widest == 8 and host in ("x86-64-v3", "x86-64-v4") else host
 
 
-def _scheduled_conv(mod, widest: int):
-    """`mod`'s one convolution kernel with cw's schedule, compiled for `_arch(widest)`."""
+def _legalized_blocked(mod, widest: int):
+    """`mod` in blocked layouts of `widest` channels, legalized for `_arch(widest)`: (target,
+    the fused module)."""
     import functools
 
     from tvm import relax
@@ -167,9 +157,26 @@ def _scheduled_conv(mod, widest: int):
     mod = relax.transform.ConvertLayout({}, layout_cb=layout)(mod)
     target = targets.tvm_target("cpu", _arch(widest))
     with target:
-        fused, _ = legalized(mod, target)
-        (func,) = [f for gv, f in fused.functions.items() if "conv2d" in gv.name_hint]
-        return target, cpu_conv.conv_schedule(func)
+        return target, legalized(mod, target)[0]
+
+
+def _blocked_vm(tvm, mod, widest: int):
+    """`mod` in blocked layouts, its convolutions in cw's schedules, compiled: (a VM of it,
+    how many kernels got cw's schedule)."""
+    from tvm import relax
+
+    target, fused = _legalized_blocked(mod, widest)
+    with target:
+        fused, scheduled = cpu_conv.schedule_convs(fused)
+    return relax.VirtualMachine(tvm.compile(fused, target=target), tvm.cpu()), scheduled
+
+
+def _scheduled_conv(mod, widest: int):
+    """The schedule cw gives `mod`'s one convolution kernel under `_arch(widest)`."""
+    target, fused = _legalized_blocked(mod, widest)
+    (func,) = [f for gv, f in fused.functions.items() if "conv2d" in gv.name_hint]
+    with target:
+        return cpu_conv.conv_schedule(func)
 
 
 @pytest.mark.parametrize("oc,width,tile", [
@@ -185,7 +192,7 @@ def test_avx2_tiles_feed_each_input_value_to_several_output_blocks(oc, width, ti
     from tvm import tirx
 
     _, mod = _conv_graph(1, 16, width, width, oc, 3, 1, 1)
-    _, sch = _scheduled_conv(mod, 8)
+    sch = _scheduled_conv(mod, 8)
     loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("conv2d_NCHWc_update"))]
     blocks, pixels = tile
     inner = [int(loop.extent) for loop in loops[-3:]]
@@ -202,21 +209,11 @@ def test_a_convolution_without_an_epilogue_sums_apart_from_its_output():
     buffer of its own, copied out per tile: in the output itself the partial last tile's
     guarded stores kept the sums in memory (DenseNet's 3x3s x2.2 slower with AVX2's tiles)."""
     tvm, mod = _conv_graph(2, 16, 17, 17, 32, 3, 1, 1, concat=True)
-    target, sch = _scheduled_conv(mod, 8)
+    sch = _scheduled_conv(mod, 8)
     written = sch.get(sch.get_sblock("conv2d_NCHWc_update")).writes[0].source
     assert any(written.same_as(b) for b in sch.get(sch.get_sblock("root")).alloc_buffers)
-
-    import functools
-
-    from tvm import relax
-
-    mod = relax.transform.ConvertLayout(
-        {}, layout_cb=functools.partial(cpu_conv.conv_layout, widest=8))(mod)
-    with target:
-        fused, _ = legalized(mod, target)
-        fused, scheduled = cpu_conv.schedule_convs(fused)
+    vm, scheduled = _blocked_vm(tvm, mod, 8)
     assert scheduled == 1
-    vm = relax.VirtualMachine(tvm.compile(fused, target=target), tvm.cpu())
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 16, 17, 17)).astype(np.float32)
     wt = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
@@ -456,8 +453,6 @@ def test_a_scaled_skip_connection_stays_in_the_scheduled_epilogue():
     kernel that does not descend from its convolution; it is computed where the epilogue reads
     it. Before, the schedule could not place the epilogue and the kernel ran in TVM's generic
     loops (10 ms instead of 0.3 in mobilenetv2-12-int8)."""
-    import functools
-
     tvm = load_tvm()
     from tvm import relax
 
@@ -473,14 +468,8 @@ def test_a_scaled_skip_connection_stays_in_the_scheduled_epilogue():
             skip = bb.emit(relax.op.multiply(a, relax.const(0.5, "float32")))
             y = bb.emit_output(relax.op.nn.relu(relax.op.add(y, skip)))
         bb.emit_func_output(y)
-    layout = functools.partial(cpu_conv.conv_layout, widest=8)
-    mod = relax.transform.ConvertLayout({}, layout_cb=layout)(bb.get())
-    target = targets.tvm_target("cpu", targets.default_cpu_arch())
-    with target:
-        fused, _ = legalized(mod, target)
-        fused, scheduled = cpu_conv.schedule_convs(fused)
+    vm, scheduled = _blocked_vm(tvm, bb.get(), 8)
     assert scheduled == 2
-    vm = relax.VirtualMachine(tvm.compile(fused, target=target), tvm.cpu())
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(tuple(int(d) for d in v.ty.shape)).astype(np.float32)
             for v in (x, w1, w2, b)]
