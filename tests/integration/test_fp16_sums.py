@@ -58,7 +58,12 @@ def test_a_float16_models_sums_are_float32(tmp_path):
         error = float(np.abs(out.astype(np.float64) - truth).max()) / scale
         rounding = float(np.abs(truth.astype(np.float16).astype(np.float64) - truth).max())
         assert error <= 1.01 * rounding / scale + 1e-7, (name, error, rounding / scale)
-        assert np.array_equal(out, ort), name  # onnxruntime too sums in float32, rounds once
+        # onnxruntime too sums in float32 and rounds once, in its own order: where the two
+        # float32 sums fall either side of a float16 rounding boundary the results are one
+        # float16 step apart (the conv: 2 of 1,024 values on AVX2, none on AVX-512)
+        apart = out != ort
+        steps = np.abs(out.astype(np.float32) - ort) / np.spacing(np.abs(ort))
+        assert apart.mean() <= 0.01 and (steps[apart] <= 1).all(), (name, int(apart.sum()))
 
 
 def test_cuda_keeps_float16_operands_with_float32_sums():
